@@ -1,0 +1,27 @@
+"""The Transformer's layers, written with `keras.ops` only (any backend)."""
+
+from zoo.layers.add_norm import AddNorm
+from zoo.layers.attention import attention_weights, merge_masks, scaled_dot_product_attention
+from zoo.layers.decoder_block import DecoderBlock
+from zoo.layers.encoder_block import EncoderBlock
+from zoo.layers.feed_forward import FeedForward
+from zoo.layers.multi_head_attention import MultiHeadAttention
+from zoo.layers.position_embedding import PositionEmbedding
+from zoo.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from zoo.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from zoo.layers.token_embedding import TokenEmbedding
+
+__all__ = [
+    "AddNorm",
+    "DecoderBlock",
+    "EncoderBlock",
+    "FeedForward",
+    "MultiHeadAttention",
+    "PositionEmbedding",
+    "SinusoidalPositionEncoding",
+    "TokenAndPositionEmbedding",
+    "TokenEmbedding",
+    "attention_weights",
+    "merge_masks",
+    "scaled_dot_product_attention",
+]

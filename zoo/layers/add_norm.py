@@ -1,0 +1,67 @@
+"""The residual connection around a sub-layer, with layer normalisation.
+
+Shape letters: B batch, T length, d width.
+"""
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class AddNorm(keras.layers.Layer):
+    """"Add & Norm" (Vaswani et al., Figure 1), post-LN or pre-LN.
+
+    With `norm_first=False` (the 2017 paper, post-LN) the output is
+    LayerNorm(x + Dropout(Sublayer(x))). With `norm_first=True` (GPT-2,
+    pre-LN) the sub-layer sees LayerNorm(x) and the output is
+    x + Dropout(Sublayer(LayerNorm(x))). A block uses it in two steps:
+
+        h = add_norm.sublayer_input(x)     # LayerNorm(x) if norm_first
+        x = add_norm(x, sublayer(h))       # add, then LayerNorm if not
+
+    Args:
+        norm_first: False for post-LN (the paper), True for pre-LN (GPT-2).
+        dropout: residual dropout on the sub-layer output (P_drop).
+        epsilon: LayerNorm epsilon.
+
+    Call arguments:
+        residual: (B, T, d) the sub-layer's input x.
+        sublayer_output: (B, T, d) Sublayer(x or LayerNorm(x)).
+    """
+
+    def __init__(self, norm_first=False, dropout=0.0, epsilon=1e-5, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(norm_first, bool):
+            raise ValueError(
+                "`norm_first` must be True (pre-LN, GPT-2) or False (post-LN, the "
+                f"2017 paper); got {norm_first!r}."
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1); got {dropout!r}.")
+        self.norm_first = norm_first
+        self.dropout = dropout
+        self.epsilon = epsilon
+        self.supports_masking = True
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=epsilon, dtype=self.dtype_policy, name="layer_norm"
+        )
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, residual_shape, sublayer_output_shape=None):
+        self.layer_norm.build(residual_shape)
+        self.built = True
+
+    def sublayer_input(self, x):
+        """What the sub-layer sees: LayerNorm(x) for pre-LN, x for post-LN."""
+        return self.layer_norm(x) if self.norm_first else x
+
+    def call(self, residual, sublayer_output, training=None):
+        x = residual + self.dropout_layer(sublayer_output, training=training)
+        return x if self.norm_first else self.layer_norm(x)
+
+    def compute_output_shape(self, residual_shape, sublayer_output_shape=None):
+        return residual_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"norm_first": self.norm_first, "dropout": self.dropout, "epsilon": self.epsilon})
+        return config

@@ -1,0 +1,154 @@
+"""The encoder block (Vaswani et al., Figure 1, left; BERT's layer).
+
+Shape letters: B batch, T length, d width.
+"""
+
+import keras
+
+from zoo.layers._block_utils import check_block_args, propagate_padding_mask
+from zoo.layers.add_norm import AddNorm
+from zoo.layers.feed_forward import FeedForward
+from zoo.layers.multi_head_attention import MultiHeadAttention
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class EncoderBlock(keras.layers.Layer):
+    """Self-attention (no causal mask) and a feed-forward network, each
+    wrapped in Add & Norm.
+
+    Args:
+        num_heads: h.
+        intermediate_dim: d_ff, 4 * d by default.
+        dropout: residual dropout (P_drop).
+        attention_dropout: dropout on the attention weights; `dropout` by
+            default.
+        activation: "relu", "gelu" or "gelu_approximate".
+        norm_first: False (post-LN, the paper and BERT) or True (pre-LN).
+        layer_norm_epsilon: LayerNorm epsilon.
+        kernel_initializer: of every projection.
+        output_kernel_initializer: of the two projections that feed the
+            residual stream; `kernel_initializer` by default.
+
+    Call arguments:
+        x: (B, T, d).
+        padding_mask: (B, T), False at padding.
+        attention_mask: (B, T, T), False where a query may not attend.
+
+    Returns:
+        (B, T, d), carrying the padding mask as its Keras mask.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim=None,
+        dropout=0.0,
+        attention_dropout=None,
+        activation="relu",
+        norm_first=False,
+        layer_norm_epsilon=1e-5,
+        kernel_initializer="glorot_uniform",
+        output_kernel_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_block_args(num_heads, intermediate_dim, dropout)
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.attention_dropout = dropout if attention_dropout is None else attention_dropout
+        self.activation = activation
+        self.norm_first = norm_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.output_kernel_initializer = keras.initializers.get(
+            output_kernel_initializer or kernel_initializer
+        )
+        self.supports_masking = True
+
+        policy = self.dtype_policy
+        self.self_attention = MultiHeadAttention(
+            num_heads,
+            dropout=self.attention_dropout,
+            kernel_initializer=self.kernel_initializer,
+            output_kernel_initializer=self.output_kernel_initializer,
+            dtype=policy,
+            name="self_attention",
+        )
+        self.self_attention_add_norm = AddNorm(
+            norm_first, dropout, layer_norm_epsilon, dtype=policy, name="self_attention_add_norm"
+        )
+        self.feed_forward = FeedForward(
+            intermediate_dim,
+            activation,
+            kernel_initializer=self.kernel_initializer,
+            output_kernel_initializer=self.output_kernel_initializer,
+            dtype=policy,
+            name="feed_forward",
+        )
+        self.feed_forward_add_norm = AddNorm(
+            norm_first, dropout, layer_norm_epsilon, dtype=policy, name="feed_forward_add_norm"
+        )
+
+    def build(self, input_shape):
+        self.self_attention.build(input_shape)
+        self.self_attention_add_norm.build(input_shape)
+        self.feed_forward.build(input_shape)
+        self.feed_forward_add_norm.build(input_shape)
+        self.built = True
+
+    def __call__(self, x, *args, padding_mask=None, **kwargs):
+        outputs = super().__call__(x, *args, padding_mask=padding_mask, **kwargs)
+        return propagate_padding_mask(outputs, x, padding_mask)
+
+    def call(self, x, padding_mask=None, attention_mask=None, training=None, mask=None, x_mask=None):
+        implicit = x_mask if x_mask is not None else mask
+        h = self.self_attention_add_norm.sublayer_input(x)
+        a = self.self_attention(
+            h,
+            padding_mask=_and(padding_mask, implicit),
+            attention_mask=attention_mask,
+            training=training,
+        )
+        x = self.self_attention_add_norm(x, a, training=training)
+        h = self.feed_forward_add_norm.sublayer_input(x)
+        return self.feed_forward_add_norm(x, self.feed_forward(h, training=training), training=training)
+
+    def attention_scores(self, x, padding_mask=None, attention_mask=None):
+        """The (B, h, T, T) self-attention weights this block computes for x."""
+        h = self.self_attention_add_norm.sublayer_input(x)
+        _, scores = self.self_attention(
+            h, padding_mask=padding_mask, attention_mask=attention_mask, return_attention_scores=True
+        )
+        return scores
+
+    def compute_output_shape(self, input_shape, *args, **kwargs):
+        return input_shape
+
+    def compute_mask(self, inputs, previous_mask):
+        return previous_mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "activation": self.activation,
+                "norm_first": self.norm_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "output_kernel_initializer": keras.initializers.serialize(self.output_kernel_initializer),
+            }
+        )
+        return config
+
+
+def _and(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return keras.ops.logical_and(keras.ops.cast(a, "bool"), keras.ops.cast(b, "bool"))

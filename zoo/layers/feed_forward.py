@@ -1,0 +1,105 @@
+"""The position-wise feed-forward network (Vaswani et al., 3.3).
+
+Shape letters: B batch, T length, d width, f inner width (d_ff).
+"""
+
+import keras
+
+ACTIVATIONS = ("relu", "gelu", "gelu_approximate")
+
+
+def _activation(name):
+    if name == "gelu":
+        return lambda x: keras.activations.gelu(x, approximate=False)
+    if name == "gelu_approximate":  # GPT-2's tanh approximation
+        return lambda x: keras.activations.gelu(x, approximate=True)
+    return keras.activations.relu
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class FeedForward(keras.layers.Layer):
+    """FFN(x) = W2 act(W1 x + b1) + b2.
+
+    Args:
+        intermediate_dim: d_ff; 4 * d by default (the paper's 2048 for 512).
+        activation: "relu" (the paper), "gelu" (BERT, exact) or
+            "gelu_approximate" (GPT-2's tanh form).
+        dropout: dropout on the inner activations (0 in the paper).
+        kernel_initializer: of both matrices.
+        output_kernel_initializer: of W2 (GPT-2 scales it); defaults to
+            `kernel_initializer`.
+
+    Call arguments:
+        inputs: (B, T, d). Returns (B, T, d).
+    """
+
+    def __init__(
+        self,
+        intermediate_dim=None,
+        activation="relu",
+        dropout=0.0,
+        kernel_initializer="glorot_uniform",
+        output_kernel_initializer=None,
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if intermediate_dim is not None and (not isinstance(intermediate_dim, int) or intermediate_dim < 1):
+            raise ValueError(f"`intermediate_dim` must be a positive integer; got {intermediate_dim!r}.")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"`activation` must be one of {ACTIVATIONS}; got {activation!r}.")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1); got {dropout!r}.")
+        self.intermediate_dim = intermediate_dim
+        self.activation = activation
+        self.dropout = dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.output_kernel_initializer = keras.initializers.get(
+            output_kernel_initializer or kernel_initializer
+        )
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        d = input_shape[-1]
+        inner = self.intermediate_dim or 4 * d
+        self.intermediate_dense = keras.layers.Dense(
+            inner,
+            activation=_activation(self.activation),
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name="intermediate",
+        )
+        self.intermediate_dense.build(input_shape)
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.output_dense = keras.layers.Dense(
+            d,
+            kernel_initializer=self.output_kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name="output",
+        )
+        self.output_dense.build(tuple(input_shape[:-1]) + (inner,))
+        self.built = True
+
+    def call(self, inputs, training=None):
+        h = self.intermediate_dense(inputs)  # (B, T, f)
+        return self.output_dense(self.dropout_layer(h, training=training))  # (B, T, d)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "intermediate_dim": self.intermediate_dim,
+                "activation": self.activation,
+                "dropout": self.dropout,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "output_kernel_initializer": keras.initializers.serialize(self.output_kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config

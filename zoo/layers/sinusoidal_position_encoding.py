@@ -1,0 +1,54 @@
+"""The paper's fixed sinusoidal position encoding (Vaswani et al., 3.5).
+
+Shape letters: B batch, T length, d width.
+"""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class SinusoidalPositionEncoding(keras.layers.Layer):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(same).
+
+    No weights. Sines sit on even channels and cosines on odd ones, exactly
+    as in the paper's formula.
+
+    Args:
+        max_wavelength: the 10000 of the formula.
+
+    Call arguments:
+        inputs: (B, T, d) embeddings; only the shape is used.
+        start_index: position of the first input (for cached decoding).
+
+    Returns:
+        (B, T, d) encodings, in the layer's compute dtype.
+    """
+
+    def __init__(self, max_wavelength=10000, **kwargs):
+        super().__init__(**kwargs)
+        if max_wavelength <= 0:
+            raise ValueError(f"`max_wavelength` must be positive; got {max_wavelength!r}.")
+        self.max_wavelength = max_wavelength
+        self.built = True
+
+    def call(self, inputs, start_index=0):
+        shape = ops.shape(inputs)
+        length, width = shape[-2], shape[-1]
+        positions = ops.cast(ops.arange(length) + start_index, "float32")  # (T,)
+        channel = ops.arange(width)  # (d,)
+        pair = ops.cast(channel // 2 * 2, "float32")  # 2i for channels 2i and 2i+1
+        inverse_frequency = ops.power(
+            ops.cast(self.max_wavelength, "float32"), -pair / ops.cast(width, "float32")
+        )
+        angles = positions[:, None] * inverse_frequency[None, :]  # (T, d)
+        encoding = ops.where(channel % 2 == 0, ops.sin(angles), ops.cos(angles))
+        return ops.broadcast_to(ops.cast(encoding, self.compute_dtype), shape)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"max_wavelength": self.max_wavelength})
+        return config
