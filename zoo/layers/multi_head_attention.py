@@ -110,7 +110,7 @@ class MultiHeadAttention(keras.layers.Layer):
             self.query_key_value_dense.build(query_shape)
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.output_dense = self._dense(d, "output", self.output_kernel_initializer)
-        self.output_dense.build(query_shape[:-1] + (d,))
+        self.output_dense.build(tuple(query_shape[:-1]) + (d,))
         self.built = True
 
     def _split_heads(self, x, parts):

@@ -17,6 +17,10 @@ class TokenEmbedding(keras.layers.Embedding):
     BERT. Token ids outside [0, V) are an error in eager calls.
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.supports_masking = True  # passes no mask on; see TokenAndPositionEmbedding
+
     def call(self, inputs, reverse=False):
         if reverse:
             table = ops.cast(ops.convert_to_tensor(self.embeddings), self.compute_dtype)

@@ -1,0 +1,64 @@
+"""Data for the zoo: readers, tokenizers, tf.data pipelines, synthetic tasks.
+
+Stands alone: nothing here imports `zoo.layers` or `zoo.models`.
+TensorFlow Datasets and keras-hub are imported only by the functions that
+need them.
+"""
+
+from zoo.data.errors import DataError
+from zoo.data.pipelines import (
+    check_token_ids,
+    classification_dataset,
+    language_model_eval_batches,
+    language_model_windows,
+    masked_lm_dataset,
+    seq2seq_dataset,
+)
+from zoo.data.sources import read_labelled, read_parallel, read_text
+from zoo.data.synthetic import (
+    Task,
+    copy_task,
+    held_out_split,
+    reverse_task,
+    sort_task,
+    toy_translation,
+    toy_translation_pairs,
+)
+from zoo.data.tokenizers import (
+    BYTE_PAIR_RESERVED_TOKENS,
+    WORD_PIECE_RESERVED_TOKENS,
+    CharVocabulary,
+    WordVocabulary,
+    load_word_piece,
+    save_vocabulary,
+    train_byte_pair,
+    train_word_piece,
+)
+
+__all__ = [
+    "BYTE_PAIR_RESERVED_TOKENS",
+    "WORD_PIECE_RESERVED_TOKENS",
+    "CharVocabulary",
+    "DataError",
+    "Task",
+    "WordVocabulary",
+    "check_token_ids",
+    "classification_dataset",
+    "copy_task",
+    "held_out_split",
+    "language_model_eval_batches",
+    "language_model_windows",
+    "load_word_piece",
+    "masked_lm_dataset",
+    "read_labelled",
+    "read_parallel",
+    "read_text",
+    "reverse_task",
+    "save_vocabulary",
+    "seq2seq_dataset",
+    "sort_task",
+    "toy_translation",
+    "toy_translation_pairs",
+    "train_byte_pair",
+    "train_word_piece",
+]

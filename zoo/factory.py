@@ -1,0 +1,118 @@
+"""`zoo.build`, `zoo.list_presets`, `zoo.describe` and `zoo.plot`."""
+
+import difflib
+
+from zoo.models import (
+    BertBackbone,
+    BertClassifier,
+    BertMaskedLM,
+    BertSentenceEncoder,
+    EncoderDecoder,
+    GPTBackbone,
+    GPTCausalLM,
+)
+from zoo.presets import PRESETS
+
+BACKBONES = {"gpt": GPTBackbone, "bert": BertBackbone, "transformer": EncoderDecoder}
+
+# task name -> (task class, the task's own arguments); None is the backbone.
+TASKS = {
+    "gpt": {None: None, "causal_lm": (GPTCausalLM, ())},
+    "bert": {
+        None: None,
+        "masked_lm": (BertMaskedLM, ()),
+        "classifier": (BertClassifier, ("num_classes", "dropout")),
+        "sentence_encoder": (BertSentenceEncoder, ("pooling", "normalize")),
+    },
+    # The encoder-decoder is the whole paper model: its output is already logits.
+    "transformer": {None: None, "seq2seq": None},
+}
+
+
+def list_presets(family=None):
+    """The preset names, optionally of one family ("gpt", "bert", "transformer")."""
+    return [name for name, p in PRESETS.items() if family is None or p["family"] == family]
+
+
+def _preset(name):
+    if name not in PRESETS:
+        close = difflib.get_close_matches(str(name), PRESETS, n=3, cutoff=0.3)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise ValueError(f"Unknown preset {name!r}.{hint} Available: {', '.join(PRESETS)}.")
+    return PRESETS[name]
+
+
+def build(name, task=None, **overrides):
+    """Build a zoo model from a preset.
+
+    Args:
+        name: a preset name (`zoo.list_presets()`).
+        task: None for the backbone, or the family's task: "causal_lm"
+            (gpt); "masked_lm", "classifier", "sentence_encoder" (bert);
+            "seq2seq" (transformer, the same model as None).
+        **overrides: constructor arguments of the backbone (e.g.
+            `num_layers=2`, `dropout=0.0`, `dtype="mixed_bfloat16"`) or of the
+            task (`num_classes`, `pooling`, ...). Unknown names are an error.
+
+    Returns:
+        A functional `keras.Model`.
+    """
+    preset = _preset(name)
+    family = preset["family"]
+    tasks = TASKS[family]
+    if task not in tasks:
+        known = ", ".join(repr(t) for t in tasks if t is not None)
+        raise ValueError(f"Unknown task {task!r} for the {family} family of {name!r}; expected one of {known}.")
+    backbone_class = BACKBONES[family]
+    spec = tasks[task]
+    task_class, task_arguments = spec if spec else (None, ())
+    allowed = set(backbone_class.argument_names()) | set(task_arguments) | {"dtype", "name"}
+    unknown = sorted(set(overrides) - allowed)
+    if unknown:
+        raise ValueError(
+            f"Unknown override(s) {unknown} for {name!r} ({family} family"
+            f"{', task ' + repr(task) if task else ''}). Valid: {', '.join(sorted(allowed))}."
+        )
+    task_kwargs = {k: overrides.pop(k) for k in task_arguments if k in overrides}
+    config = {**preset["config"], **overrides}
+    backbone = backbone_class(**config)
+    if task_class is None:
+        return backbone
+    return task_class(backbone, **task_kwargs)
+
+
+def describe(name, **overrides):
+    """Family, sizes, parameter count and training FLOPs per token of a preset.
+
+    FLOPs per token follow Kaplan et al. (2020) / nanoGPT: 6 x non-embedding
+    parameters plus the attention term 12 x layers x context x width.
+    """
+    preset = _preset(name)
+    model = build(name, **overrides)
+    config = {**preset["config"], **overrides}
+    params = model.count_params()
+    embedding = sum(
+        int(w.shape[0]) * int(w.shape[1]) for w in model.weights if "embedding" in w.path and len(w.shape) == 2
+    )
+    layers, width, context = config["num_layers"], config["hidden_dim"], config["max_sequence_length"]
+    non_embedding = params - embedding
+    flops = 6 * non_embedding + 12 * layers * context * width * (2 if preset["family"] == "transformer" else 1)
+    return {
+        "name": name,
+        "family": preset["family"],
+        "description": preset["description"],
+        "config": config,
+        "parameters": params,
+        "non_embedding_parameters": non_embedding,
+        "training_flops_per_token": flops,
+    }
+
+
+def plot(model_or_name, path, **kwargs):
+    """Draw the functional graph with `keras.utils.plot_model` (needs pydot
+    and graphviz). Returns the path."""
+    import keras
+
+    model = build(model_or_name) if isinstance(model_or_name, str) else model_or_name
+    keras.utils.plot_model(model, to_file=str(path), show_shapes=True, expand_nested=False, **kwargs)
+    return path

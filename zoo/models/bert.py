@@ -1,0 +1,340 @@
+"""Encoder-only Transformer: BERT (Devlin et al. 2019) and its heads.
+
+Shape letters: B batch, T length, P masked positions, d width, V vocabulary.
+"""
+
+import keras
+from keras import ops
+
+from zoo.layers import EncoderBlock, TokenAndPositionEmbedding
+from zoo.models.base import ZooModel, check_positive
+
+
+def bert_initializer(stddev=0.02):
+    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+def _bert_inputs():
+    return {
+        "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),
+        "segment_ids": keras.Input(shape=(None,), dtype="int32", name="segment_ids"),
+        "padding_mask": keras.Input(shape=(None,), dtype="int32", name="padding_mask"),
+    }
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class BertBackbone(ZooModel):
+    """Token + segment + learned position embeddings, LayerNorm, N post-LN
+    encoder blocks (no causal mask), and a tanh pooler on [CLS] (position 0).
+
+    Args:
+        vocabulary_size, num_layers, num_heads, hidden_dim: V, N, h, d.
+        intermediate_dim: d_ff (4 * d in BERT).
+        max_sequence_length: 512 in BERT.
+        num_segments: 2 (sentence A / B).
+        dropout: 0.1 in BERT.
+        activation: "gelu" (exact, the paper) or "gelu_approximate"
+            (what keras-hub's BERT uses).
+        layer_norm_epsilon: 1e-12 as BERT.
+
+    Inputs: `token_ids`, `segment_ids`, `padding_mask`, each (B, T) int32.
+    Outputs: {"sequence_output": (B, T, d), "pooled_output": (B, d)}.
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim=None,
+        max_sequence_length=512,
+        num_segments=2,
+        dropout=0.1,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        initializer_range=0.02,
+        dtype=None,
+        **kwargs,
+    ):
+        check_positive(
+            vocabulary_size=vocabulary_size,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            max_sequence_length=max_sequence_length,
+            num_segments=num_segments,
+        )
+        intermediate_dim = intermediate_dim or 4 * hidden_dim
+        init = bert_initializer(initializer_range)
+        # === Layers ===
+        self.embedding = TokenAndPositionEmbedding(
+            vocabulary_size,
+            max_sequence_length,
+            hidden_dim,
+            position="learned",
+            embeddings_initializer=init,
+            position_initializer=init,
+            dtype=dtype,
+            name="embedding",
+        )
+        self.segment_embedding = keras.layers.Embedding(
+            num_segments, hidden_dim, embeddings_initializer=init, dtype=dtype, name="segment_embedding"
+        )
+        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
+        self.embeddings_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_norm"
+        )
+        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        self.blocks = [
+            EncoderBlock(
+                num_heads,
+                intermediate_dim,
+                dropout=dropout,
+                activation=activation,
+                norm_first=False,
+                layer_norm_epsilon=layer_norm_epsilon,
+                kernel_initializer=init,
+                dtype=dtype,
+                name=f"block_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.pooler = keras.layers.Dense(
+            hidden_dim, activation="tanh", kernel_initializer=init, dtype=dtype, name="pooler"
+        )
+
+        # === Functional model ===
+        inputs = _bert_inputs()
+        x = self.embeddings_add(
+            [self.embedding(inputs["token_ids"]), self.segment_embedding(inputs["segment_ids"])]
+        )
+        x = self.embeddings_dropout(self.embeddings_norm(x))
+        for block in self.blocks:
+            x = block(x, padding_mask=inputs["padding_mask"])
+        pooled = self.pooler(x[:, 0, :])  # [CLS]
+        super().__init__(
+            inputs=inputs,
+            outputs={"sequence_output": x, "pooled_output": pooled},
+            dtype=dtype,
+            **kwargs,
+        )
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.max_sequence_length = max_sequence_length
+        self._record_config(
+            vocabulary_size=vocabulary_size,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            intermediate_dim=intermediate_dim,
+            max_sequence_length=max_sequence_length,
+            num_segments=num_segments,
+            dropout=dropout,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+            initializer_range=initializer_range,
+        )
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class MaskedLMTransform(keras.layers.Layer):
+    """The first half of BERT's masked-LM head: gather the masked positions,
+    then Dense + gelu and LayerNorm. The logits follow through the tied token
+    table (`embedding(h, reverse=True)`) and an `OutputBias`.
+
+    Call arguments:
+        hidden: (B, T, d) sequence output.
+        mask_positions: (B, P) int32 indices of the masked tokens.
+    Returns (B, P, d).
+    """
+
+    def __init__(self, activation="gelu", layer_norm_epsilon=1e-12, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer_range = initializer_range
+
+    def build(self, hidden_shape, mask_positions_shape=None):
+        d = hidden_shape[-1]
+        approximate = self.activation == "gelu_approximate"
+        self.dense = keras.layers.Dense(
+            d,
+            activation=lambda x: keras.activations.gelu(x, approximate=approximate),
+            kernel_initializer=bert_initializer(self.initializer_range),
+            dtype=self.dtype_policy,
+            name="dense",
+        )
+        self.dense.build(hidden_shape)
+        self.norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
+        )
+        self.norm.build(hidden_shape)
+        self.built = True
+
+    def compute_mask(self, hidden, previous_mask):
+        return None
+
+    def call(self, hidden, mask_positions):
+        positions = ops.cast(mask_positions, "int32")[:, :, None]  # (B, P, 1)
+        gathered = ops.take_along_axis(hidden, positions, axis=1)  # (B, P, d)
+        return self.norm(self.dense(gathered))
+
+    def compute_output_shape(self, hidden_shape, mask_positions_shape):
+        return (hidden_shape[0], mask_positions_shape[1], hidden_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "activation": self.activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "initializer_range": self.initializer_range,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class OutputBias(keras.layers.Layer):
+    """Adds a learned bias over the vocabulary to tied-embedding logits."""
+
+    def build(self, input_shape):
+        self.bias = self.add_weight(name="bias", shape=(input_shape[-1],), initializer="zeros")
+        self.built = True
+
+    def call(self, logits):
+        return logits + ops.cast(self.bias, logits.dtype)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class BertMaskedLM(ZooModel):
+    """Masked-LM pretraining: logits (B, P, V) at `mask_positions` only,
+    through a head tied to the token embedding.
+
+    Inputs: the backbone's inputs plus `mask_positions` (B, P) int32.
+    Train with `y = mask_ids` (B, P) and `sample_weight = mask_weights`.
+    """
+
+    def __init__(self, backbone, **kwargs):
+        # === Layers ===
+        self.backbone = backbone
+        config = backbone._zoo_config
+        self.transform = MaskedLMTransform(
+            config["activation"],
+            config["layer_norm_epsilon"],
+            config["initializer_range"],
+            dtype=backbone.dtype_policy,
+            name="masked_lm_transform",
+        )
+        self.output_bias = OutputBias(dtype=backbone.dtype_policy, name="masked_lm_bias")
+        self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
+        # === Functional model ===
+        inputs = _bert_inputs()
+        inputs["mask_positions"] = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
+        outputs = backbone({k: inputs[k] for k in ("token_ids", "segment_ids", "padding_mask")})
+        h = self.transform(outputs["sequence_output"], inputs["mask_positions"])
+        logits = self.output_bias(backbone.embedding(h, reverse=True))
+        super().__init__(inputs=inputs, outputs=self.logits_cast(logits), **kwargs)
+        # === Config ===
+        self._record_config(backbone=backbone)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class BertClassifier(ZooModel):
+    """[CLS] classification: pooled output -> dropout -> Dense(num_classes).
+
+    Args:
+        backbone: a `BertBackbone`.
+        num_classes: at least 2.
+        dropout: before the final layer.
+    Outputs float32 logits (B, num_classes).
+    """
+
+    def __init__(self, backbone, num_classes=2, dropout=0.1, **kwargs):
+        if not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(
+                f"`num_classes` must be an integer >= 2 (use 2 for binary "
+                f"classification); got {num_classes!r}."
+            )
+        # === Layers ===
+        self.backbone = backbone
+        self.dropout_layer = keras.layers.Dropout(dropout, name="classifier_dropout")
+        self.classifier = keras.layers.Dense(
+            num_classes, kernel_initializer=bert_initializer(), dtype="float32", name="classifier"
+        )
+        # === Functional model ===
+        inputs = _bert_inputs()
+        pooled = backbone(inputs)["pooled_output"]
+        logits = self.classifier(self.dropout_layer(pooled))
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        # === Config ===
+        self.num_classes = num_classes
+        self._record_config(backbone=backbone, num_classes=num_classes, dropout=dropout)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class MeanPooling(keras.layers.Layer):
+    """Mean of the (B, T, d) vectors over non-padded positions -> (B, d)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def compute_mask(self, sequence, previous_mask):
+        return None
+
+    def call(self, sequence, padding_mask):
+        weights = ops.cast(padding_mask, sequence.dtype)[:, :, None]  # (B, T, 1)
+        total = ops.sum(sequence * weights, axis=1)
+        count = ops.maximum(ops.sum(weights, axis=1), 1.0)
+        return total / count
+
+    def compute_output_shape(self, sequence_shape, padding_mask_shape):
+        return (sequence_shape[0], sequence_shape[-1])
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class L2Normalize(keras.layers.Layer):
+    """Unit-length vectors, so that a dot product is a cosine similarity."""
+
+    def call(self, x):
+        return x / ops.maximum(ops.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class BertSentenceEncoder(ZooModel):
+    """Sentence embeddings for semantic search: (B, d) vectors.
+
+    Args:
+        backbone: a `BertBackbone`.
+        pooling: "cls" (the [CLS] hidden state) or "mean" (mean over
+            non-padded tokens, as Sentence-BERT).
+        normalize: return unit vectors (cosine similarity = dot product).
+    """
+
+    def __init__(self, backbone, pooling="mean", normalize=True, **kwargs):
+        if pooling not in ("cls", "mean"):
+            raise ValueError(f'`pooling` must be "cls" or "mean"; got {pooling!r}.')
+        # === Layers ===
+        self.backbone = backbone
+        self.pooling = MeanPooling(name="mean_pooling") if pooling == "mean" else None
+        self.normalize = L2Normalize(name="l2_normalize") if normalize else None
+        # === Functional model ===
+        inputs = _bert_inputs()
+        sequence = backbone(inputs)["sequence_output"]
+        if pooling == "mean":
+            vectors = self.pooling(sequence, inputs["padding_mask"])
+        else:
+            vectors = sequence[:, 0, :]
+        if normalize:
+            vectors = self.normalize(vectors)
+        super().__init__(inputs=inputs, outputs=vectors, **kwargs)
+        # === Config ===
+        self._record_config(backbone=backbone, pooling=pooling, normalize=normalize)

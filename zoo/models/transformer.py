@@ -1,0 +1,207 @@
+"""The encoder-decoder Transformer (Vaswani et al. 2017, Figure 1).
+
+Shape letters: B batch, S source length, T target length, d width,
+V vocabulary.
+"""
+
+import math
+
+import keras
+
+from zoo.layers import DecoderBlock, EncoderBlock, TokenAndPositionEmbedding
+from zoo.models.base import ZooModel, check_positive
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class EncoderDecoder(ZooModel):
+    """Encoder (N blocks, unmasked self-attention) and decoder (N blocks,
+    causal self-attention + cross-attention to the final encoder output),
+    then a linear map to target-vocabulary logits.
+
+    Args:
+        vocabulary_size: target V (and source V when shared).
+        source_vocabulary_size: source V when embeddings are not shared;
+            defaults to `vocabulary_size`.
+        num_layers: N for the encoder and the decoder (6 in the paper).
+        num_heads, hidden_dim, intermediate_dim: h, d_model, d_ff.
+        max_sequence_length: longest source or target sequence.
+        dropout: P_drop, applied to sub-layer outputs and to the sums of
+            embeddings and positions (0.1 in the paper).
+        position: "sinusoidal" (the paper) or "learned".
+        share_embeddings: one embedding table for source and target (the
+            paper shares them over a joint BPE vocabulary).
+        tie_output: the pre-softmax projection reuses the target embedding
+            table (the paper, section 3.4).
+        norm_first: False (post-LN, the paper) or True (pre-LN, with final
+            LayerNorms after each stack).
+        activation: "relu" (the paper).
+        layer_norm_epsilon: 1e-6 as the reference tensor2tensor code.
+
+    Inputs: `encoder_token_ids` (B, S), `encoder_padding_mask` (B, S),
+    `decoder_token_ids` (B, T), `decoder_padding_mask` (B, T), int32.
+    Output: float32 logits (B, T, V). Trained with teacher forcing: the
+    decoder input is the target shifted right behind a start token.
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim=None,
+        max_sequence_length=256,
+        source_vocabulary_size=None,
+        dropout=0.1,
+        position="sinusoidal",
+        share_embeddings=True,
+        tie_output=True,
+        norm_first=False,
+        activation="relu",
+        layer_norm_epsilon=1e-6,
+        dtype=None,
+        **kwargs,
+    ):
+        source_vocabulary_size = source_vocabulary_size or vocabulary_size
+        check_positive(
+            vocabulary_size=vocabulary_size,
+            source_vocabulary_size=source_vocabulary_size,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            max_sequence_length=max_sequence_length,
+        )
+        if share_embeddings and source_vocabulary_size != vocabulary_size:
+            raise ValueError(
+                "`share_embeddings=True` needs one vocabulary: got source_vocabulary_size="
+                f"{source_vocabulary_size} and vocabulary_size={vocabulary_size}."
+            )
+        intermediate_dim = intermediate_dim or 4 * hidden_dim
+
+        # === Layers ===
+        def embedding(size, name):
+            return TokenAndPositionEmbedding(
+                size,
+                max_sequence_length,
+                hidden_dim,
+                position=position,
+                scale_embeddings=True,  # section 3.4: embeddings times sqrt(d_model)
+                embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5),
+                dtype=dtype,
+                name=name,
+            )
+
+        self.decoder_embedding = embedding(vocabulary_size, "decoder_embedding" if not share_embeddings else "embedding")
+        self.encoder_embedding = (
+            self.decoder_embedding if share_embeddings else embedding(source_vocabulary_size, "encoder_embedding")
+        )
+        self.encoder_embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="encoder_embeddings_dropout")
+        self.decoder_embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="decoder_embeddings_dropout")
+        block_args = dict(
+            dropout=dropout,
+            activation=activation,
+            norm_first=norm_first,
+            layer_norm_epsilon=layer_norm_epsilon,
+            dtype=dtype,
+        )
+        self.encoder_blocks = [
+            EncoderBlock(num_heads, intermediate_dim, name=f"encoder_block_{i}", **block_args)
+            for i in range(num_layers)
+        ]
+        self.decoder_blocks = [
+            DecoderBlock(num_heads, intermediate_dim, cross_attention=True, name=f"decoder_block_{i}", **block_args)
+            for i in range(num_layers)
+        ]
+        norm = lambda name: keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name=name)
+        self.encoder_norm = norm("encoder_norm") if norm_first else None
+        self.decoder_norm = norm("decoder_norm") if norm_first else None
+        self.output_projection = (
+            None
+            if tie_output
+            else keras.layers.Dense(vocabulary_size, dtype=dtype, name="output_projection")
+        )
+        self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
+
+        # === Functional model ===
+        inputs = {
+            "encoder_token_ids": keras.Input(shape=(None,), dtype="int32", name="encoder_token_ids"),
+            "encoder_padding_mask": keras.Input(shape=(None,), dtype="int32", name="encoder_padding_mask"),
+            "decoder_token_ids": keras.Input(shape=(None,), dtype="int32", name="decoder_token_ids"),
+            "decoder_padding_mask": keras.Input(shape=(None,), dtype="int32", name="decoder_padding_mask"),
+        }
+        encoded = self.encode(inputs["encoder_token_ids"], inputs["encoder_padding_mask"])
+        x = self.decoder_embeddings_dropout(self.decoder_embedding(inputs["decoder_token_ids"]))
+        for block in self.decoder_blocks:
+            x = block(
+                x,
+                encoded,
+                padding_mask=inputs["decoder_padding_mask"],
+                encoder_padding_mask=inputs["encoder_padding_mask"],
+            )
+        logits = self.logits(x)
+        super().__init__(inputs=inputs, outputs=logits, dtype=dtype, **kwargs)
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.source_vocabulary_size = source_vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.max_sequence_length = max_sequence_length
+        self._record_config(
+            vocabulary_size=vocabulary_size,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            intermediate_dim=intermediate_dim,
+            max_sequence_length=max_sequence_length,
+            source_vocabulary_size=source_vocabulary_size,
+            dropout=dropout,
+            position=position,
+            share_embeddings=share_embeddings,
+            tie_output=tie_output,
+            norm_first=norm_first,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+        )
+
+    def encode(self, encoder_token_ids, encoder_padding_mask, training=None):
+        """(B, S) source ids -> (B, S, d) final encoder output. The same
+        layers serve the functional graph and `zoo.generate`."""
+        x = self.encoder_embeddings_dropout(self.encoder_embedding(encoder_token_ids), training=training)
+        for block in self.encoder_blocks:
+            x = block(x, padding_mask=encoder_padding_mask, training=training)
+        return self.encoder_norm(x) if self.encoder_norm is not None else x
+
+    def decode_step(self, x, encoder_padding_mask, cache, cache_index, cross_cache, training=False):
+        """Embedded decoder inputs (B, T, d) through every decoder block with
+        a key/value cache: `cache` (B, N, 2, S_max, h, k) for
+        self-attention, `cross_cache` (B, N, 2, S, h, k) the projected
+        encoder output. Returns (hidden, cache)."""
+        updated = []
+        for i, block in enumerate(self.decoder_blocks):
+            x, layer_cache, _ = block(
+                x,
+                encoder_padding_mask=encoder_padding_mask,
+                self_attention_cache=cache[:, i],
+                cross_attention_cache=cross_cache[:, i],
+                cache_index=cache_index,
+                training=training,
+            )
+            updated.append(layer_cache)
+        return x, keras.ops.stack(updated, axis=1)
+
+    def logits(self, hidden):
+        """(B, T, d) decoder output -> (B, T, V) float32 logits."""
+        if self.decoder_norm is not None:
+            hidden = self.decoder_norm(hidden)
+        if self.output_projection is None:
+            logits = self.decoder_embedding(hidden, reverse=True)
+        else:
+            logits = self.output_projection(hidden)
+        return self.logits_cast(logits)
+
+    @classmethod
+    def _nested_models(cls):
+        return ()
