@@ -2,10 +2,35 @@
 
     import zoo
     model = zoo.build("gpt2-small", task="causal_lm")
+
+The public names load lazily, so that `import zoo.data` stays light and
+`zoo`'s core imports on a backend without TensorFlow.
 """
+
+import importlib
 
 __version__ = "0.1.0"
 
-from zoo.factory import build, describe, list_presets, plot  # noqa: E402
+_EXPORTS = {
+    "build": "zoo.factory",
+    "describe": "zoo.factory",
+    "list_presets": "zoo.factory",
+    "plot": "zoo.factory",
+    "generate": "zoo.generation",
+    "from_keras_hub": "zoo.convert",
+}
+_SUBMODULES = ("convert", "data", "factory", "generation", "layers", "models", "presets", "training")
 
-__all__ = ["build", "describe", "list_presets", "plot"]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"zoo.{name}")
+    raise AttributeError(f"module 'zoo' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS) + list(_SUBMODULES))

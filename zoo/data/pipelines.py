@@ -158,7 +158,9 @@ def seq2seq_dataset(
                 f"one token (an all-padding source has nothing to attend to)"
             )
     encoder_ids, encoder_lengths = _pack(source_ids, source_length, pad_id)
-    decoder_ids, decoder_lengths = _pack(target_ids, target_length, pad_id, prefix=[start_id])
+    decoder_ids, decoder_lengths = _pack(
+        target_ids, target_length, pad_id, prefix=[start_id]
+    )
     labels, _ = _pack(target_ids, target_length, pad_id, suffix=[end_id])
     inputs = {
         "encoder_token_ids": encoder_ids,

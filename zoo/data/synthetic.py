@@ -97,9 +97,10 @@ def _digit_task(num_examples, sequence_length, seed, transform):
 
 
 # The toy grammar: (English, German, gender) nouns, past-tense verbs, and
-# adjectives with their declension stem ("müd" for "müde"). "the" is der/die/das by gender and the adjective
-# after it ends in -e; "a" is ein/eine/ein and the adjective ends in
-# -er/-e/-es (nominative singular, weak and mixed declension).
+# adjectives with their declension stem ("müd" for "müde"). "the" is
+# der/die/das by gender and the adjective after it ends in -e; "a" is
+# ein/eine/ein and the adjective ends in -er/-e/-es (nominative singular,
+# weak and mixed declension).
 NOUNS = (
     ("cat", "Katze", "f"),
     ("dog", "Hund", "m"),

@@ -55,7 +55,7 @@ class CharVocabulary:
     ```python
     vocabulary = CharVocabulary.from_text("hello")
     vocabulary.encode("hell")  # array([1, 0, 2, 2], dtype=int32)
-    vocabulary.decode([3, 1])  # "oe"
+    vocabulary.decode([3, 1])  # "oh"
     ```
     """
 
@@ -170,8 +170,8 @@ class WordVocabulary:
     Example:
     ```python
     vocabulary = WordVocabulary.from_texts(["the cat danced", "the dog"])
-    vocabulary.encode("the dog danced")  # [8, 6, 5]
-    vocabulary.decode([1, 8, 6, 2, 0])  # "the dog"
+    vocabulary.encode("the dog danced")  # [7, 6, 5]
+    vocabulary.decode([1, 7, 6, 2, 0])  # "the dog"
     ```
     """
 
@@ -384,7 +384,9 @@ def train_byte_pair(
 
     reserved_tokens = list(reserved_tokens)
     if reserved_tokens[:1] != ["[PAD]"]:
-        raise ValueError(f"reserved_tokens must start with '[PAD]', got {reserved_tokens}")
+        raise ValueError(
+            f"reserved_tokens must start with '[PAD]', got {reserved_tokens}"
+        )
     if vocabulary_size < len(reserved_tokens) + 256:
         raise ValueError(
             f"vocabulary_size must be at least {len(reserved_tokens) + 256} "

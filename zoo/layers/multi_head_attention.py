@@ -173,12 +173,6 @@ class MultiHeadAttention(keras.layers.Layer):
             key_padding = query_mask if cache is None else None
         key, value = kv[:, 0], kv[:, 1]  # (B, S, h, k)
 
-        if key_padding is not None:
-            padding_mask = (
-                key_padding
-                if padding_mask is None
-                else ops.logical_and(ops.cast(padding_mask, "bool"), ops.cast(key_padding, "bool"))
-            )
         attend_mask = merge_masks(
             query,
             key,
@@ -188,6 +182,10 @@ class MultiHeadAttention(keras.layers.Layer):
             use_causal_mask=use_causal_mask,
             query_start=0 if cache_index is None else cache_index,
         )
+        if key_padding is not None:
+            # Merged separately, so that `padding_mask` is shape-checked first.
+            key_mask = merge_masks(query, key, padding_mask=key_padding)
+            attend_mask = key_mask if attend_mask is None else ops.logical_and(attend_mask, key_mask)
         if attend_mask is not None:
             attend_mask = attend_mask[:, None, :, :]  # (B, 1, T, S)
 

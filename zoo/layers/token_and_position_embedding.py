@@ -95,6 +95,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     def call(self, inputs, start_index=0, reverse=False):
         if reverse:
             return self.token_embedding(inputs, reverse=True)  # (B, T, V)
+        self._check_length(inputs, start_index)
+        x = self.token_embedding(inputs)  # (B, T, d)
+        if self.scale_embeddings:
+            x = x * ops.cast(math.sqrt(self.embedding_dim), x.dtype)
+        return x + self.position_embedding(x, start_index=start_index)
+
+    def _check_length(self, inputs, start_index):
         length = inputs.shape[-1]
         if isinstance(length, int) and isinstance(start_index, int):
             if start_index + length > self.sequence_length:
@@ -102,10 +109,6 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                     f"Input of length {start_index + length} is longer than the model's "
                     f"maximum sequence length {self.sequence_length}."
                 )
-        x = self.token_embedding(inputs)  # (B, T, d)
-        if self.scale_embeddings:
-            x = x * ops.cast(math.sqrt(self.embedding_dim), x.dtype)
-        return x + self.position_embedding(x, start_index=start_index)
 
     def compute_mask(self, inputs, previous_mask=None):
         if "int" not in str(inputs.dtype):  # the reverse call: hidden states in
@@ -116,6 +119,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         if reverse:
             shape = tuple(inputs.shape[:-1]) + (self.vocabulary_size,)
         else:
+            self._check_length(inputs, start_index)  # symbolic calls skip `call`
             shape = tuple(inputs.shape) + (self.embedding_dim,)
         return keras.KerasTensor(shape, dtype=self.compute_dtype)
 

@@ -14,6 +14,20 @@ import keras
 class ZooModel(keras.Model):
     """Base class: records constructor arguments and rebuilds from them."""
 
+    def __call__(self, inputs, *args, **kwargs):
+        if isinstance(inputs, dict) and isinstance(self._inputs_struct, dict):
+            expected = set(self._inputs_struct)
+            missing, unexpected = sorted(expected - set(inputs)), sorted(set(inputs) - expected)
+            if missing or unexpected:
+                raise ValueError(
+                    f"{type(self).__name__} takes the inputs {sorted(expected)}; "
+                    + (f"missing {missing}" if missing else "")
+                    + ("; " if missing and unexpected else "")
+                    + (f"unexpected {unexpected}" if unexpected else "")
+                    + "."
+                )
+        return super().__call__(inputs, *args, **kwargs)
+
     def _record_config(self, **arguments):
         self._zoo_config = dict(arguments)
 
@@ -36,6 +50,28 @@ class ZooModel(keras.Model):
     @classmethod
     def _nested_models(cls):
         return ("backbone",)
+
+    def enable_lora(self, rank, target_names=("query_key_value", "query", "key_value")):
+        """Parameter-efficient fine-tuning with Keras' own LoRA (Hu et al. 2021).
+
+        Freezes every layer of this model, then enables LoRA of the given rank
+        on the attention projections (the Dense layers named in
+        `target_names`): only their low-rank A and B matrices train. A head
+        put on top of the model afterwards trains as usual.
+        """
+        from zoo.layers import MultiHeadAttention
+
+        self.trainable = True
+        for layer in self._flatten_layers(include_self=False):
+            layer.trainable = False
+        for layer in self._flatten_layers(include_self=False):
+            if isinstance(layer, MultiHeadAttention):
+                for dense in layer._flatten_layers(include_self=False):
+                    if dense.name in target_names and hasattr(dense, "enable_lora"):
+                        dense.trainable = True
+                        dense.enable_lora(rank)
+                        if dense.bias is not None:  # only the LoRA matrices train
+                            dense.bias.trainable = False
 
     @classmethod
     def argument_names(cls):

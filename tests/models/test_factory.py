@@ -1,0 +1,115 @@
+"""The zoo factory: presets, exact parameter counts, describe, bad input."""
+
+import keras
+import numpy as np
+import pytest
+
+import zoo
+from tests.models.conftest import bert_inputs, gpt_inputs, seq2seq_inputs
+
+# The counts of the published checkpoints.
+PUBLISHED = {
+    "gpt2-small": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "bert-base": 109_482_240,
+    "bert-large": 335_141_888,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_counts_match_the_published_checkpoints(name):
+    model = zoo.build(name)  # built to count, never run
+    assert model.count_params() == PUBLISHED[name]
+
+
+@pytest.mark.parametrize("name, paper", [("transformer-base", 65e6), ("transformer-big", 213e6)])
+def test_transformer_parameter_counts_are_within_5_percent_of_the_paper(name, paper):
+    count = zoo.build(name).count_params()
+    assert abs(count - paper) / paper < 0.05, count
+
+
+def test_every_preset_is_listed_and_described():
+    names = zoo.list_presets()
+    for required in ["transformer-base", "transformer-big", "gpt2-small", "gpt2-medium", "bert-base",
+                     "bert-large", "gpt-nano", "bert-tiny", "transformer-tiny"]:
+        assert required in names
+    assert set(zoo.list_presets("bert")) <= set(names)
+    info = zoo.describe("gpt-nano")
+    assert info["family"] == "gpt"
+    assert info["parameters"] == zoo.build("gpt-nano").count_params()
+    # 6 N_non-embedding + 12 L T d (Kaplan et al.)
+    c = info["config"]
+    assert info["training_flops_per_token"] == 6 * info["non_embedding_parameters"] + 12 * c["num_layers"] * c["max_sequence_length"] * c["hidden_dim"]
+
+
+def test_tasks_are_chosen_by_argument():
+    assert isinstance(zoo.build("gpt-nano", task="causal_lm"), zoo.models.GPTCausalLM)
+    assert isinstance(zoo.build("gpt-nano"), zoo.models.GPTBackbone)
+    classifier = zoo.build("bert-tiny", task="classifier", num_classes=5)
+    assert classifier(bert_inputs()).shape == (2, 5)
+    assert isinstance(zoo.build("bert-tiny", task="masked_lm"), zoo.models.BertMaskedLM)
+    assert isinstance(zoo.build("transformer-tiny", task="seq2seq"), zoo.models.EncoderDecoder)
+
+
+def test_overrides_reach_the_model():
+    model = zoo.build("gpt-nano", num_layers=3, hidden_dim=48, num_heads=6)
+    assert len(model.blocks) == 3 and model.hidden_dim == 48
+
+
+def test_unknown_preset_lists_the_closest_names():
+    with pytest.raises(ValueError, match="Unknown preset 'gpt2-smal'.*gpt2-small"):
+        zoo.build("gpt2-smal")
+
+
+def test_unknown_override_is_an_error_not_ignored():
+    with pytest.raises(ValueError, match=r"Unknown override\(s\) \['num_segments'\]"):
+        zoo.build("gpt-nano", num_segments=2)  # a BERT argument
+    with pytest.raises(ValueError, match="Unknown task 'classifier'"):
+        zoo.build("gpt-nano", task="classifier")
+
+
+def test_num_classes_below_two_is_an_error():
+    with pytest.raises(ValueError, match="num_classes"):
+        zoo.build("bert-tiny", task="classifier", num_classes=1)
+
+
+def test_token_ids_outside_the_vocabulary_are_an_error_in_eager_calls():
+    model = zoo.build("gpt-nano")
+    x = gpt_inputs()
+    x["token_ids"][0, 3] = 100  # vocabulary is 100
+    with pytest.raises(ValueError, match=r"Token id 100 is outside the vocabulary.*\[0, 100\)"):
+        model(x)
+
+
+def test_sequences_longer_than_the_maximum_length_are_an_error():
+    model = zoo.build("gpt-nano")  # context 32
+    with pytest.raises(ValueError, match="longer than the model's maximum sequence length 32"):
+        model(gpt_inputs(length=40))
+
+
+def test_missing_or_misnamed_inputs_are_an_error():
+    model = zoo.build("bert-tiny")
+    x = bert_inputs()
+    x["segment_id"] = x.pop("segment_ids")
+    with pytest.raises(ValueError, match=r"missing \['segment_ids'\]; unexpected \['segment_id'\]"):
+        model(x)
+
+
+def test_encoder_and_decoder_batches_of_different_size_are_an_error():
+    model = zoo.build("transformer-tiny")
+    x = seq2seq_inputs()
+    x["decoder_token_ids"] = x["decoder_token_ids"][:1]
+    x["decoder_padding_mask"] = x["decoder_padding_mask"][:1]
+    with pytest.raises(ValueError, match="batch size"):
+        model(x)
+
+
+def test_plot_model_draws_each_family(tmp_path):
+    pytest.importorskip("pydot", reason="plot_model needs pydot and graphviz")
+    import shutil
+
+    if shutil.which("dot") is None:
+        pytest.skip("graphviz's `dot` is not installed")
+    for name in ["gpt-nano", "bert-tiny", "transformer-tiny"]:
+        path = zoo.plot(name, tmp_path / f"{name}.png")
+        assert path.exists() and path.stat().st_size > 1000
