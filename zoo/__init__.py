@@ -3,13 +3,17 @@
     import zoo
     model = zoo.build("gpt2-small", task="causal_lm")
 
-The public names load lazily, so that `import zoo.data` stays light and
-`zoo`'s core imports on a backend without TensorFlow.
+`import zoo` registers the layers and models with Keras' serialization
+(so `keras.saving.load_model` finds them); they need only Keras, so `zoo`'s
+core imports on a backend without TensorFlow. The rest (data pipelines,
+generation, conversion) loads on first use.
 """
 
 import importlib
 
 __version__ = "0.1.0"
+
+from zoo import layers, models  # noqa: E402,F401  (registers serializable classes)
 
 _EXPORTS = {
     "build": "zoo.factory",
