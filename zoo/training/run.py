@@ -1,0 +1,190 @@
+"""What every recipe shares: flags, the output folder, callbacks, the
+distribution strategy, and the last line of output.
+
+Backend-specific pieces (tf.distribute) load only where they are used.
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import keras
+
+STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
+
+
+def recipe_parser(description, defaults):
+    """The flags every recipe has, with the recipe's defaults.
+
+    `defaults` holds at least data, preset, batch_size, learning_rate,
+    output and one of steps / epochs.
+    """
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--data", default=defaults["data"], help="a local path or a tfds:NAME")
+    parser.add_argument("--preset", default=defaults["preset"])
+    if "steps" in defaults:
+        parser.add_argument("--steps", type=int, default=defaults["steps"])
+    if "epochs" in defaults:
+        parser.add_argument("--epochs", type=int, default=defaults["epochs"])
+    parser.add_argument("--batch-size", type=int, default=defaults["batch_size"])
+    parser.add_argument("--learning-rate", type=float, default=defaults["learning_rate"])
+    parser.add_argument("--num-layers", type=int, default=None, help="override the preset")
+    parser.add_argument("--hidden-dim", type=int, default=None, help="override the preset")
+    parser.add_argument("--num-heads", type=int, default=None, help="override the preset")
+    parser.add_argument("--dropout", type=float, default=None, help="override the preset")
+    parser.add_argument("--output", default=defaults["output"], help="folder for checkpoints, logs, plots, model")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output")
+    parser.add_argument("--mixed-precision", action="store_true", help="mixed_bfloat16 compute")
+    parser.add_argument(
+        "--jit-compile", default=defaults.get("jit_compile", "auto"), choices=("auto", "true", "false"),
+        help="XLA compilation of the train step",
+    )
+    parser.add_argument("--strategy", default="default", choices=STRATEGIES)
+    parser.add_argument("--seed", type=int, default=defaults.get("seed", 1337))
+    return parser
+
+
+def size_overrides(args):
+    """The --num-layers/--hidden-dim/--num-heads/--dropout flags that were set."""
+    names = ("num_layers", "hidden_dim", "num_heads", "dropout")
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+
+
+def jit_compile_flag(args):
+    return {"auto": "auto", "true": True, "false": False}[args.jit_compile]
+
+
+class OutputFolder:
+    """The run's folder. An existing finished run is never overwritten or
+    mixed with a new one unless `overwrite`; an interrupted run (a backup
+    left by `BackupAndRestore`) resumes."""
+
+    MARKER = "run.json"
+
+    def __init__(self, path, overwrite=False, config=None):
+        self.path = Path(path)
+        finished = (self.path / self.MARKER).exists() and json.loads((self.path / self.MARKER).read_text()).get("finished")
+        if finished and not overwrite:
+            raise FileExistsError(
+                f"{self.path} already holds a finished run; pass --overwrite to replace it, "
+                "or choose another --output."
+            )
+        if finished and overwrite:
+            import shutil
+
+            shutil.rmtree(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.config = dict(config or {})
+        self._write(finished=False)
+
+    def _write(self, **extra):
+        (self.path / self.MARKER).write_text(json.dumps({**self.config, **extra}, indent=2, default=str))
+
+    def finish(self, **results):
+        self._write(finished=True, **results)
+
+    def __truediv__(self, name):
+        return self.path / name
+
+
+def callbacks(folder, monitor="val_loss", mode="min", save_best=True):
+    """Resume after a kill, keep the best model, log to TensorBoard and CSV."""
+    out = [
+        keras.callbacks.BackupAndRestore(str(folder / "backup"), delete_checkpoint=True),
+        keras.callbacks.CSVLogger(str(folder / "history.csv"), append=True),
+        keras.callbacks.TensorBoard(str(folder / "logs"), write_graph=False, profile_batch=0),
+    ]
+    if save_best:
+        out.append(
+            keras.callbacks.ModelCheckpoint(str(folder / "best.keras"), monitor=monitor, mode=mode, save_best_only=True)
+        )
+    return out
+
+
+def distribution_scope(name):
+    """A scope for model creation and compile, by strategy name.
+
+    TensorFlow: a `tf.distribute` strategy (the dataset's batch is the global
+    batch; Keras splits it across replicas). JAX: `keras.distribution.DataParallel`.
+    """
+    import contextlib
+
+    if name == "default":
+        return contextlib.nullcontext()
+    if name not in STRATEGIES:
+        raise ValueError(f"--strategy must be one of {STRATEGIES}; got {name!r}.")
+    if keras.backend.backend() == "jax":
+        if name != "mirrored":
+            raise ValueError(f"--strategy {name} needs the TensorFlow backend; with JAX use 'mirrored' (DataParallel).")
+        keras.distribution.set_distribution(keras.distribution.DataParallel())
+        return contextlib.nullcontext()
+    import tensorflow as tf
+
+    if name == "mirrored":
+        strategy = tf.distribute.MirroredStrategy()
+    elif name == "multi-worker":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    else:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        strategy = tf.distribute.TPUStrategy(resolver)
+    return strategy.scope()
+
+
+def set_precision(mixed):
+    keras.config.set_dtype_policy("mixed_bfloat16" if mixed else "float32")
+
+
+def plot_history(history, path, title=""):
+    """The learning curves as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [k for k in history if not k.startswith("val_") and k != "learning_rate"]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.5), squeeze=False)
+    for ax, key in zip(axes[0], metrics):
+        ax.plot(range(1, len(history[key]) + 1), history[key], label=key)
+        if f"val_{key}" in history:
+            ax.plot(range(1, len(history[f"val_{key}"]) + 1), history[f"val_{key}"], label=f"val_{key}")
+        ax.set_xlabel("epoch")
+        ax.set_title(key)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_attention(scores, query_tokens, key_tokens, path, title=""):
+    """An attention heat map per head: scores (h, T, S), tokens on the axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    scores = np.asarray(scores)
+    heads = scores.shape[0]
+    fig, axes = plt.subplots(1, heads, figsize=(3.2 * heads + 1, 3.6), squeeze=False)
+    for h, ax in enumerate(axes[0]):
+        ax.imshow(scores[h], cmap="viridis", vmin=0.0)
+        ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=7)
+        ax.set_title(f"head {h}")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def final_line(name, value):
+    """The last line of a recipe: its validation figure, for scripts."""
+    print(f"{name}={value:.4f}" if isinstance(value, float) else f"{name}={value}", flush=True)
+    sys.stdout.flush()
