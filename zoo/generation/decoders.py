@@ -46,8 +46,7 @@ class CausalDecoder:
         return None
 
     def empty_cache(self, batch_size, length):
-        shape = (batch_size, self.num_layers, 2, length, self.num_heads, self.head_dim)
-        return ops.zeros(shape, dtype=self.backbone.compute_dtype)
+        return _empty_cache(self, batch_size, length, self.backbone.compute_dtype)
 
     def _hidden(self, token_ids, cache, index):
         x = self.backbone.embedding(token_ids, start_index=index)
@@ -89,17 +88,16 @@ class Seq2SeqDecoder:
         self.source_vocabulary_size = model.source_vocabulary_size
 
     def start(self, source_ids, source_mask):
-        """-> (cross_cache (B, N, 2, S, h, k), source_mask (B, S))."""
+        """-> (cross_cache, source_mask (B, S)); the cross cache is a tuple
+        of N per-layer (B, 2, S, h, k) projected encoder outputs."""
         encoded = self.model.encode(source_ids, source_mask, training=False)  # (B, S, d)
-        cross_cache = ops.stack(
-            [block.cross_attention_layer.compute_key_value(encoded) for block in self.model.decoder_blocks],
-            axis=1,
+        cross_cache = tuple(
+            block.cross_attention_layer.compute_key_value(encoded) for block in self.model.decoder_blocks
         )
         return cross_cache, source_mask
 
     def empty_cache(self, batch_size, length):
-        shape = (batch_size, self.num_layers, 2, length, self.num_heads, self.head_dim)
-        return ops.zeros(shape, dtype=self.model.compute_dtype)
+        return _empty_cache(self, batch_size, length, self.model.compute_dtype)
 
     def _hidden(self, token_ids, cache, index, context):
         cross_cache, source_mask = context
@@ -117,7 +115,16 @@ class Seq2SeqDecoder:
 
     def repeat_context(self, context, times):
         """Each batch row's context repeated `times` times (one per beam)."""
-        return tuple(ops.repeat(x, times, axis=0) for x in context)
+        cross_cache, source_mask = context
+        repeat = lambda x: ops.repeat(x, times, axis=0)  # noqa: E731
+        return tuple(repeat(c) for c in cross_cache), repeat(source_mask)
+
+
+def _empty_cache(decoder, batch_size, length, dtype):
+    """N per-layer (B, 2, L, h, k) self-attention caches, a tuple rather than
+    one stacked tensor, so that a compiled loop updates each in place."""
+    shape = (batch_size, 2, length, decoder.num_heads, decoder.head_dim)
+    return tuple(ops.zeros(shape, dtype=dtype) for _ in range(decoder.num_layers))
 
 
 def decoder_for(model):

@@ -22,13 +22,15 @@ class AddNorm(keras.layers.Layer):
         norm_first: False for post-LN (the paper), True for pre-LN (GPT-2).
         dropout: residual dropout on the sub-layer output (P_drop).
         epsilon: LayerNorm epsilon.
+        use_bias: whether the LayerNorm has its offset beta (nanoGPT's
+            `bias=False` drops it).
 
     Call arguments:
         residual: (B, T, d) the sub-layer's input x.
         sublayer_output: (B, T, d) Sublayer(x or LayerNorm(x)).
     """
 
-    def __init__(self, norm_first=False, dropout=0.0, epsilon=1e-5, **kwargs):
+    def __init__(self, norm_first=False, dropout=0.0, epsilon=1e-5, use_bias=True, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(norm_first, bool):
             raise ValueError(
@@ -40,9 +42,10 @@ class AddNorm(keras.layers.Layer):
         self.norm_first = norm_first
         self.dropout = dropout
         self.epsilon = epsilon
+        self.use_bias = use_bias
         self.supports_masking = True
         self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=epsilon, dtype=self.dtype_policy, name="layer_norm"
+            epsilon=epsilon, center=use_bias, dtype=self.dtype_policy, name="layer_norm"
         )
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
@@ -63,5 +66,7 @@ class AddNorm(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"norm_first": self.norm_first, "dropout": self.dropout, "epsilon": self.epsilon})
+        config.update(
+            {"norm_first": self.norm_first, "dropout": self.dropout, "epsilon": self.epsilon, "use_bias": self.use_bias}
+        )
         return config

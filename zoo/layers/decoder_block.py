@@ -28,6 +28,8 @@ class DecoderBlock(keras.layers.Layer):
         dropout, attention_dropout, activation, norm_first,
         layer_norm_epsilon, kernel_initializer, output_kernel_initializer:
             as in `EncoderBlock`.
+        use_bias: whether the projections and LayerNorms have biases
+            (False is nanoGPT's `bias=False`).
 
     Call arguments:
         x: (B, T, d).
@@ -61,6 +63,7 @@ class DecoderBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-5,
         kernel_initializer="glorot_uniform",
         output_kernel_initializer=None,
+        use_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -77,6 +80,7 @@ class DecoderBlock(keras.layers.Layer):
         self.output_kernel_initializer = keras.initializers.get(
             output_kernel_initializer or kernel_initializer
         )
+        self.use_bias = use_bias
         self.supports_masking = True
 
         policy = self.dtype_policy
@@ -86,6 +90,7 @@ class DecoderBlock(keras.layers.Layer):
                 num_heads,
                 dropout=self.attention_dropout,
                 cross_attention=cross,
+                use_bias=use_bias,
                 kernel_initializer=self.kernel_initializer,
                 output_kernel_initializer=self.output_kernel_initializer,
                 dtype=policy,
@@ -93,7 +98,7 @@ class DecoderBlock(keras.layers.Layer):
             )
 
         def add_norm(name):
-            return AddNorm(norm_first, dropout, layer_norm_epsilon, dtype=policy, name=name)
+            return AddNorm(norm_first, dropout, layer_norm_epsilon, use_bias=use_bias, dtype=policy, name=name)
 
         self.self_attention = attention(False, "self_attention")
         self.self_attention_add_norm = add_norm("self_attention_add_norm")
@@ -105,6 +110,7 @@ class DecoderBlock(keras.layers.Layer):
             activation,
             kernel_initializer=self.kernel_initializer,
             output_kernel_initializer=self.output_kernel_initializer,
+            use_bias=use_bias,
             dtype=policy,
             name="feed_forward",
         )
@@ -242,6 +248,7 @@ class DecoderBlock(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "output_kernel_initializer": keras.initializers.serialize(self.output_kernel_initializer),
+                "use_bias": self.use_bias,
             }
         )
         return config

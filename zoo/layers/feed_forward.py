@@ -28,6 +28,8 @@ class FeedForward(keras.layers.Layer):
         kernel_initializer: of both matrices.
         output_kernel_initializer: of W2 (GPT-2 scales it); defaults to
             `kernel_initializer`.
+        use_bias: whether W1 and W2 have biases (nanoGPT's `bias=False`
+            drops them).
 
     Call arguments:
         inputs: (B, T, d). Returns (B, T, d).
@@ -41,6 +43,7 @@ class FeedForward(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         output_kernel_initializer=None,
         bias_initializer="zeros",
+        use_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -58,6 +61,7 @@ class FeedForward(keras.layers.Layer):
             output_kernel_initializer or kernel_initializer
         )
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.use_bias = use_bias
         self.supports_masking = True
 
     def build(self, input_shape):
@@ -66,6 +70,7 @@ class FeedForward(keras.layers.Layer):
         self.intermediate_dense = keras.layers.Dense(
             inner,
             activation=_activation(self.activation),
+            use_bias=self.use_bias,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
@@ -75,6 +80,7 @@ class FeedForward(keras.layers.Layer):
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.output_dense = keras.layers.Dense(
             d,
+            use_bias=self.use_bias,
             kernel_initializer=self.output_kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
@@ -100,6 +106,7 @@ class FeedForward(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "output_kernel_initializer": keras.initializers.serialize(self.output_kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "use_bias": self.use_bias,
             }
         )
         return config

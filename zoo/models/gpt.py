@@ -32,6 +32,8 @@ class GPTBackbone(ZooModel):
         initializer_range: std of the normal initialisation (0.02); the
             projections into the residual stream use
             initializer_range / sqrt(2 * num_layers), GPT-2's scaled init.
+        use_bias: whether the projections and LayerNorms have biases; True
+            for GPT-2, False for nanoGPT's `bias=False`.
 
     Inputs: `token_ids` (B, T) int32, `padding_mask` (B, T) int32 (1 for
     tokens, 0 for padding).
@@ -50,6 +52,7 @@ class GPTBackbone(ZooModel):
         activation="gelu_approximate",
         layer_norm_epsilon=1e-5,
         initializer_range=0.02,
+        use_bias=True,
         dtype=None,
         **kwargs,
     ):
@@ -84,13 +87,16 @@ class GPTBackbone(ZooModel):
                 layer_norm_epsilon=layer_norm_epsilon,
                 kernel_initializer=gpt_initializer(initializer_range),
                 output_kernel_initializer=residual_initializer,
+                use_bias=use_bias,
                 dtype=dtype,
                 name=f"block_{i}",
             )
             for i in range(num_layers)
         ]
         self.final_norm = (
-            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
+            keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, center=use_bias, dtype=dtype, name="final_norm"
+            )
             if norm_first
             else None
         )
@@ -131,6 +137,7 @@ class GPTBackbone(ZooModel):
             activation=activation,
             layer_norm_epsilon=layer_norm_epsilon,
             initializer_range=initializer_range,
+            use_bias=use_bias,
         )
 
     def hidden_states(self, x, padding_mask=None, cache=None, cache_index=None, training=False):
@@ -139,20 +146,27 @@ class GPTBackbone(ZooModel):
         The same layers as the functional graph; with `cache`
         (B, N, 2, S_max, h, k) every block reads and writes its keys and
         values at `cache_index`, and the updated cache is returned as
-        `(hidden, cache)`. Used by `zoo.generate`.
+        `(hidden, cache)`. Used by `zoo.generate`. The cache may also be a
+        tuple of N per-layer (B, 2, S_max, h, k) caches, returned as a
+        tuple: a compiled decoding loop then updates each in place instead
+        of re-stacking the whole cache every step.
         """
         if cache is None:
             for block in self.blocks:
                 x = block(x, padding_mask=padding_mask, training=training)
             return self.final_norm(x) if self.final_norm is not None else x
+        per_layer = isinstance(cache, (list, tuple))
         updated = []
         for i, block in enumerate(self.blocks):
             x, layer_cache, _ = block(
-                x, self_attention_cache=cache[:, i], cache_index=cache_index, training=training
+                x,
+                self_attention_cache=cache[i] if per_layer else cache[:, i],
+                cache_index=cache_index,
+                training=training,
             )
             updated.append(layer_cache)
         x = self.final_norm(x) if self.final_norm is not None else x
-        return x, keras.ops.stack(updated, axis=1)
+        return x, tuple(updated) if per_layer else keras.ops.stack(updated, axis=1)
 
 
 @keras.saving.register_keras_serializable(package="zoo")

@@ -178,19 +178,24 @@ class EncoderDecoder(ZooModel):
         """Embedded decoder inputs (B, T, d) through every decoder block with
         a key/value cache: `cache` (B, N, 2, S_max, h, k) for
         self-attention, `cross_cache` (B, N, 2, S, h, k) the projected
-        encoder output. Returns (hidden, cache)."""
+        encoder output. Returns (hidden, cache). Either cache may also be a
+        tuple of N per-layer (B, 2, ..., h, k) caches; `cache` then comes
+        back as a tuple (updated in place in a compiled loop, not
+        re-stacked)."""
+        per_layer = isinstance(cache, (list, tuple))
+        cross_per_layer = isinstance(cross_cache, (list, tuple))
         updated = []
         for i, block in enumerate(self.decoder_blocks):
             x, layer_cache, _ = block(
                 x,
                 encoder_padding_mask=encoder_padding_mask,
-                self_attention_cache=cache[:, i],
-                cross_attention_cache=cross_cache[:, i],
+                self_attention_cache=cache[i] if per_layer else cache[:, i],
+                cross_attention_cache=cross_cache[i] if cross_per_layer else cross_cache[:, i],
                 cache_index=cache_index,
                 training=training,
             )
             updated.append(layer_cache)
-        return x, keras.ops.stack(updated, axis=1)
+        return x, tuple(updated) if per_layer else keras.ops.stack(updated, axis=1)
 
     def logits(self, hidden):
         """(B, T, d) decoder output -> (B, T, V) float32 logits."""

@@ -16,6 +16,14 @@ class MaskedSparseCrossentropy(keras.losses.Loss):
         super().__init__(name=name, reduction="sum", **kwargs)
         self.pad_id, self.label_smoothing = pad_id, label_smoothing
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # The loss masks `pad_id` labels itself and returns the mean. Keras'
+        # own reduction would multiply that scalar by the Keras mask the
+        # logits carry (from the decoder padding mask) and sum it, so it is
+        # bypassed; the result is scaled for tf.distribute as Keras' means are
+        # (each replica's mean / replicas; gradients are summed over replicas).
+        return _scale_for_replicas(self.call(y_true, y_pred))
+
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")
         logits = ops.cast(y_pred, "float32")
@@ -29,6 +37,16 @@ class MaskedSparseCrossentropy(keras.losses.Loss):
 
     def get_config(self):
         return {**super().get_config(), "pad_id": self.pad_id, "label_smoothing": self.label_smoothing}
+
+
+def _scale_for_replicas(loss):
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if replicas > 1:
+            loss = loss / replicas
+    return loss
 
 
 @keras.saving.register_keras_serializable(package="zoo")

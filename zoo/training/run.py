@@ -5,6 +5,7 @@ Backend-specific pieces (tf.distribute) load only where they are used.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -90,12 +91,16 @@ class OutputFolder:
 
 
 def callbacks(folder, monitor="val_loss", mode="min", save_best=True):
-    """Resume after a kill, keep the best model, log to TensorBoard and CSV."""
+    """Resume after a kill, keep the best model, log to TensorBoard (when
+    the `tensorboard` package is installed) and CSV."""
     out = [
         keras.callbacks.BackupAndRestore(str(folder / "backup"), delete_checkpoint=True),
         keras.callbacks.CSVLogger(str(folder / "history.csv"), append=True),
-        keras.callbacks.TensorBoard(str(folder / "logs"), write_graph=False, profile_batch=0),
     ]
+    if importlib.util.find_spec("tensorboard") is not None:
+        out.append(keras.callbacks.TensorBoard(str(folder / "logs"), write_graph=False, profile_batch=0))
+    else:
+        print("TensorBoard logs skipped: `pip install tensorboard` to write them.", file=sys.stderr)
     if save_best:
         out.append(
             keras.callbacks.ModelCheckpoint(str(folder / "best.keras"), monitor=monitor, mode=mode, save_best_only=True)

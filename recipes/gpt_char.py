@@ -1,0 +1,257 @@
+"""Character-level GPT on Tiny Shakespeare: nanoGPT's CPU "baby GPT".
+
+    python -m recipes.gpt_char --preset baby
+
+Trains the `gpt-baby` preset (4 layers, 4 heads, width 128, block 64, no
+biases, exact GELU: nanoGPT's `bias=False` model) for 2000 steps of 12 random
+windows from the first 90% of the text, with AdamW (lr 1e-3, 100 warm-up
+steps, cosine decay to 1e-4, beta2 0.99, weight decay 0.1 on the weight
+matrices, global gradient clipping 1.0), then estimates the validation loss
+on 200 random batches of the last 10% (about 1.85 to 1.88), prints a sample
+and, as its last line, `val_loss=1.8xxx`.
+
+Writes to --output: `model.keras` (final), `best.keras`, `chars.json` (the
+vocabulary), `history.csv`, `logs/` (TensorBoard), `curves.png`,
+`attention.png`, `samples.txt` and `run.json`. An interrupted run resumes
+from `backup/`; a finished run is replaced only with --overwrite.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import csv  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+# --- Defaults: nanoGPT's config/train_shakespeare_char.py with its README's
+# CPU overrides (block 64, batch 12, 4 x 4 x 128, 2000 iters, dropout 0).
+DEFAULTS = dict(
+    data=str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare" / "input.txt"),
+    preset="baby",  # the zoo preset gpt-baby
+    steps=2000,  # max_iters = lr_decay_iters
+    batch_size=12,
+    learning_rate=1e-3,
+    min_learning_rate=1e-4,
+    warmup_steps=100,
+    weight_decay=0.1,  # matrices (embeddings included) only
+    beta_2=0.99,
+    clipnorm=1.0,
+    train_fraction=0.9,
+    steps_per_epoch=250,  # one point of the learning curves
+    epoch_eval_batches=20,  # validation batches per epoch, for the curves
+    eval_batches=200,  # validation batches of the final estimate
+    steps_per_execution=50,  # train steps per compiled call
+    jit_compile="true",  # XLA: fastest measured on CPU (benchmarks/results)
+    sample_length=300,
+    output="runs/gpt_char",
+    seed=1337,
+)
+# nanoGPT's model: no biases in the projections and LayerNorms, exact GELU.
+NANOGPT = dict(use_bias=False, activation="gelu")
+
+
+def preset_name(preset):
+    """'baby' -> 'gpt-baby'; a full zoo preset name is kept."""
+    return preset if preset.startswith("gpt") else f"gpt-{preset}"
+
+
+def build_model(preset, vocabulary_size, **overrides):
+    """The GPTCausalLM of a gpt preset with nanoGPT's choices."""
+    import zoo
+
+    return zoo.build(
+        preset_name(preset), "causal_lm", vocabulary_size=vocabulary_size, **{**NANOGPT, **overrides}
+    )
+
+
+def compile_model(model, steps, learning_rate, jit_compile=True, steps_per_execution=1, **settings):
+    """AdamW with nanoGPT's schedule and clipping; the cross-entropy loss."""
+    import keras
+
+    from zoo.training import WarmupCosineDecay, adamw
+
+    s = {k: settings.get(k, DEFAULTS[k]) for k in ("min_learning_rate", "warmup_steps", "weight_decay", "beta_2", "clipnorm")}
+    schedule = WarmupCosineDecay(learning_rate, s["warmup_steps"], steps, s["min_learning_rate"])
+    optimizer = adamw(
+        schedule, weight_decay=s["weight_decay"], beta_2=s["beta_2"], global_clipnorm=s["clipnorm"], model=model
+    )
+    model.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=jit_compile,
+        steps_per_execution=steps_per_execution,
+    )
+    return model
+
+
+def train_dataset(ids, batch_size, sequence_length, seed):
+    """Endless random windows as the model's named inputs (no padding)."""
+    import tensorflow as tf
+
+    from zoo.data import language_model_windows
+
+    def named(x, y):
+        return {"token_ids": x, "padding_mask": tf.ones_like(x)}, y
+
+    windows = language_model_windows(ids, batch_size, sequence_length, seed=seed)
+    return windows.map(named, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def eval_inputs(ids, batch_size, sequence_length, num_batches, seed=0):
+    import numpy as np
+
+    from zoo.data import language_model_eval_batches
+
+    x, y = language_model_eval_batches(ids, batch_size, sequence_length, num_batches, seed=seed)
+    return {"token_ids": x, "padding_mask": np.ones_like(x)}, y
+
+
+def split_text(text, source, train_fraction, sequence_length):
+    """Encode, split 90/10, and refuse a text too short for one block in each part."""
+    from zoo.data import CharVocabulary, DataError
+
+    vocabulary = CharVocabulary.from_text(text)
+    ids = vocabulary.encode(text)
+    n = int(train_fraction * len(ids))
+    train, val = ids[:n], ids[n:]
+    if min(len(train), len(val)) < sequence_length + 1:
+        need = int((sequence_length + 1) / min(train_fraction, 1 - train_fraction)) + 1
+        raise DataError(
+            f"{source}: the text has {len(ids)} characters, too short for one block of "
+            f"{sequence_length + 1} characters in both the training ({train_fraction:.0%}) and "
+            f"validation parts; expected at least {need} characters"
+        )
+    return vocabulary, train, val
+
+
+def _printable(c):
+    return {"\n": "\\n", " ": "\u2423", "\t": "\\t"}.get(c, c)
+
+
+def _history(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {k: [float(r[k]) for r in rows] for k in (rows[0] if rows else {}) if k != "epoch"}
+
+
+def _sample(model, vocabulary, length, seed):
+    """Generate from a newline prompt with zoo.generation, where it exists."""
+    try:
+        from zoo.generation import generate
+    except ImportError:
+        return None
+    prompt = vocabulary.encode("\n")[None, :]
+    out = generate(model, prompt, max_new_tokens=length, strategy="top_k", top_k=40, seed=seed)
+    ids = out["token_ids"] if isinstance(out, dict) else out
+    return vocabulary.decode(ids[0])
+
+
+def main(argv=None):
+    import keras
+    import numpy as np
+
+    from zoo.data import read_text
+    from zoo.training.run import (
+        OutputFolder,
+        callbacks,
+        distribution_scope,
+        final_line,
+        jit_compile_flag,
+        plot_attention,
+        plot_history,
+        recipe_parser,
+        set_precision,
+        size_overrides,
+    )
+
+    parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS)
+    parser.add_argument("--steps-per-execution", type=int, default=DEFAULTS["steps_per_execution"])
+    parser.add_argument("--steps-per-epoch", type=int, default=DEFAULTS["steps_per_epoch"])
+    parser.add_argument("--eval-batches", type=int, default=DEFAULTS["eval_batches"])
+    parser.add_argument("--sample-length", type=int, default=DEFAULTS["sample_length"])
+    args = parser.parse_args(argv)
+
+    # 1. Data, checked before anything is written.
+    import zoo
+
+    preset = preset_name(args.preset)
+    if preset not in zoo.list_presets("gpt"):
+        parser.error(f"--preset {args.preset}: expected one of {', '.join(zoo.list_presets('gpt'))}")
+    block = zoo.presets.PRESETS[preset]["config"]["max_sequence_length"]
+    text = read_text(args.data)
+    vocabulary, train_ids, val_ids = split_text(text, args.data, DEFAULTS["train_fraction"], block)
+    folder = OutputFolder(args.output, overwrite=args.overwrite, config=vars(args))
+    vocabulary.save(folder / "chars.json")
+
+    # 2. Model, optimizer, data pipelines.
+    keras.utils.set_random_seed(args.seed)
+    set_precision(args.mixed_precision)
+    with distribution_scope(args.strategy):
+        model = build_model(preset, vocabulary.vocabulary_size, **size_overrides(args))
+        compile_model(
+            model,
+            args.steps,
+            args.learning_rate,
+            jit_compile=jit_compile_flag(args),
+            steps_per_execution=min(args.steps_per_execution, args.steps_per_epoch),
+        )
+    steps_per_epoch = min(args.steps_per_epoch, args.steps)
+    epochs = -(-args.steps // steps_per_epoch)
+    train = train_dataset(train_ids, args.batch_size, block, args.seed)
+    epoch_val = eval_inputs(val_ids, args.batch_size, block, DEFAULTS["epoch_eval_batches"], seed=1)
+
+    # 3. Train.
+    start = time.perf_counter()
+    model.fit(
+        train,
+        steps_per_epoch=steps_per_epoch,
+        epochs=epochs,
+        validation_data=epoch_val,
+        validation_batch_size=args.batch_size,
+        callbacks=callbacks(folder),
+        verbose=2 if os.environ.get("CI") else 1,
+    )
+    train_seconds = time.perf_counter() - start
+    model.save(folder / "model.keras")
+
+    # 4. Validation loss over random batches of the last 10%.
+    x_val, y_val = eval_inputs(val_ids, args.batch_size, block, args.eval_batches, seed=0)
+    val_loss = float(model.evaluate(x_val, y_val, batch_size=args.batch_size, verbose=0))
+
+    # 5. Plots and a sample.
+    plot_history(_history(folder / "history.csv"), folder / "curves.png", title=f"{preset} on {Path(args.data).name}")
+    example = x_val["token_ids"][:1, :32]
+    backbone = model.backbone
+    hidden = backbone.embedding(example)
+    for b in backbone.blocks[:-1]:
+        hidden = b(hidden)
+    scores = backbone.blocks[-1].attention_scores(hidden)["self"]  # (1, h, T, T)
+    chars = [_printable(c) for c in vocabulary.decode(example[0])]
+    plot_attention(
+        keras.ops.convert_to_numpy(scores)[0], chars, chars, folder / "attention.png",
+        title=f"last block's self-attention, {len(backbone.blocks)} blocks",
+    )
+    sample = _sample(model, vocabulary, args.sample_length, args.seed)
+    if sample is None:
+        print("(no sample: zoo.generation.generate is not available)")
+    else:
+        (folder / "samples.txt").write_text(sample, encoding="utf-8")
+        print(sample)
+
+    tokens = args.steps * args.batch_size * block
+    print(f"trained {args.steps} steps in {train_seconds:.1f} s ({tokens / train_seconds:,.0f} tokens/s)")
+    folder.finish(val_loss=val_loss, train_seconds=train_seconds)
+    final_line("val_loss", val_loss)
+    return val_loss
+
+
+if __name__ == "__main__":
+    import sys
+
+    from zoo.data import DataError
+
+    try:
+        main()
+    except (DataError, FileExistsError) as error:
+        sys.exit(f"error: {error}")

@@ -1,0 +1,280 @@
+"""Train the encoder-decoder Transformer on Multi30k, German -> English.
+
+    python -m recipes.translate --data ../shared/data/multi30k --output runs/translate
+
+Vaswani et al. (2017) at CPU size: one WordPiece vocabulary trained on both
+sides of the train split (so the source and target embeddings and the output
+projection share one table, section 3.4), the paper's learning-rate schedule
+(eq. 3) and Adam(0.9, 0.98, 1e-9), label smoothing 0.1, and beam search for
+the validation translations. Batches are grouped by length so that short
+sentences are not padded to the longest.
+
+Writes to --output: best.keras, vocabulary.txt, history.csv, TensorBoard logs,
+learning_curves.png, attention.png (cross-attention of one validation
+sentence, one panel per head), translations.txt. The last line printed is
+`val_bleu=...`: sacrebleu's corpus BLEU on the lowercased, detokenized
+validation split.
+"""
+
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import zoo  # noqa: E402
+from zoo.data import DataError, read_parallel, save_vocabulary, seq2seq_dataset, train_word_piece  # noqa: E402
+from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule  # noqa: E402
+from zoo.training.bleu import corpus_bleu  # noqa: E402
+from zoo.training.run import (  # noqa: E402
+    OutputFolder,
+    callbacks,
+    distribution_scope,
+    final_line,
+    jit_compile_flag,
+    plot_attention,
+    plot_history,
+    recipe_parser,
+    set_precision,
+    size_overrides,
+)
+
+# --- Defaults ------------------------------------------------------------------
+DEFAULTS = dict(
+    data="../shared/data/multi30k",
+    source_lang="de",
+    target_lang="en",
+    preset="transformer-small",  # 3+3 layers, d=256, h=8, d_ff=1024, dropout 0.1
+    epochs=12,
+    batch_size=128,  # sentence pairs per step
+    learning_rate=1e-3,  # the schedule's peak, reached at the end of warm-up
+    warmup_steps=800,
+    label_smoothing=0.1,
+    vocabulary_size=10000,  # one WordPiece vocabulary for German and English
+    max_length=48,  # longest source or target in tokens (longer ones are cut)
+    buckets=(16, 24, 32, 48),  # batch lengths: each batch is padded to one of these
+    beam_size=4,
+    length_penalty=0.6,  # GNMT's alpha, as the paper
+    num_samples=5,  # sample translations to print
+    output="runs/translate",
+)
+START, END = "[START]", "[END]"
+
+
+def parse(argv):
+    parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS)
+    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"])
+    parser.add_argument("--label-smoothing", type=float, default=DEFAULTS["label_smoothing"])
+    parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"])
+    parser.add_argument("--max-length", type=int, default=DEFAULTS["max_length"])
+    parser.add_argument("--beam-size", type=int, default=DEFAULTS["beam_size"])
+    parser.add_argument("--length-penalty", type=float, default=DEFAULTS["length_penalty"])
+    parser.add_argument("--num-samples", type=int, default=DEFAULTS["num_samples"])
+    parser.add_argument("--max-val-sentences", type=int, default=None, help="translate only the first N for BLEU")
+    parser.add_argument("--source-lang", default=DEFAULTS["source_lang"])
+    parser.add_argument("--target-lang", default=DEFAULTS["target_lang"])
+    return parser.parse_args(argv)
+
+
+def tokenize(tokenizer, sentences):
+    """Lists of WordPiece ids, one per sentence."""
+    rows = tokenizer(sentences)
+    rows = rows.to_list() if hasattr(rows, "to_list") else rows  # a tf.RaggedTensor on TensorFlow
+    return [list(map(int, row)) for row in rows]
+
+
+def bucketed(sources, targets, batch_size, buckets, ids, shuffle, seed):
+    """One tf.data stream of batches, each padded to the shortest bucket
+    length that holds all its pairs. A bucket with less than a batch joins
+    the next longer one. Returns (dataset, steps per pass)."""
+    import tensorflow as tf
+
+    lengths = [max(len(s), len(t) + 1) for s, t in zip(sources, targets)]
+    groups = [[] for _ in buckets]
+    for row, length in enumerate(lengths):
+        groups[min(int(np.searchsorted(buckets, length)), len(buckets) - 1)].append(row)
+    members = []
+    for i, (bound, rows) in enumerate(zip(buckets, groups)):
+        if len(rows) < batch_size and i < len(buckets) - 1:
+            groups[i + 1] = rows + groups[i + 1]
+        elif len(rows) >= batch_size or (rows and not members):
+            members.append((bound, rows))  # (a last bucket under one batch is left out)
+    datasets, counts = [], []
+    for bound, rows in members:
+        datasets.append(
+            seq2seq_dataset(
+                [sources[r] for r in rows],
+                [targets[r] for r in rows],
+                batch_size,
+                bound,
+                bound,
+                ids[START],
+                ids[END],
+                shuffle=shuffle,
+                seed=seed,
+            )
+        )
+        counts.append(len(rows) // batch_size)
+    if len(datasets) == 1:
+        return datasets[0], counts[0]
+    weights = np.array(counts, dtype="float64") / sum(counts)
+    if not shuffle:  # fixed order: all the batches of one bucket, then the next
+        dataset = datasets[0]
+        for d in datasets[1:]:
+            dataset = dataset.concatenate(d)
+        return dataset, sum(counts)
+    dataset = tf.data.Dataset.sample_from_datasets(datasets, weights.tolist(), seed=seed, stop_on_empty_dataset=False)
+    return dataset.prefetch(tf.data.AUTOTUNE), sum(counts)
+
+
+def translate(model, tokenizer, sources, ids, args, batch_size=128):
+    """Beam-search translations of tokenized sources, as text."""
+    outputs = []
+    for start in range(0, len(sources), batch_size):
+        chunk = sources[start : start + batch_size]
+        length = max(len(s) for s in chunk)
+        source_ids = np.zeros((len(chunk), length), "int32")
+        for row, s in enumerate(chunk):
+            source_ids[row, : len(s)] = s
+        generated = zoo.generate(
+            model,
+            source_ids,
+            max_length=min(length + 10, args.max_length),
+            start_id=ids[START],
+            end_id=ids[END],
+            strategy="beam" if args.beam_size > 1 else "greedy",
+            beam_size=args.beam_size,
+            length_penalty=args.length_penalty,
+        )
+        for row in keras.ops.convert_to_numpy(generated):
+            tokens = [int(i) for i in row if i not in (0, ids[START])]
+            tokens = tokens[: tokens.index(ids[END])] if ids[END] in tokens else tokens
+            outputs.append(detokenize_ids(tokenizer, tokens))
+    return outputs
+
+
+def detokenize_ids(tokenizer, tokens):
+    if not tokens:
+        return ""
+    text = keras.ops.convert_to_numpy(tokenizer.detokenize([tokens]))[0]
+    return text.decode("utf-8") if isinstance(text, bytes) else str(text)
+
+
+def cross_attention(model, source, target):
+    """The last decoder block's cross-attention (h, T, S) for one pair."""
+    ops = keras.ops
+    source_ids = ops.convert_to_tensor(np.array([source], "int32"))
+    target_ids = ops.convert_to_tensor(np.array([target], "int32"))
+    source_mask = ops.ones_like(source_ids)
+    target_mask = ops.ones_like(target_ids)
+    encoded = model.encode(source_ids, source_mask, training=False)
+    x = model.decoder_embedding(target_ids)
+    for block in model.decoder_blocks[:-1]:
+        x = block(x, encoded, padding_mask=target_mask, encoder_padding_mask=source_mask, training=False)
+    scores = model.decoder_blocks[-1].attention_scores(
+        x, encoded, padding_mask=target_mask, encoder_padding_mask=source_mask
+    )
+    return ops.convert_to_numpy(scores["cross"])[0]
+
+
+def main(argv=None):
+    args = parse(argv)
+    started = time.time()
+    keras.utils.set_random_seed(args.seed)
+    set_precision(args.mixed_precision)
+
+    # --- Data: read everything before the output folder is touched ---------
+    train_src, train_tgt = read_parallel(args.data, "train", args.source_lang, args.target_lang)
+    val_src, val_tgt = read_parallel(args.data, "val", args.source_lang, args.target_lang)
+    tokenizer = train_word_piece(train_src + train_tgt, args.vocabulary_size)
+    vocabulary = tokenizer.get_vocabulary()
+    ids = {token: i for i, token in enumerate(vocabulary)}
+    train_src_ids, train_tgt_ids = tokenize(tokenizer, train_src), tokenize(tokenizer, train_tgt)
+    val_src_ids, val_tgt_ids = tokenize(tokenizer, val_src), tokenize(tokenizer, val_tgt)
+    for where, rows in (("train source", train_src_ids), ("val source", val_src_ids)):
+        for line, row in enumerate(rows, start=1):
+            if not row:
+                raise DataError(f"{args.data} {where}, line {line}: the sentence has no tokens")
+    buckets = tuple(b for b in DEFAULTS["buckets"] if b < args.max_length) + (args.max_length,)
+    train, steps = bucketed(train_src_ids, train_tgt_ids, args.batch_size, buckets, ids, True, args.seed)
+    val_batch = min(args.batch_size, len(val_src_ids))
+    val, val_steps = bucketed(val_src_ids, val_tgt_ids, val_batch, buckets, ids, False, None)
+    print(
+        f"{len(train_src):,} training pairs, {len(val_src):,} validation pairs, "
+        f"vocabulary {len(vocabulary):,} WordPieces, {steps} steps an epoch",
+        flush=True,
+    )
+
+    folder = OutputFolder(args.output, args.overwrite, config=vars(args))
+    save_vocabulary(tokenizer, folder / "vocabulary.txt")
+
+    # --- Model -------------------------------------------------------------------
+    with distribution_scope(args.strategy):
+        model = zoo.build(
+            args.preset,
+            vocabulary_size=len(vocabulary),
+            max_sequence_length=args.max_length,
+            **size_overrides(args),
+        )
+        hidden_dim = model.hidden_dim
+        # --learning-rate is the peak, reached at step `warmup`:
+        # scale * d^-0.5 * warmup^-0.5 = peak.
+        scale = args.learning_rate * (hidden_dim * args.warmup_steps) ** 0.5
+        schedule = TransformerSchedule(hidden_dim, args.warmup_steps, scale)
+        model.compile(
+            optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+            loss=MaskedSparseCrossentropy(pad_id=0, label_smoothing=args.label_smoothing),
+            metrics=[MaskedAccuracy(pad_id=0)],
+            jit_compile=jit_compile_flag(args),
+        )
+    print(f"{args.preset}: {model.count_params():,} parameters", flush=True)
+
+    # --- Train -------------------------------------------------------------------
+    history = model.fit(
+        train.repeat(),
+        steps_per_epoch=steps,
+        epochs=args.epochs,
+        validation_data=val,
+        validation_steps=val_steps,
+        callbacks=callbacks(folder),
+    )
+    train_seconds = time.time() - started
+    plot_history(history.history, folder / "learning_curves.png", title=f"{args.preset} on Multi30k")
+    if (folder / "best.keras").exists():
+        model.load_weights(folder / "best.keras")
+
+    # --- Evaluate: beam search on the validation split ------------------------
+    count = args.max_val_sentences or len(val_src_ids)
+    hypotheses = translate(model, tokenizer, val_src_ids[:count], ids, args)
+    bleu = corpus_bleu(hypotheses, val_tgt[:count])
+    with open(folder / "translations.txt", "w", encoding="utf-8") as f:
+        for source, reference, output in zip(val_src, val_tgt, hypotheses):
+            f.write(f"{source}\t{reference}\t{output}\n")
+    for source, reference, output in list(zip(val_src, val_tgt, hypotheses))[: args.num_samples]:
+        print(f"source:    {source}\nreference: {reference}\noutput:    {output}\n")
+
+    example = 0
+    target = [ids[START]] + tokenize(tokenizer, [hypotheses[example]])[0]
+    scores = cross_attention(model, val_src_ids[example], target)
+    plot_attention(
+        scores,
+        [vocabulary[i] for i in target],
+        [vocabulary[i] for i in val_src_ids[example]],
+        folder / "attention.png",
+        title="cross-attention, last decoder block",
+    )
+    total = time.time() - started
+    print(f"training {train_seconds / 60:.1f} min, total {total / 60:.1f} min", flush=True)
+    folder.finish(val_bleu=bleu, train_seconds=train_seconds, total_seconds=total)
+    final_line("val_bleu", round(bleu, 2))
+    return bleu
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (DataError, FileExistsError) as error:
+        sys.exit(f"error: {error}")

@@ -1,0 +1,67 @@
+"""The gpt_char recipe: a smoke run on a tiny text, its refusals, and (slow)
+nanoGPT's CPU baby GPT on Tiny Shakespeare."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from recipes import gpt_char
+from zoo.data import DataError
+
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n" * 30
+FAST = ["--preset", "nano", "--steps", "4", "--steps-per-epoch", "2", "--batch-size", "4",
+        "--eval-batches", "2", "--sample-length", "10", "--jit-compile", "false"]
+FILES = ("model.keras", "best.keras", "chars.json", "history.csv", "curves.png", "attention.png", "run.json")
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt_char")
+    data = folder / "input.txt"
+    data.write_text(TEXT, encoding="utf-8")
+    output = folder / "run"
+    return data, output
+
+
+def test_smoke_run_writes_everything_and_prints_val_loss_last(finished_run, capsys):
+    data, output = finished_run
+    val_loss = gpt_char.main(["--data", str(data), "--output", str(output), *FAST])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == f"val_loss={val_loss:.4f}"
+    assert 0.0 < val_loss < 10.0
+    for name in FILES:
+        assert (output / name).is_file(), name
+    assert not (output / "backup").exists()  # removed once the run finished
+
+
+def test_refuses_to_overwrite_a_finished_run(finished_run):
+    data, output = finished_run
+    model = output / "model.keras"
+    before = model.stat().st_mtime_ns
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        gpt_char.main(["--data", str(data), "--output", str(output), *FAST])
+    assert model.stat().st_mtime_ns == before
+
+
+def test_too_short_text_names_the_file_and_writes_nothing(tmp_path):
+    data = tmp_path / "short.txt"
+    data.write_text("To be, or not to be" * 5, encoding="utf-8")
+    with pytest.raises(DataError, match="short.txt.*too short"):
+        gpt_char.main(["--data", str(data), "--output", str(tmp_path / "run"), *FAST])
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(DataError, match="nowhere.txt"):
+        gpt_char.main(["--data", str(tmp_path / "nowhere.txt"), "--output", str(tmp_path / "run"), *FAST])
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "tinyshakespeare" / "input.txt").exists(), reason=f"needs {SHARED_DATA}")
+def test_baby_gpt_reaches_nanogpt_validation_loss(tmp_path):
+    """nanoGPT's README: the CPU baby GPT reaches val loss ~1.88 in 2000 steps."""
+    val_loss = gpt_char.main(["--preset", "baby", "--output", str(tmp_path / "run")])
+    assert val_loss <= 1.88
