@@ -135,16 +135,19 @@ def _history(path):
     return {k: [float(r[k]) for r in rows] for k in (rows[0] if rows else {}) if k != "epoch"}
 
 
-def _sample(model, vocabulary, length, seed):
-    """Generate from a newline prompt with zoo.generation, where it exists."""
-    try:
-        from zoo.generation import generate
-    except ImportError:
-        return None
-    prompt = vocabulary.encode("\n")[None, :]
-    out = generate(model, prompt, max_new_tokens=length, strategy="top_k", top_k=40, seed=seed)
-    ids = out["token_ids"] if isinstance(out, dict) else out
-    return vocabulary.decode(ids[0])
+def _sample(model, vocabulary, length, block, seed):
+    """`length` characters from a newline prompt with zoo.generation, nanoGPT's
+    way past the block size: the context is cropped to its last half block."""
+    from zoo.generation import generate
+
+    text = "\n"
+    while len(text) < length + 1:
+        context = vocabulary.encode(text[-(block // 2):])
+        new = min(block - len(context), length + 1 - len(text))
+        out = generate(model, [context.tolist()], new, sampler="temperature", temperature=0.8, seed=seed)
+        text += vocabulary.decode(out.sequences[0])
+        seed += 1
+    return text[1:]
 
 
 def main(argv=None):
@@ -232,10 +235,8 @@ def main(argv=None):
         keras.ops.convert_to_numpy(scores)[0], chars, chars, folder / "attention.png",
         title=f"last block's self-attention, {len(backbone.blocks)} blocks",
     )
-    sample = _sample(model, vocabulary, args.sample_length, args.seed)
-    if sample is None:
-        print("(no sample: zoo.generation.generate is not available)")
-    else:
+    if args.sample_length > 0:
+        sample = _sample(model, vocabulary, args.sample_length, block, args.seed)
         (folder / "samples.txt").write_text(sample, encoding="utf-8")
         print(sample)
 

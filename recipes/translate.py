@@ -47,17 +47,19 @@ DEFAULTS = dict(
     data="../shared/data/multi30k",
     source_lang="de",
     target_lang="en",
-    preset="transformer-small",  # 3+3 layers, d=256, h=8, d_ff=1024, dropout 0.1
-    epochs=12,
+    preset="transformer-small",  # 3+3 layers, d=256, h=8, dropout 0.1
+    intermediate_dim=512,  # d_ff: 512 rather than the preset's 1024, ~20% faster a step on a CPU
+    epochs=20,
+    time_budget=30.0,  # minutes of training; stops at the first epoch end past it
     batch_size=128,  # sentence pairs per step
     learning_rate=1e-3,  # the schedule's peak, reached at the end of warm-up
-    warmup_steps=800,
+    warmup_steps=400,
     label_smoothing=0.1,
     vocabulary_size=10000,  # one WordPiece vocabulary for German and English
     max_length=48,  # longest source or target in tokens (longer ones are cut)
     buckets=(16, 24, 32, 48),  # batch lengths: each batch is padded to one of these
     beam_size=4,
-    length_penalty=0.6,  # GNMT's alpha, as the paper
+    length_penalty=0.6,  # beam score: log_prob / length ** 0.6
     num_samples=5,  # sample translations to print
     output="runs/translate",
 )
@@ -66,6 +68,8 @@ START, END = "[START]", "[END]"
 
 def parse(argv):
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS)
+    parser.add_argument("--intermediate-dim", type=int, default=DEFAULTS["intermediate_dim"])
+    parser.add_argument("--time-budget", type=float, default=DEFAULTS["time_budget"], help="minutes of training")
     parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"])
     parser.add_argument("--label-smoothing", type=float, default=DEFAULTS["label_smoothing"])
     parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"])
@@ -131,28 +135,27 @@ def bucketed(sources, targets, batch_size, buckets, ids, shuffle, seed):
 
 
 def translate(model, tokenizer, sources, ids, args, batch_size=128):
-    """Beam-search translations of tokenized sources, as text."""
-    outputs = []
-    for start in range(0, len(sources), batch_size):
-        chunk = sources[start : start + batch_size]
-        length = max(len(s) for s in chunk)
-        source_ids = np.zeros((len(chunk), length), "int32")
-        for row, s in enumerate(chunk):
-            source_ids[row, : len(s)] = s
-        generated = zoo.generate(
+    """Beam-search translations of tokenized sources, as text. Sources are
+    decoded in order of length, so a batch's shape (and its compiled
+    search) is shared by sentences of similar length."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    outputs = [None] * len(sources)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        chunk = [sources[i][: args.max_length] for i in rows]
+        result = zoo.generate(
             model,
-            source_ids,
-            max_length=min(length + 10, args.max_length),
-            start_id=ids[START],
-            end_id=ids[END],
-            strategy="beam" if args.beam_size > 1 else "greedy",
-            beam_size=args.beam_size,
+            [[ids[START]]] * len(chunk),
+            max_new_tokens=min(max(map(len, chunk)) + 10, args.max_length - 1),
+            sampler="beam" if args.beam_size > 1 else "greedy",
+            stop_token_ids=[ids[END]],
+            source=chunk,
+            num_beams=args.beam_size,
             length_penalty=args.length_penalty,
         )
-        for row in keras.ops.convert_to_numpy(generated):
-            tokens = [int(i) for i in row if i not in (0, ids[START])]
-            tokens = tokens[: tokens.index(ids[END])] if ids[END] in tokens else tokens
-            outputs.append(detokenize_ids(tokenizer, tokens))
+        for i, tokens in zip(rows, result.sequences):
+            tokens = [int(t) for t in tokens]
+            outputs[i] = detokenize_ids(tokenizer, tokens[: tokens.index(ids[END])] if ids[END] in tokens else tokens)
     return outputs
 
 
@@ -178,6 +181,22 @@ def cross_attention(model, source, target):
         x, encoded, padding_mask=target_mask, encoder_padding_mask=source_mask
     )
     return ops.convert_to_numpy(scores["cross"])[0]
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training at the end of the first epoch past `minutes`."""
+
+    def __init__(self, minutes):
+        super().__init__()
+        self.seconds = minutes * 60
+
+    def on_train_begin(self, logs=None):
+        self.started = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if time.time() - self.started > self.seconds:
+            print(f"\ntime budget of {self.seconds / 60:.0f} min reached after epoch {epoch + 1}", flush=True)
+            self.model.stop_training = True
 
 
 def main(argv=None):
@@ -217,6 +236,7 @@ def main(argv=None):
             args.preset,
             vocabulary_size=len(vocabulary),
             max_sequence_length=args.max_length,
+            intermediate_dim=args.intermediate_dim,
             **size_overrides(args),
         )
         hidden_dim = model.hidden_dim
@@ -239,7 +259,7 @@ def main(argv=None):
         epochs=args.epochs,
         validation_data=val,
         validation_steps=val_steps,
-        callbacks=callbacks(folder),
+        callbacks=callbacks(folder) + [TimeBudget(args.time_budget)],
     )
     train_seconds = time.time() - started
     plot_history(history.history, folder / "learning_curves.png", title=f"{args.preset} on Multi30k")

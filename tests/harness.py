@@ -125,6 +125,9 @@ def run_layer_test(
 
     # 2. Config round trip, directly and through Keras' (de)serialization.
     config = layer.get_config()
+    for name, value in init_kwargs.items():  # the arguments are the config
+        if value is None or isinstance(value, (bool, int, float, str)):
+            assert name in config and config[name] == value, f"get_config() lost {name}={value!r}"
     assert cls.from_config(config).get_config() == config
     revived = keras.layers.deserialize(keras.layers.serialize(layer))
     assert type(revived) is cls and revived.get_config() == config
@@ -162,9 +165,10 @@ def run_layer_test(
     if run_training_check:
         _run_fit_step(cls, init_kwargs, input_data, call_kwargs)
 
-    # 7. Mixed precision: runs under `mixed_bfloat16`, finite output.
+    # 7. Mixed precision: runs under `mixed_bfloat16`, finite output, close
+    # to the float32 output with the same weights.
     if run_mixed_precision_check:
-        _run_mixed_precision(cls, init_kwargs, inputs, positional, call_kwargs)
+        _run_mixed_precision(cls, init_kwargs, inputs, positional, call_kwargs, layer, eager)
 
     return eager
 
@@ -178,12 +182,12 @@ def _run_fit_step(cls, init_kwargs, input_data, call_kwargs):
     model, _, outputs = _functional_model(layer, input_data, call_kwargs)
     if len(tree.flatten(outputs)) > 1:
         model = keras.Model(model.inputs, tree.flatten(outputs)[0])
-    inputs, _ = _as_kwargs(input_data)
-    predicted = _numpy(model(inputs))
-    rng = np.random.default_rng(0)
-    targets = rng.normal(size=predicted.shape).astype("float32")
     if not layer.trainable_weights:
         return
+    inputs, _ = _as_kwargs(input_data)
+    batch = len(next(iter(inputs.values())))
+    rng = np.random.default_rng(0)
+    targets = rng.normal(size=(batch,) + tuple(model.outputs[0].shape[1:])).astype("float32")
     before = [_numpy(w) for w in layer.trainable_weights]
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     history = model.fit(inputs, targets, batch_size=len(targets), epochs=1, verbose=0)
@@ -194,20 +198,25 @@ def _run_fit_step(cls, init_kwargs, input_data, call_kwargs):
     assert not unchanged, f"{cls.__name__}: a fit step left these weights unchanged: {unchanged}"
 
 
-def _run_mixed_precision(cls, init_kwargs, inputs, positional, call_kwargs):
+def _run_mixed_precision(cls, init_kwargs, inputs, positional, call_kwargs, float32_layer, float32_out):
     previous = keras.config.dtype_policy()
     keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
     try:
         layer = cls(**init_kwargs)
         assert layer.compute_dtype == "bfloat16" and layer.variable_dtype == "float32"
+        layer.build(**_build_shapes(layer, inputs))
+        layer.set_weights(float32_layer.get_weights())
         outputs = _call(layer, inputs, positional, call_kwargs)
         for w in layer.weights:
             assert w.dtype == "float32", f"{w.path} is {w.dtype} under mixed_bfloat16"
-        for out in tree.flatten(outputs):
+        for out, expected in zip(tree.flatten(outputs), tree.flatten(float32_out)):
             assert keras.backend.standardize_dtype(out.dtype) == "bfloat16", (
                 f"{cls.__name__}: output dtype {out.dtype} under mixed_bfloat16"
             )
             values = _numpy(ops.cast(out, "float32"))
             assert np.all(np.isfinite(values)), f"{cls.__name__}: non-finite output in bfloat16"
+            # bfloat16 keeps about 3 significant digits.
+            tolerance = 0.05 * max(1.0, float(np.abs(expected).max()))
+            np.testing.assert_allclose(values, expected, atol=tolerance)
     finally:
         keras.config.set_dtype_policy(previous)

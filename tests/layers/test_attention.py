@@ -60,8 +60,9 @@ def np_mha(layer, query, key_value=None, mask=None):
 
     def dense(x, dense_layer):
         kernel = np.asarray(ops.convert_to_numpy(dense_layer.kernel), np.float64)
-        bias = np.asarray(ops.convert_to_numpy(dense_layer.bias), np.float64)
-        return x @ kernel + bias
+        if dense_layer.bias is None:  # use_bias=False
+            return x @ kernel
+        return x @ kernel + np.asarray(ops.convert_to_numpy(dense_layer.bias), np.float64)
 
     if layer.cross_attention:
         key_value = np.asarray(key_value, np.float64)
@@ -538,7 +539,9 @@ def test_self_and_cross_attention_arguments_are_checked():
     ],
     ids=["self_causal_padding", "cross", "scores"],
 )
-def test_multi_head_attention_harness(init_kwargs, input_data, call_kwargs, expected_shape, num_weights, tmp_path):
+def test_multi_head_attention_harness(
+    init_kwargs, input_data, call_kwargs, expected_shape, num_weights, tmp_path
+):
     run_layer_test(
         MultiHeadAttention,
         init_kwargs,

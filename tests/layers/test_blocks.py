@@ -44,7 +44,8 @@ def randomize(layer):
 def np_layer_norm(x, norm, epsilon=1e-5):
     mean = x.mean(-1, keepdims=True)
     var = x.var(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + epsilon) * to_np(norm.gamma) + to_np(norm.beta)
+    beta = 0.0 if norm.beta is None else to_np(norm.beta)  # center=False: no beta
+    return (x - mean) / np.sqrt(var + epsilon) * to_np(norm.gamma) + beta
 
 
 def np_gelu(x, approximate):
@@ -53,14 +54,19 @@ def np_gelu(x, approximate):
     return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
 
 
+def np_dense(dense, x):
+    out = x @ to_np(dense.kernel)
+    return out if dense.bias is None else out + to_np(dense.bias)
+
+
 def np_feed_forward(ff, x):
-    inner = x @ to_np(ff.intermediate_dense.kernel) + to_np(ff.intermediate_dense.bias)
+    inner = np_dense(ff.intermediate_dense, x)
     inner = {
         "relu": lambda z: np.maximum(z, 0.0),
         "gelu": lambda z: np_gelu(z, approximate=False),
         "gelu_approximate": lambda z: np_gelu(z, approximate=True),
     }[ff.activation](inner)
-    return inner @ to_np(ff.output_dense.kernel) + to_np(ff.output_dense.bias)
+    return np_dense(ff.output_dense, inner)
 
 
 def np_sublayer(add_norm, x, sublayer):
@@ -72,13 +78,17 @@ def np_sublayer(add_norm, x, sublayer):
 
 def np_encoder_block(block, x, mask):
     x = np.asarray(x, np.float64)
-    x = np_sublayer(block.self_attention_add_norm, x, lambda h: np_mha(block.self_attention, h, mask=mask)[0])
+    x = np_sublayer(
+        block.self_attention_add_norm, x, lambda h: np_mha(block.self_attention, h, mask=mask)[0]
+    )
     return np_sublayer(block.feed_forward_add_norm, x, lambda h: np_feed_forward(block.feed_forward, h))
 
 
 def np_decoder_block(block, x, self_mask, encoder_output=None, cross_mask=None):
     x = np.asarray(x, np.float64)
-    x = np_sublayer(block.self_attention_add_norm, x, lambda h: np_mha(block.self_attention, h, mask=self_mask)[0])
+    x = np_sublayer(
+        block.self_attention_add_norm, x, lambda h: np_mha(block.self_attention, h, mask=self_mask)[0]
+    )
     if block.cross_attention:
         x = np_sublayer(
             block.cross_attention_add_norm,
@@ -116,7 +126,8 @@ def test_pre_ln_normalises_the_sublayer_input_and_adds():
     x, y = randn(B, T, D), randn(B, T, D)
     layer.build(x.shape)
     randomize(layer)
-    np.testing.assert_allclose(to_np(layer.sublayer_input(x)), np_layer_norm(x.astype(np.float64), layer.layer_norm), atol=ATOL)
+    expected_input = np_layer_norm(x.astype(np.float64), layer.layer_norm)
+    np.testing.assert_allclose(to_np(layer.sublayer_input(x)), expected_input, atol=ATOL)
     np.testing.assert_allclose(to_np(layer(x, y)), x.astype(np.float64) + y, atol=ATOL)
 
 
@@ -284,10 +295,13 @@ def test_decoder_block_matches_reference(norm_first):
     np.testing.assert_allclose(out, expected, atol=ATOL)
 
 
-def test_gpt_block_matches_reference():
-    block = DecoderBlock(H, F, norm_first=True, activation="gelu_approximate")
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_gpt_block_matches_reference(use_bias):
+    block = DecoderBlock(H, F, norm_first=True, activation="gelu_approximate", use_bias=use_bias)
     x = randn(B, T, D)
     block(x)
+    # Without biases: two kernels per attention and feed-forward, one scale per LayerNorm.
+    assert len(block.trainable_weights) == (12 if use_bias else 6)
     randomize(block)
     expected = np_decoder_block(block, x, np.broadcast_to(np_causal(T), (B, T, T)))
     np.testing.assert_allclose(to_np(block(x)), expected, atol=ATOL)
@@ -352,6 +366,41 @@ def test_decoder_cross_attention_arguments_are_checked():
         DecoderBlock(H, F, cross_attention=True)(randn(B, T, D))
     with pytest.raises(ValueError, match="`encoder_output`"):
         DecoderBlock(H, F)(randn(B, T, D), randn(B, S, D))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_attention_scores_are_the_blocks_own(norm_first):
+    x, memory = randn(B, T, D), randn(B, S, D)
+    pad, memory_pad = padding([3, 5], T), padding([4, 6], S)
+
+    def np_input(add_norm, h):
+        return np_layer_norm(h, add_norm.layer_norm) if norm_first else h
+
+    encoder = EncoderBlock(H, F, norm_first=norm_first)
+    encoder(x)
+    randomize(encoder)
+    scores = to_np(encoder.attention_scores(x, padding_mask=pad))
+    h = np_input(encoder.self_attention_add_norm, x.astype(np.float64))
+    expected = np_mha(encoder.self_attention, h, mask=np.broadcast_to(pad[:, None, :], (B, T, T)))[1]
+    np.testing.assert_allclose(scores, expected, atol=ATOL)
+
+    decoder = DecoderBlock(H, F, cross_attention=True, norm_first=norm_first)
+    decoder(x, memory)
+    randomize(decoder)
+    scores = decoder.attention_scores(x, memory, padding_mask=pad, encoder_padding_mask=memory_pad)
+    self_mask = pad[:, None, :] & np_causal(T)[None]
+    h = np_input(decoder.self_attention_add_norm, x.astype(np.float64))
+    expected_self = np_mha(decoder.self_attention, h, mask=self_mask)[1]
+    np.testing.assert_allclose(to_np(scores["self"]), expected_self, atol=ATOL)
+    x1 = np_sublayer(
+        decoder.self_attention_add_norm,
+        x.astype(np.float64),
+        lambda h: np_mha(decoder.self_attention, h, mask=self_mask)[0],
+    )
+    cross_mask = np.broadcast_to(memory_pad[:, None, :], (B, T, S))
+    h = np_input(decoder.cross_attention_add_norm, x1)
+    expected = np_mha(decoder.cross_attention_layer, h, memory, mask=cross_mask)[1]
+    np.testing.assert_allclose(to_np(scores["cross"]), expected, atol=ATOL)
 
 
 # ----------------------------------------------------------------------------
