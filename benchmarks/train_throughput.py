@@ -80,27 +80,27 @@ class StepTimes:
         self.per_step = []  # seconds per step, one entry per execution
 
 
-def zoo_setup(ids, vocabulary_size, steps, args):
+def zoo_setup(ids, vocabulary_size, steps, args, jit_compile, mixed_precision):
     import keras
 
     from recipes import gpt_char
     from zoo.training.run import set_precision
 
-    set_precision(args.mixed_precision)
+    set_precision(mixed_precision)
     keras.utils.set_random_seed(1337)
     model = gpt_char.build_model("baby", vocabulary_size)
     gpt_char.compile_model(
         model,
         steps,
         gpt_char.DEFAULTS["learning_rate"],
-        jit_compile={"true": True, "false": False, "auto": "auto"}[args.jit_compile],
+        jit_compile={"true": True, "false": False, "auto": "auto"}[jit_compile],
         steps_per_execution=args.steps_per_execution,
     )
     set_precision(False)
     return model, gpt_char.train_dataset(ids, BATCH, BLOCK, seed=1337)
 
 
-def keras_hub_setup(ids, vocabulary_size, steps, args):
+def keras_hub_setup(ids, vocabulary_size, steps, args, jit_compile=None, mixed_precision=None):
     """keras-hub at its best: GPT2Backbone + tied head, XLA, tf.data, SPE."""
     import keras
     import keras_hub
@@ -142,8 +142,11 @@ def main(argv=None):
     parser.add_argument("--data", default=DEFAULT_DATA)
     parser.add_argument("--steps-per-execution", type=int, default=None, help="zoo; the recipe's default")
     parser.add_argument("--reference-steps-per-execution", type=int, default=20, help="keras-hub")
-    parser.add_argument("--jit-compile", default="true", choices=("true", "false", "auto"), help="zoo")
-    parser.add_argument("--mixed-precision", action="store_true", help="zoo under mixed_bfloat16")
+    parser.add_argument("--jit-compile", default=None, choices=("true", "false", "auto"), help="zoo; the recipe's default")
+    parser.add_argument("--mixed-precision", default=None, choices=("true", "false"), help="zoo; the recipe's default")
+    parser.add_argument(
+        "--also", default="", help="more zoo settings to time alongside, e.g. 'true/false,false/true' (jit/bf16)"
+    )
     parser.add_argument("--only", choices=("zoo", "keras-hub"), default=None)
     args = parser.parse_args(argv)
 
@@ -152,6 +155,10 @@ def main(argv=None):
 
     if args.steps_per_execution is None:
         args.steps_per_execution = gpt_char.DEFAULTS["steps_per_execution"]
+    if args.jit_compile is None:
+        args.jit_compile = gpt_char.DEFAULTS["jit_compile"]
+    if args.mixed_precision is None:
+        args.mixed_precision = "true" if gpt_char.DEFAULTS["mixed_precision"] else "false"
     text = read_text(args.data)
     vocabulary = CharVocabulary.from_text(text)
     ids = vocabulary.encode(text)[: int(0.9 * len(text))]
@@ -159,17 +166,22 @@ def main(argv=None):
     peak32, peak16 = matmul_peak("float32"), matmul_peak("bfloat16")
     print(f"matmul peak (2048^3 through tf.matmul): fp32 {peak32:.0f} GFLOP/s, bf16 {peak16:.0f} GFLOP/s")
 
-    setups = {"zoo": zoo_setup, "keras-hub": keras_hub_setup}
-    names = [n for n in setups if args.only in (None, n)]
+    variants = {"zoo": (zoo_setup, args.jit_compile, args.mixed_precision == "true")}
+    for extra in filter(None, args.also.split(",")):
+        jit, bf16 = extra.split("/")
+        variants[f"zoo[jit={jit},bf16={bf16}]"] = (zoo_setup, jit, bf16 == "true")
+    variants["keras-hub"] = (keras_hub_setup, "true", False)
+    names = [n for n in variants if args.only is None or n.startswith(args.only)]
     runs = {}
     for name in names:
         start = time.perf_counter()
-        model, dataset = setups[name](ids, vocabulary.vocabulary_size, 2000, args)
-        spe = args.steps_per_execution if name == "zoo" else args.reference_steps_per_execution
+        setup, jit, bf16 = variants[name]
+        model, dataset = setup(ids, vocabulary.vocabulary_size, 2000, args, jit, bf16)
+        spe = args.reference_steps_per_execution if name == "keras-hub" else args.steps_per_execution
         timer = StepTimes()
         model.fit(dataset, steps_per_epoch=2 * spe, epochs=1, verbose=0)  # compile
-        runs[name] = dict(model=model, dataset=dataset, timer=timer, spe=spe)
-        print(f"{name}: built and compiled in {time.perf_counter() - start:.1f} s")
+        runs[name] = dict(model=model, dataset=dataset, timer=timer, spe=spe, bf16=bf16)
+        print(f"{name}: built and compiled in {time.perf_counter() - start:.1f} s", flush=True)
 
     chunk = max(args.steps // args.repeats, 1)
     for repeat in range(args.repeats):
@@ -179,7 +191,6 @@ def main(argv=None):
             run["model"].fit(run["dataset"], steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[run["timer"].callback])
 
     flops = flops_per_step()
-    peak = peak16 if args.mixed_precision else peak32
     ms = {}
     for name in names:
         per_step = runs[name]["timer"].per_step
@@ -192,10 +203,10 @@ def main(argv=None):
             f"{2000 * ms[name] / 1000:.1f} s per 2000 steps, {gflops:.1f} GFLOP/s = "
             f"{gflops / peak32:.1%} of fp32 peak, {gflops / peak16:.1%} of bf16 peak"
         )
-    if len(names) == 2:
+    if "zoo" in ms and "keras-hub" in ms:
         print(f"settings: zoo jit_compile={args.jit_compile} steps_per_execution={args.steps_per_execution} "
               f"mixed_precision={args.mixed_precision}; keras-hub jit_compile=True "
-              f"steps_per_execution={args.reference_steps_per_execution}; peak used {peak:.0f} GFLOP/s")
+              f"steps_per_execution={args.reference_steps_per_execution}")
         print(f"ratio zoo/keras-hub: {ms['zoo'] / ms['keras-hub']:.2f}")
 
 

@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 import zoo  # noqa: E402
 from zoo.data import DataError, read_parallel, save_vocabulary, seq2seq_dataset, train_word_piece  # noqa: E402
 from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule  # noqa: E402
+from zoo.training.batching import interleave, length_buckets  # noqa: E402
 from zoo.training.bleu import corpus_bleu  # noqa: E402
 from zoo.training.run import (  # noqa: E402
     OutputFolder,
@@ -91,47 +92,25 @@ def tokenize(tokenizer, sentences):
 
 
 def bucketed(sources, targets, batch_size, buckets, ids, shuffle, seed):
-    """One tf.data stream of batches, each padded to the shortest bucket
-    length that holds all its pairs. A bucket with less than a batch joins
-    the next longer one. Returns (dataset, steps per pass)."""
-    import tensorflow as tf
-
+    """Batches padded to the shortest bucket bound that holds them.
+    Returns (dataset, steps per pass)."""
     lengths = [max(len(s), len(t) + 1) for s, t in zip(sources, targets)]
-    groups = [[] for _ in buckets]
-    for row, length in enumerate(lengths):
-        groups[min(int(np.searchsorted(buckets, length)), len(buckets) - 1)].append(row)
-    members = []
-    for i, (bound, rows) in enumerate(zip(buckets, groups)):
-        if len(rows) < batch_size and i < len(buckets) - 1:
-            groups[i + 1] = rows + groups[i + 1]
-        elif len(rows) >= batch_size or (rows and not members):
-            members.append((bound, rows))  # (a last bucket under one batch is left out)
-    datasets, counts = [], []
-    for bound, rows in members:
-        datasets.append(
-            seq2seq_dataset(
-                [sources[r] for r in rows],
-                [targets[r] for r in rows],
-                batch_size,
-                bound,
-                bound,
-                ids[START],
-                ids[END],
-                shuffle=shuffle,
-                seed=seed,
-            )
+    groups = length_buckets(lengths, buckets, batch_size)
+    datasets = [
+        seq2seq_dataset(
+            [sources[r] for r in rows],
+            [targets[r] for r in rows],
+            batch_size,
+            bound,
+            bound,
+            ids[START],
+            ids[END],
+            shuffle=shuffle,
+            seed=seed,
         )
-        counts.append(len(rows) // batch_size)
-    if len(datasets) == 1:
-        return datasets[0], counts[0]
-    weights = np.array(counts, dtype="float64") / sum(counts)
-    if not shuffle:  # fixed order: all the batches of one bucket, then the next
-        dataset = datasets[0]
-        for d in datasets[1:]:
-            dataset = dataset.concatenate(d)
-        return dataset, sum(counts)
-    dataset = tf.data.Dataset.sample_from_datasets(datasets, weights.tolist(), seed=seed, stop_on_empty_dataset=False)
-    return dataset.prefetch(tf.data.AUTOTUNE), sum(counts)
+        for bound, rows in groups
+    ]
+    return interleave(datasets, [len(rows) // batch_size for _, rows in groups], seed, shuffle)
 
 
 def translate(model, tokenizer, sources, ids, args, batch_size=128):

@@ -12,11 +12,13 @@ How a call runs, all inside one compiled function per input shape:
    Inside a row's prompt the prompt token is kept, after it the sampler's
    token is written, so every row sees exactly the positions it would see
    if it were generated alone (keras-hub's scheme: right padding, one
-   absolute position per token).
+   absolute position per token). The loop runs in stages of a growing
+   cache (`zoo.generation.loop`), so that early steps do not read the
+   whole cache.
 
-Greedy, temperature, top-k and top-p sampling are keras-hub's samplers
-(`keras_hub.samplers`, imported on the first call, not with `zoo`; it does
-not need TensorFlow); beam search is `zoo.generation.beam_search.BeamSearch`.
+Greedy, temperature, top-k and top-p sampling use keras-hub's samplers
+(`keras_hub.samplers`, imported on the first call, not with `zoo`; they do
+not need TensorFlow); beam search is `zoo.generation.beam.BeamSearch`.
 
 Shape letters: B batch, P longest prompt, L = P + max_new_tokens, S longest
 source, K beams.
@@ -27,7 +29,8 @@ import dataclasses
 import numpy as np
 from keras import ops
 
-from zoo.generation import compiled, prompts
+from zoo.generation import compiled, loop, prompts
+from zoo.generation.beam import BeamSearch
 from zoo.generation.decoders import decoder_for
 
 SAMPLERS = ("greedy", "temperature", "top_k", "top_p", "beam")
@@ -152,7 +155,7 @@ def generate(
         )
     request = _Request(model, prompt, max_new_tokens, stop_token_ids, padding_mask, source, source_padding_mask)
     config = _sampler_config(sampler, temperature, k, p, request.decoder.vocabulary_size)
-    key = ("sample", config, request.shapes, request.stop_token_ids)
+    key = (config, request.static)
     run, keras_hub_sampler = compiled.get_or_compile(
         model, key, lambda model_ref: _build_sampling(model_ref, request.static, config)
     )
@@ -199,7 +202,7 @@ def beam_search(
     if request.decoder.vocabulary_size < 2:
         raise ValueError("Beam search needs a vocabulary of at least 2 tokens.")
     config = ("beam", num_beams, float(length_penalty), float(temperature))
-    key = (config, request.shapes, request.stop_token_ids, max_new_tokens)
+    key = (config, request.static)
     run, _ = compiled.get_or_compile(
         model, key, lambda model_ref: _build_beam_search(model_ref, request.static, config)
     )
@@ -255,7 +258,7 @@ class _Request:
         elif source is not None or source_padding_mask is not None:
             raise ValueError(f"{type(model).__name__} is decoder-only and takes no `source`.")
         # What the traced function depends on (the rest are its array inputs).
-        self.static = _Static(self.shapes, self.stop_token_ids, max_new_tokens)
+        self.static = _Static(self.shapes, self.stop_token_ids, max_new_tokens, loop.stage_lengths(longest, length))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +266,7 @@ class _Static:
     shapes: tuple  # (B, P, L) or (B, P, L, S)
     stop_token_ids: tuple
     max_new_tokens: int
+    stages: tuple  # cache lengths, see `zoo.generation.loop`
 
 
 def _stop_tokens(stop_token_ids, vocabulary_size):
@@ -323,10 +327,10 @@ def _reset_seed(sampler, seed):
 
 
 def _prefill(decoder, static, ids, source_ids=None, source_mask=None):
-    """Encode once and fill the cache with the padded prompts."""
-    batch, longest, length = static.shapes[:3]
+    """Encode once and fill the first stage's cache with the padded prompts."""
+    batch, longest = static.shapes[:2]
     context = decoder.start(source_ids, source_mask) if decoder.is_encoder_decoder else None
-    cache = decoder.empty_cache(batch, length)
+    cache = decoder.empty_cache(batch, static.stages[0])
     cache = decoder.prefill(ids[:, :longest], cache, context)
     return context, cache
 
@@ -343,6 +347,10 @@ def _next_function(decoder, context):
     return next
 
 
+def _lengths(mask):
+    return ops.sum(ops.cast(mask, "int32"), axis=1)  # (B,)
+
+
 def _build_sampling(model_ref, static, config):
     sampler = _keras_hub_sampler(config)
 
@@ -350,14 +358,17 @@ def _build_sampling(model_ref, static, config):
         model = model_ref()
         decoder = decoder_for(model)
         context, cache = _prefill(decoder, static, ids, *source)
-        start = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))  # the first position to predict
-        token_ids = sampler(
+        lengths = _lengths(mask)
+        token_ids = loop.sample(
+            sampler,
             _next_function(decoder, context),
             ids,
-            cache=cache,
-            index=start,
-            mask=mask,
-            stop_token_ids=static.stop_token_ids or None,
+            cache,
+            ops.min(lengths),  # the first position to predict
+            mask,
+            lengths + static.max_new_tokens,
+            static.stop_token_ids,
+            static.stages,
             model=model,
         )
         return (token_ids,)
@@ -366,27 +377,23 @@ def _build_sampling(model_ref, static, config):
 
 
 def _build_beam_search(model_ref, static, config):
-    from zoo.generation.beam_search import BeamSearch  # lazily: imports keras-hub
-
     _, num_beams, length_penalty, temperature = config
     sampler = BeamSearch(num_beams, length_penalty, temperature)
 
     def run(ids, mask, *source):
-        model = model_ref()
-        decoder = decoder_for(model)
+        decoder = decoder_for(model_ref())
         context, cache = _prefill(decoder, static, ids, *source)
         if context is not None:
             context = decoder.repeat_context(context, num_beams)  # shared by each row's beams
-        start = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))
         return sampler(
             _next_function(decoder, context),
             ids,
             cache,
-            start,
+            ops.min(_lengths(mask)),
             mask,
             static.max_new_tokens,
+            static.stages,
             stop_token_ids=static.stop_token_ids,
-            model=model,
         )
 
     return run, sampler

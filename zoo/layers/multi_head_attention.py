@@ -119,6 +119,10 @@ class MultiHeadAttention(keras.layers.Layer):
         x = ops.reshape(x, (b, length, parts, self.num_heads, self.head_dim))
         return ops.transpose(x, (0, 2, 1, 3, 4))
 
+    def _heads(self, x):
+        # (B, L, d) -> (B, L, h, k)
+        return ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[1], self.num_heads, self.head_dim))
+
     def compute_key_value(self, key_value):
         """Project a cross-attention sequence once: (B, S, d_kv) -> (B, 2, S, h, k)."""
         return self._split_heads(self.key_value_dense(key_value), 2)
@@ -150,7 +154,7 @@ class MultiHeadAttention(keras.layers.Layer):
                     "This MultiHeadAttention was built for cross-attention: pass the "
                     "sequence to attend to as `key_value`."
                 )
-            q = self._split_heads(self.query_dense(query), 1)[:, 0]  # (B, T, h, k)
+            q = self._heads(self.query_dense(query))  # (B, T, h, k)
             if cache is None:
                 kv = self.compute_key_value(key_value)  # (B, 2, S, h, k)
             else:
@@ -163,15 +167,19 @@ class MultiHeadAttention(keras.layers.Layer):
                     "`key_value`; build it with `cross_attention=True` to attend to "
                     "another sequence."
                 )
-            qkv = self._split_heads(self.query_key_value_dense(query), 3)  # (B, 3, T, h, k)
-            q, kv = qkv[:, 0], qkv[:, 1:]
+            # One matrix product for Q, K and V, then a split (whose gradient
+            # is a concatenation; strided slices' gradients cost far more).
+            q, key, value = ops.split(self.query_key_value_dense(query), 3, axis=-1)  # 3 x (B, T, d)
+            q, key, value = (self._heads(t) for t in (q, key, value))  # (B, T, h, k)
             if cache is not None:
                 # Write the new positions into the preallocated cache.
+                kv = ops.stack([key, value], axis=1)  # (B, 2, T, h, k)
                 start = [0, 0, ops.cast(cache_index, "int32"), 0, 0]
                 cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
-                kv = cache
+                key, value = cache[:, 0], cache[:, 1]  # (B, S, h, k)
             key_padding = query_mask if cache is None else None
-        key, value = kv[:, 0], kv[:, 1]  # (B, S, h, k)
+        if self.cross_attention:
+            key, value = kv[:, 0], kv[:, 1]  # (B, S, h, k)
 
         attend_mask = merge_masks(
             query,

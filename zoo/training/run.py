@@ -37,7 +37,10 @@ def recipe_parser(description, defaults):
     parser.add_argument("--dropout", type=float, default=None, help="override the preset")
     parser.add_argument("--output", default=defaults["output"], help="folder for checkpoints, logs, plots, model")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output")
-    parser.add_argument("--mixed-precision", action="store_true", help="mixed_bfloat16 compute")
+    parser.add_argument(
+        "--mixed-precision", action=argparse.BooleanOptionalAction, default=defaults.get("mixed_precision", False),
+        help="mixed_bfloat16 compute",
+    )
     parser.add_argument(
         "--jit-compile", default=defaults.get("jit_compile", "auto"), choices=("auto", "true", "false"),
         help="XLA compilation of the train step",

@@ -1,6 +1,5 @@
 """Beam search with a length penalty, over right-padded prompts of
-different lengths. Imported lazily: it subclasses `keras_hub`'s Sampler (for
-its backend-aware `run_loop` and `compute_probabilities`).
+different lengths.
 
 keras-hub's `BeamSampler` has no length penalty, lets the beams of a row
 still inside its prompt drift apart, and carries a finished beam on; this
@@ -14,12 +13,13 @@ Shape letters: B batch, K beams, L prompt plus new tokens, V vocabulary.
 """
 
 from keras import ops, tree
-from keras_hub.samplers import Sampler
+
+from zoo.generation.loop import run_in_stages
 
 _NEG = -1e9  # the score of "no hypothesis": finite, so sums never NaN
 
 
-class BeamSearch(Sampler):
+class BeamSearch:
     """K-beam search; returns every beam, best first.
 
     Args:
@@ -31,9 +31,10 @@ class BeamSearch(Sampler):
     """
 
     def __init__(self, num_beams=4, length_penalty=1.0, temperature=1.0):
-        super().__init__(temperature=temperature)
         self.num_beams = num_beams
         self.length_penalty = length_penalty
+        self.temperature = temperature
+        self.variables = []  # no random state
 
     def _penalty(self, new_tokens):
         new_tokens = ops.maximum(ops.cast(new_tokens, "float32"), 1.0)
@@ -47,18 +48,20 @@ class BeamSearch(Sampler):
         index,
         mask,
         max_new_tokens,
+        stages,
         stop_token_ids=None,
-        model=None,
     ):
         """Search from position `index` (the first one outside the shortest
-        prompt) to the end of `prompt`.
+        prompt) to the end of `prompt`, through the cache `stages` (see
+        `zoo.generation.loop`).
 
         Args:
             next: `next(token_ids (B*K, L), cache, index) -> (logits
                 (B*K, V), None, cache)`, the logits for position `index`.
             prompt: (B, L) int32, right-padded prompts followed by padding.
-            cache: a nested structure of (B, ...) tensors (the prefilled
-                key/value cache); repeated here once per beam.
+            cache: a nested structure of (B, 2, S, h, k) tensors (the
+                prefilled key/value cache, S = stages[0]); repeated here
+                once per beam.
             mask: (B, L) bool, True at prompt tokens (which are kept).
             max_new_tokens: each row's own budget after its prompt.
 
@@ -112,10 +115,10 @@ class BeamSearch(Sampler):
         finished_scores = ops.full((batch, K), _NEG, "float32")
         done = ops.zeros((batch,), "bool")
 
-        def cond(sequences, cache, index, log_probs, finished, finished_scores, done):
+        def cond(index, cache, sequences, log_probs, finished, finished_scores, done):
             return ops.logical_not(ops.all(ops.logical_or(done, index >= budget_end)))
 
-        def body(sequences, cache, index, log_probs, finished, finished_scores, done):
+        def body(index, cache, sequences, log_probs, finished, finished_scores, done):
             logits, _, cache = next(flat(sequences), cache, index)
             logits = ops.cast(logits, "float32") / self.temperature
             vocabulary = logits.shape[-1]
@@ -153,24 +156,15 @@ class BeamSearch(Sampler):
                 cache = tree.map_structure(lambda x: flat(gather(unflat(x), source)), cache)
             index = index + 1
             done = ops.logical_or(done, row_done(index, log_probs, finished_scores))
-            return sequences, cache, index, log_probs, finished, finished_scores, done
+            return index, cache, sequences, log_probs, finished, finished_scores, done
 
-        sequences, _, _, log_probs, finished, finished_scores, done = self.run_loop(
-            cond,
-            body,
-            loop_vars=(sequences, cache, index, log_probs, finished, finished_scores, done),
-            maximum_iterations=length - index,
-            model=model,
-        )
+        state = (sequences, log_probs, finished, finished_scores, done)
+        _, _, state = run_in_stages(cond, body, index, cache, state, stages)
+        sequences, log_probs, finished, finished_scores, done = state
         # Alive beams that ran to the budget are complete hypotheses too.
         alive_scores = log_probs / self._penalty(ops.full_like(prompt_lengths, max_new_tokens))[:, None]
         alive_scores = ops.where(done[:, None], _NEG, alive_scores)
         scores, best = ops.top_k(ops.concatenate([finished_scores, alive_scores], axis=1), K)
         token_ids = gather(ops.concatenate([finished, sequences], axis=1), best)
         return token_ids, scores
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"num_beams": self.num_beams, "length_penalty": self.length_penalty})
-        return config
 

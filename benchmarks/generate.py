@@ -1,0 +1,208 @@
+"""Generation speed: zoo with its key/value cache, zoo without it, keras-hub.
+
+    KERAS_BACKEND=tensorflow python benchmarks/generate.py            # everything
+    python benchmarks/generate.py --quick                             # a fast look
+    python benchmarks/generate.py --settings 256x1 --no-growth        # one setting
+
+The same model for all three: 4 layers, width 128, 4 heads, d_ff 512, a
+65-token vocabulary (characters), random weights, greedy decoding from an
+8-token prompt to the end of the context (as
+shared/anchors/keras_hub_generate.py). keras-hub's `GPT2CausalLM` runs with
+`compile(sampler="greedy", jit_compile=True)`, its fastest setting.
+
+Each figure is new tokens per second: batch x new tokens / seconds, the
+median of a few calls after a first (compiling) call, whose time is shown
+apart. The runs of zoo and keras-hub alternate, so that the load of a shared
+machine falls on both alike. "Uncached" re-runs the whole model over the
+padded context for every new token (so fewer tokens are generated).
+Then the time per new token as the generated length grows, from an
+8-token prompt with a 1032-position context.
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from keras import ops  # noqa: E402
+
+from zoo.generation import generate  # noqa: E402
+from zoo.models import GPTBackbone, GPTCausalLM  # noqa: E402
+
+# --- The configuration ---------------------------------------------------------
+VOCABULARY = 65
+LAYERS, WIDTH, HEADS, FEED_FORWARD = 4, 128, 4, 512
+PROMPT = 8
+SETTINGS = ((256, 1), (256, 8), (1024, 1))  # (context, batch)
+GROWTH = (64, 128, 256, 512, 1024)  # new tokens, context 1024 + PROMPT
+UNCACHED_TOKENS = 32
+
+
+def zoo_model(context):
+    keras.utils.set_random_seed(0)
+    backbone = GPTBackbone(
+        VOCABULARY, LAYERS, HEADS, WIDTH, FEED_FORWARD, max_sequence_length=context, dropout=0.0
+    )
+    return GPTCausalLM(backbone)
+
+
+def keras_hub_model(context):
+    import keras_hub
+
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.GPT2Backbone(
+        vocabulary_size=VOCABULARY,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        hidden_dim=WIDTH,
+        intermediate_dim=FEED_FORWARD,
+        max_sequence_length=context,
+    )
+    causal_lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    causal_lm.compile(sampler="greedy", jit_compile=True)
+    return causal_lm
+
+
+def prompts(batch):
+    return [list(range(1, PROMPT + 1))] * batch
+
+
+def keras_hub_inputs(batch, length):
+    token_ids = np.zeros((batch, length), "int32")
+    token_ids[:, :PROMPT] = np.arange(1, PROMPT + 1)
+    mask = np.zeros((batch, length), bool)
+    mask[:, :PROMPT] = True
+    return {"token_ids": token_ids, "padding_mask": mask}
+
+
+def uncached_generator(model, batch, length, new_tokens):
+    """Greedy decoding without a cache, compiled like the cached loop: each
+    step runs the whole functional model on the (B, length) padded ids."""
+    backend = keras.config.backend()
+
+    def loop(ids, mask, trainable=None, non_trainable=None):
+        def body(index, ids, mask):
+            inputs = {"token_ids": ids, "padding_mask": mask}
+            if trainable is None:
+                logits = model(inputs)
+            else:
+                logits, _ = model.stateless_call(trainable, non_trainable, inputs)
+            last = ops.take(logits, index - 1, axis=1)  # (B, V)
+            token = ops.cast(ops.argmax(last, axis=-1), "int32")[:, None]
+            ids = ops.slice_update(ids, [0, index], token)
+            mask = ops.slice_update(mask, [0, index], ops.ones_like(token, "int32"))
+            return index + 1, ids, mask
+
+        start = ops.convert_to_tensor(PROMPT, "int32")
+        _, ids, _ = ops.while_loop(lambda i, *_: i < PROMPT + new_tokens, body, (start, ids, mask))
+        return ids
+
+    ids = np.zeros((batch, length), "int32")
+    ids[:, :PROMPT] = np.arange(1, PROMPT + 1)
+    mask = (ids != 0).astype("int32")
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        compiled = tf.function(loop, jit_compile=True)
+        return lambda: compiled(ids, mask).numpy()
+    if backend == "jax":
+        import jax
+
+        compiled = jax.jit(loop)
+        trainable = [v.value for v in model.trainable_variables]
+        non_trainable = [v.value for v in model.non_trainable_variables]
+        return lambda: np.asarray(compiled(ids, mask, trainable, non_trainable))
+    return lambda: ops.convert_to_numpy(loop(ids, mask))
+
+
+def timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure(runners, repeats):
+    """First-call and median times of each runner, the runners alternating."""
+    first = {name: timed(fn) for name, fn in runners.items()}
+    times = {name: [] for name in runners}
+    for _ in range(repeats):
+        for name, fn in runners.items():
+            times[name].append(timed(fn))
+    return first, {name: statistics.median(t) for name, t in times.items()}
+
+
+def run_settings(settings, repeats, keras_hub, uncached):
+    print(f"{'setting':<22}{'runner':<12}{'first call':>11}{'median':>10}{'new tok/s':>11}{'vs keras-hub':>14}")
+    for context, batch in settings:
+        new = context - PROMPT
+        lm = zoo_model(context)
+        runners = {"zoo": lambda: generate(lm, prompts(batch), new)}
+        counts = {"zoo": batch * new}
+        if keras_hub:
+            hub = keras_hub_model(context)
+            inputs = keras_hub_inputs(batch, context)
+            runners["keras-hub"] = lambda: hub.generate(inputs, stop_token_ids=None)
+            counts["keras-hub"] = batch * new
+        if uncached:
+            runners["uncached"] = uncached_generator(lm, batch, context, UNCACHED_TOKENS)
+            counts["uncached"] = batch * UNCACHED_TOKENS
+        first, median = measure(runners, repeats)
+        rates = {name: counts[name] / median[name] for name in runners}
+        for name in runners:
+            ratio = f"{rates[name] / rates['keras-hub']:.2f}x" if "keras-hub" in rates else "-"
+            print(
+                f"{f'context {context}, batch {batch}':<22}{name:<12}{first[name]:>10.2f}s"
+                f"{median[name]:>9.3f}s{rates[name]:>11,.0f}{ratio:>14}"
+            )
+
+
+def run_growth(lengths, repeats, keras_hub):
+    context = max(lengths) + PROMPT
+    print(f"\nTime per new token as the generated length grows (batch 1, context {context}):")
+    print(f"{'new tokens':<12}{'runner':<12}{'first call':>11}{'median':>10}{'ms / token':>12}")
+    lm = zoo_model(context)
+    hub = keras_hub_model(context) if keras_hub else None
+    for new in lengths:
+        runners = {"zoo": lambda: generate(lm, prompts(1), new)}
+        if hub is not None:
+            inputs = keras_hub_inputs(1, PROMPT + new)
+            runners["keras-hub"] = lambda: hub.generate(inputs, stop_token_ids=None)
+        first, median = measure(runners, repeats)
+        for name in runners:
+            print(f"{new:<12}{name:<12}{first[name]:>10.2f}s{median[name]:>9.3f}s{1000 * median[name] / new:>12.3f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--settings", default=",".join(f"{c}x{b}" for c, b in SETTINGS),
+                        help="CONTEXTxBATCH,... (default: %(default)s)")
+    parser.add_argument("--growth", default=",".join(map(str, GROWTH)),
+                        help="new-token counts for the per-token table (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls after the first (default 5)")
+    parser.add_argument("--no-keras-hub", action="store_true", help="skip keras-hub")
+    parser.add_argument("--no-uncached", action="store_true", help="skip the uncached zoo loop")
+    parser.add_argument("--no-settings", action="store_true", help="skip the tokens/s table")
+    parser.add_argument("--no-growth", action="store_true", help="skip the per-token table")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 timed calls, context 256 at batch 1 only, growth up to 256")
+    args = parser.parse_args()
+    settings = [tuple(int(x) for x in s.split("x")) for s in args.settings.split(",") if s]
+    growth = [int(n) for n in args.growth.split(",") if n]
+    repeats = args.repeats
+    if args.quick:
+        settings, growth, repeats = [(256, 1)], [n for n in growth if n <= 256], 2
+    print(f"backend {keras.config.backend()}, keras {keras.__version__}, {os.cpu_count()} CPUs; "
+          f"{LAYERS} layers, width {WIDTH}, {HEADS} heads, vocabulary {VOCABULARY}, "
+          f"prompt {PROMPT}, greedy; median of {repeats}")
+    if not args.no_settings:
+        run_settings(settings, repeats, not args.no_keras_hub, not args.no_uncached)
+    if not args.no_growth:
+        run_growth(growth, repeats, not args.no_keras_hub)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Batches grouped by length: short sentences are not padded to the longest.
+
+The tf.data pipelines of `zoo.data` give every batch one static shape. A
+recipe groups its examples into a few length buckets, builds one pipeline per
+bucket (each padded to its bucket's bound), and interleaves them: a compiled
+train step is traced once per bucket, and a batch of 10-token phrases costs
+a tenth of one padded to 100.
+
+Example:
+```python
+groups = length_buckets(lengths, (16, 32, 64), batch_size=128)
+datasets = [classification_dataset([ids[i] for i in rows], labels[rows], 128, bound, ...)
+            for bound, rows in groups]
+train, steps = interleave(datasets, [len(rows) // 128 for _, rows in groups], seed=0)
+```
+"""
+
+import numpy as np
+
+
+def length_buckets(lengths, bounds, batch_size):
+    """Groups example indices by the shortest bound that holds them.
+
+    Args:
+        lengths: N ints, each example's length in tokens (counting any start,
+            end or [CLS]/[SEP] tokens the pipeline adds).
+        bounds: increasing ints; examples longer than the last bound go to
+            the last bucket (and are cut by the pipeline).
+        batch_size: a bucket with fewer examples than one batch joins the
+            next longer one; a last bucket under one batch is left out
+            unless it is the only one.
+
+    Returns:
+        A list of `(bound, indices)`, each `indices` a list of ints.
+    """
+    bounds = sorted(bounds)
+    groups = [[] for _ in bounds]
+    for index, length in enumerate(lengths):
+        groups[min(int(np.searchsorted(bounds, length)), len(bounds) - 1)].append(index)
+    kept = []
+    for i, (bound, rows) in enumerate(zip(bounds, groups)):
+        if len(rows) < batch_size and i < len(bounds) - 1:
+            groups[i + 1] = rows + groups[i + 1]
+        elif len(rows) >= batch_size or (rows and not kept):
+            kept.append((bound, rows))
+    return kept
+
+
+def interleave(datasets, counts, seed=None, shuffle=True):
+    """One stream of the batches of several finite datasets.
+
+    Args:
+        datasets: tf.data datasets with the same structure.
+        counts: the number of batches in one pass of each.
+        seed: int or None, for the random interleaving.
+        shuffle: False chains them in order (for validation).
+
+    Returns:
+        `(dataset, steps)`: a finite dataset, and its number of batches.
+    """
+    import tensorflow as tf
+
+    steps = int(sum(counts))
+    if len(datasets) == 1:
+        return datasets[0], steps
+    if not shuffle:
+        dataset = datasets[0]
+        for other in datasets[1:]:
+            dataset = dataset.concatenate(other)
+        return dataset, steps
+    weights = (np.asarray(counts, dtype="float64") / max(steps, 1)).tolist()
+    dataset = tf.data.Dataset.sample_from_datasets(datasets, weights, seed=seed, stop_on_empty_dataset=False)
+    return dataset.prefetch(tf.data.AUTOTUNE), steps
+
+
+def divisor_batch_size(count, batch_size):
+    """The largest batch size <= `batch_size` that divides `count`, so that a
+    pipeline that drops the last partial batch still sees every example
+    (872 SST-2 dev sentences, batch 64 -> 8)."""
+    return max(d for d in range(1, min(batch_size, count) + 1) if count % d == 0)
