@@ -40,7 +40,10 @@ class DecoderBlock(keras.layers.Layer):
         use_causal_mask: True (the default) hides future positions.
         self_attention_cache: (B, 2, S_max, h, k) keys and values of the
             positions decoded so far; the new ones are written at
-            `cache_index`.
+            `cache_index`. With a cache, `padding_mask` must be None: the
+            causal mask over absolute positions is what hides the empty
+            slots, and prompts are right-padded, so no real position ever
+            attends to padding (as keras-hub's cached decoding).
         cross_attention_cache: (B, 2, S, h, k) the projected encoder output;
             computed from `encoder_output` when not given.
         cache_index: position of the first query in the cache.
@@ -166,6 +169,14 @@ class DecoderBlock(keras.layers.Layer):
                 )
         implicit = x_mask if x_mask is not None else mask
         cached = self_attention_cache is not None
+        if cached and padding_mask is not None:
+            raise ValueError(
+                "`padding_mask` is not used with a `self_attention_cache`: the causal mask "
+                "over absolute positions hides the cache's empty slots. Right-pad the "
+                "prompts and pass padding_mask=None."
+            )
+        if cached and not use_causal_mask:
+            raise ValueError("Cached decoding needs `use_causal_mask=True`: the empty cache slots must stay hidden.")
 
         # 1. Causal self-attention.
         h = self.self_attention_add_norm.sublayer_input(x)
