@@ -142,10 +142,12 @@ def main(argv=None):
     parser.add_argument("--data", default=DEFAULT_DATA)
     parser.add_argument("--steps-per-execution", type=int, default=None, help="zoo; the recipe's default")
     parser.add_argument("--reference-steps-per-execution", type=int, default=20, help="keras-hub")
-    parser.add_argument("--jit-compile", default=None, choices=("true", "false", "auto"), help="zoo; the recipe's default")
+    parser.add_argument(
+        "--jit-compile", default=None, choices=("true", "false", "auto", "fusible"), help="zoo; the recipe's default"
+    )
     parser.add_argument("--mixed-precision", default=None, choices=("true", "false"), help="zoo; the recipe's default")
     parser.add_argument(
-        "--also", default="", help="more zoo settings to time alongside, e.g. 'true/false,false/true' (jit/bf16)"
+        "--also", default="", help="more zoo settings to time alongside, e.g. 'true/false,fusible/false' (jit/bf16)"
     )
     parser.add_argument("--only", choices=("zoo", "keras-hub"), default=None)
     args = parser.parse_args(argv)
@@ -159,6 +161,12 @@ def main(argv=None):
         args.jit_compile = gpt_char.DEFAULTS["jit_compile"]
     if args.mixed_precision is None:
         args.mixed_precision = "true" if gpt_char.DEFAULTS["mixed_precision"] else "false"
+    if args.jit_compile == "fusible" or "fusible/" in args.also:
+        # Process-wide, before TensorFlow runs anything; keras-hub's
+        # jit_compile=True step is compiled whole by XLA either way.
+        from zoo.training.run import enable_fusible_autoclustering
+
+        enable_fusible_autoclustering()
     text = read_text(args.data)
     vocabulary = CharVocabulary.from_text(text)
     ids = vocabulary.encode(text)[: int(0.9 * len(text))]
@@ -176,7 +184,7 @@ def main(argv=None):
     for name in names:
         start = time.perf_counter()
         setup, jit, bf16 = variants[name]
-        model, dataset = setup(ids, vocabulary.vocabulary_size, 2000, args, jit, bf16)
+        model, dataset = setup(ids, vocabulary.vocabulary_size, 2000, args, "false" if jit == "fusible" else jit, bf16)
         spe = args.reference_steps_per_execution if name == "keras-hub" else args.steps_per_execution
         timer = StepTimes()
         model.fit(dataset, steps_per_epoch=2 * spe, epochs=1, verbose=0)  # compile

@@ -42,13 +42,12 @@ def seq2seq():
 
 
 def _full_logits(model, tokens, source=None, length=16):
-    """The whole functional model (compiled, as `predict` runs it) on one
-    sequence; (len(tokens), V) logits.
+    """The whole functional model, as `predict` runs it, on one sequence;
+    (len(tokens), V) logits.
 
     The sequence (and the source) is right-padded to a fixed length and
-    masked, so that every call has one shape: JAX's eager ops then compile
-    once. Under the causal mask, padding after a position changes nothing
-    at it.
+    masked, so that every call has one shape and `predict` compiles once.
+    Under the causal mask, padding after a position changes nothing at it.
     """
     ids = np.zeros((1, length), "int32")
     ids[0, : len(tokens)] = tokens
@@ -120,7 +119,6 @@ def test_bare_backbone_generates_like_the_causal_lm(gpt, gpt_greedy):
     assert out.sequences == gpt_greedy.sequences
 
 
-@pytest.mark.filterwarnings("ignore:You are using a softmax")  # the reference's 1-token prefix
 def test_encoder_decoder_cached_equals_uncached(seq2seq):
     out = generate(seq2seq, STARTS, NEW, source=SOURCES)
     expected = [_uncached_greedy(seq2seq, p, NEW, source=s) for s, p in zip(SOURCES, STARTS)]

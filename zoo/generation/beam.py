@@ -1,9 +1,10 @@
 """Beam search with a length penalty, over right-padded prompts of
 different lengths.
 
-keras-hub's `BeamSampler` has no length penalty, lets the beams of a row
-still inside its prompt drift apart, and carries a finished beam on; this
-keeps the classic scheme (Wu et al. 2016; tensor2tensor's `beam_search`): K
+keras-hub's `BeamSampler` has no length penalty, keeps extending a beam
+after its stop token, and, while a longer prompt of the batch is still
+being read, adds to a row's scores the log-probabilities of tokens it then
+overwrites with the prompt's. This keeps the classic scheme (Wu et al. 2016; tensor2tensor's `beam_search`): K
 alive beams expanded to the 2K best candidates, candidates ending in a stop
 token move to a set of K finished hypotheses scored
 `log_prob / new_tokens ** length_penalty`, and a row is done once no alive
@@ -34,7 +35,7 @@ class BeamSearch:
         self.num_beams = num_beams
         self.length_penalty = length_penalty
         self.temperature = temperature
-        self.variables = []  # no random state
+        self.variables = []  # no random state (what `compiled` threads through JAX)
 
     def _penalty(self, new_tokens):
         new_tokens = ops.maximum(ops.cast(new_tokens, "float32"), 1.0)

@@ -1,18 +1,20 @@
 """One compiled function per (model, input shapes, sampler configuration).
 
-The whole decoding loop - encoder, prompt prefill, and the `while_loop`
-over new positions - is traced once into one function and compiled with
+The whole decoding loop - encoder, prompt prefill, and the `while_loop`s
+over new positions (one per cache stage) - is traced once into one function and compiled with
 XLA (`tf.function(jit_compile=True)` on TensorFlow, `jax.jit` on JAX); a
 later call with the same shapes and configuration reuses it. Other backends
 run the same function eagerly.
 """
 
+import collections
 import itertools
 import weakref
 
 import keras
 
-_COMPILED = weakref.WeakKeyDictionary()  # model -> {key: function}
+_COMPILED = weakref.WeakKeyDictionary()  # model -> OrderedDict(key -> function)
+_PER_MODEL = 32  # the most recently used functions kept per model
 _TRACES = [0]
 
 
@@ -22,7 +24,7 @@ def trace_count():
     return _TRACES[0]
 
 
-class counting_traces:
+class _Traced:
     """Wrap `fn` so that each trace (each run of its Python body) is counted.
 
     A callable object rather than a closure: TensorFlow tells apart the
@@ -47,11 +49,15 @@ def get_or_compile(model, key, build):
     `fn` updates. The cache holds the model weakly (`model_ref()`), so that
     a compiled function does not keep its model alive.
     """
-    per_model = _COMPILED.setdefault(model, {})
-    if key not in per_model:
+    per_model = _COMPILED.setdefault(model, collections.OrderedDict())
+    if key in per_model:
+        per_model.move_to_end(key)
+    else:
         model_ref = weakref.ref(model)
         fn, sampler = build(model_ref)
-        per_model[key] = (_compile(counting_traces(fn), model_ref, sampler), sampler)
+        per_model[key] = (_compile(_Traced(fn), model_ref, sampler), sampler)
+        if len(per_model) > _PER_MODEL:
+            per_model.popitem(last=False)
     return per_model[key]
 
 
