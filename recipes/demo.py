@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 import zoo  # noqa: E402
 from zoo.data import DataError, WordVocabulary, held_out_split, seq2seq_dataset, toy_translation  # noqa: E402
 from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy  # noqa: E402
+from zoo.training.batching import int32_masks  # noqa: E402
 from zoo.training.run import (  # noqa: E402
     OutputFolder,
     callbacks,
@@ -87,7 +88,7 @@ def main(argv=None):
 
     def batches(sources, targets, shuffle):
         batch_size = min(args.batch_size, len(sources))
-        return seq2seq_dataset(
+        dataset = seq2seq_dataset(
             [v.encode(s) for s in sources],
             [v.encode(t) for t in targets],
             batch_size,
@@ -98,6 +99,7 @@ def main(argv=None):
             shuffle=shuffle,
             seed=args.seed,
         )
+        return int32_masks(dataset)  # bool masks cannot be split over replicas
 
     train, val = batches(train_en, train_de, True), batches(val_en, val_de, False)
     print(f"{len(train_en):,} training pairs, {len(val_en):,} held-out pairs, {v.vocabulary_size} words", flush=True)

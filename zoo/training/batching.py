@@ -61,6 +61,7 @@ def interleave(datasets, counts, seed=None, shuffle=True):
     import tensorflow as tf
 
     steps = int(sum(counts))
+    datasets = [int32_masks(d) for d in datasets]
     if len(datasets) == 1:
         return datasets[0], steps
     if not shuffle:
@@ -71,6 +72,22 @@ def interleave(datasets, counts, seed=None, shuffle=True):
     weights = (np.asarray(counts, dtype="float64") / max(steps, 1)).tolist()
     dataset = tf.data.Dataset.sample_from_datasets(datasets, weights, seed=seed, stop_on_empty_dataset=False)
     return dataset.prefetch(tf.data.AUTOTUNE), steps
+
+
+def int32_masks(dataset):
+    """The dataset with its bool tensors (the padding masks) as int32 0/1.
+
+    Keras under a tf.distribute strategy cannot split bool inputs across
+    replicas (TensorFlow's AddN has no bool kernel); the zoo models' mask
+    inputs are int32 anyway, so this changes nothing on one device.
+    """
+    import tensorflow as tf
+
+    def cast(*parts):
+        parts = tf.nest.map_structure(lambda t: tf.cast(t, tf.int32) if t.dtype == tf.bool else t, parts)
+        return parts if len(parts) > 1 else parts[0]
+
+    return dataset.map(cast, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def divisor_batch_size(count, batch_size):
