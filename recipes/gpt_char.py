@@ -138,22 +138,21 @@ def _history(path):
 
 def _sample(model, vocabulary, length, block, seed):
     """`length` characters from a newline prompt with zoo.generation, nanoGPT's
-    way past the block size: the context is cropped to its last half block."""
+    way past the block size: the context is cropped to its last half block.
+    Two prompt shapes in all, so the decoding compiles twice."""
     from zoo.generation import generate
 
     text = "\n"
     while len(text) < length + 1:
         context = vocabulary.encode(text[-(block // 2):])
-        new = min(block - len(context), length + 1 - len(text))
-        out = generate(model, [context.tolist()], new, sampler="temperature", temperature=0.8, seed=seed)
+        out = generate(model, [context.tolist()], block - len(context), sampler="temperature", temperature=0.8, seed=seed)
         text += vocabulary.decode(out.sequences[0])
         seed += 1
-    return text[1:]
+    return text[1 : length + 1]
 
 
 def main(argv=None):
     import keras
-    import numpy as np
 
     from zoo.data import read_text
     from zoo.training.run import (

@@ -15,7 +15,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = textwrap.dedent(
+TWO_CPUS = textwrap.dedent(
     """
     import json, os, sys
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -23,6 +23,13 @@ SCRIPT = textwrap.dedent(
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    """
+)
+
+# One process per strategy object: two MirroredStrategy instances in one
+# process may reuse each other's collective instance keys.
+SAME_LOSS = TWO_CPUS + textwrap.dedent(
+    """
     import keras
     import numpy as np
     import zoo
@@ -58,24 +65,33 @@ SCRIPT = textwrap.dedent(
         return dict(replicas=replicas, loss=float(loss), trained=float(trained), after=float(after),
                     weights=[w.tolist() for w in model.get_weights()[:3]])
 
-    one, two = run("default"), run("mirrored")
-    from recipes import demo
-    accuracy = demo.main(["--strategy", "mirrored", "--num-pairs", "400", "--epochs", "1", "--batch-size", "32",
-                          "--jit-compile", "false", "--output", sys.argv[1], "--num-samples", "0"])
-    print("RESULT " + json.dumps(dict(one=one, two=two, accuracy=accuracy,
+    print("RESULT " + json.dumps(dict(one=run("default"), two=run("mirrored"),
                                       devices=len(tf.config.list_logical_devices("CPU")))))
     """
 )
 
+RECIPE = TWO_CPUS + textwrap.dedent(
+    """
+    from recipes import demo
 
-def test_mirrored_on_two_cpus_matches_one_device(tmp_path):
+    accuracy = demo.main(["--strategy", "mirrored", "--num-pairs", "400", "--epochs", "1", "--batch-size", "32",
+                          "--jit-compile", "false", "--output", sys.argv[1], "--num-samples", "0"])
+    print("RESULT " + json.dumps(dict(accuracy=accuracy)))
+    """
+)
+
+
+def result_of(script, *args):
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "demo")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-c", script, *args], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    line = [l for l in result.stdout.splitlines() if l.startswith("RESULT ")][-1]
-    out = json.loads(line[len("RESULT "):])
+    line = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def test_mirrored_on_two_cpus_matches_one_device():
+    out = result_of(SAME_LOSS)
     one, two = out["one"], out["two"]
     assert out["devices"] == 2
     assert one["replicas"] == 1 and two["replicas"] == 2
@@ -85,5 +101,9 @@ def test_mirrored_on_two_cpus_matches_one_device(tmp_path):
     assert abs(one["after"] - two["after"]) < 1e-4
     for a, b in zip(one["weights"], two["weights"]):
         np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
+
+
+def test_a_recipe_trains_under_mirrored_on_two_cpus(tmp_path):
+    out = result_of(RECIPE, str(tmp_path / "demo"))
     assert 0.0 <= out["accuracy"] <= 1.0
     assert (tmp_path / "demo" / "best.keras").is_file()

@@ -1,6 +1,6 @@
 """What generation needs from a model: fill a key/value cache, then step.
 
-Each model family exposes the same three operations to the decoding loop,
+Each model family exposes the same operations to the decoding loop,
 all through the model's own layers (one forward path: the cached step and
 the full forward pass run the same block and attention code):
 
