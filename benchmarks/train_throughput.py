@@ -198,7 +198,7 @@ def main(argv=None):
     for repeat in range(args.repeats):
         for name in names if repeat % 2 == 0 else names[::-1]:
             run = runs[name]
-            steps = max(chunk // run["spe"], 2) * run["spe"]
+            steps = max(chunk // run["spe"], 1) * run["spe"]
             run["model"].fit(run["dataset"], steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[run["timer"].callback])
 
     flops = flops_per_step()

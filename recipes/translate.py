@@ -19,6 +19,7 @@ validation split.
 import os
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -26,7 +27,14 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import zoo  # noqa: E402
-from zoo.data import DataError, read_parallel, save_vocabulary, seq2seq_dataset, train_word_piece  # noqa: E402
+from zoo.data import (  # noqa: E402
+    DataError,
+    load_word_piece,
+    read_parallel,
+    save_vocabulary,
+    seq2seq_dataset,
+    train_word_piece,
+)
 from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule  # noqa: E402
 from zoo.training.batching import interleave, length_buckets  # noqa: E402
 from zoo.training.bleu import corpus_bleu  # noqa: E402
@@ -187,7 +195,11 @@ def main(argv=None):
     # --- Data: read everything before the output folder is touched ---------
     train_src, train_tgt = read_parallel(args.data, "train", args.source_lang, args.target_lang)
     val_src, val_tgt = read_parallel(args.data, "val", args.source_lang, args.target_lang)
-    tokenizer = train_word_piece(train_src + train_tgt, args.vocabulary_size)
+    saved = Path(args.output) / "vocabulary.txt"
+    if saved.is_file() and not args.overwrite:  # resuming: the checkpoint's own vocabulary
+        tokenizer = load_word_piece(saved)
+    else:
+        tokenizer = train_word_piece(train_src + train_tgt, args.vocabulary_size)
     vocabulary = tokenizer.get_vocabulary()
     ids = {token: i for i, token in enumerate(vocabulary)}
     train_src_ids, train_tgt_ids = tokenize(tokenizer, train_src), tokenize(tokenizer, train_tgt)
@@ -232,16 +244,18 @@ def main(argv=None):
     print(f"{args.preset}: {model.count_params():,} parameters", flush=True)
 
     # --- Train -------------------------------------------------------------------
-    history = model.fit(
-        train.repeat(),
-        steps_per_epoch=steps,
-        epochs=args.epochs,
-        validation_data=val,
-        validation_steps=val_steps,
-        callbacks=callbacks(folder) + [TimeBudget(args.time_budget)],
-    )
+    # --epochs 0 on an interrupted run's folder evaluates its best.keras.
+    if args.epochs > 0:
+        history = model.fit(
+            train.repeat(),
+            steps_per_epoch=steps,
+            epochs=args.epochs,
+            validation_data=val,
+            validation_steps=val_steps,
+            callbacks=callbacks(folder) + [TimeBudget(args.time_budget)],
+        )
+        plot_history(history.history, folder / "learning_curves.png", title=f"{args.preset} on Multi30k")
     train_seconds = time.time() - started
-    plot_history(history.history, folder / "learning_curves.png", title=f"{args.preset} on Multi30k")
     if (folder / "best.keras").exists():
         model.load_weights(folder / "best.keras")
 
