@@ -3,20 +3,23 @@
 WordPiece detokenization leaves a space around every punctuation mark
 ("a man ' s t - shirt ."). sacrebleu's 13a tokenizer splits most punctuation
 itself, but keeps apostrophes and hyphens inside words ("man's", "t-shirt"),
-so those two are joined back before scoring; everything else is scored as
-sacrebleu sees it. Scores are on lowercased text, as the Multi30k anchors.
+so those two are joined back before scoring; punctuation is attached to the
+word before it (13a splits it off again, so that changes no score, only
+sacrebleu's "forgot to detokenize?" warning). Scores are on lowercased text, as the Multi30k anchors.
 """
 
 import re
 
 _HYPHEN = re.compile(r"(\w) - (?=\w)")
 _CLITIC = re.compile(r"(\w) ' (s|t|re|ve|ll|d|m)\b")
+_PUNCTUATION = re.compile(r" ([.,!?;:])(?= |$)")
 
 
 def detokenize(text):
-    """Joins the word pieces' spaced-out hyphens and clitics:
-    "a man ' s t - shirt ." -> "a man's t-shirt ."."""
-    return _CLITIC.sub(r"\1'\2", _HYPHEN.sub(r"\1-", text)).strip()
+    """Joins the word pieces' spaced-out hyphens, clitics and final
+    punctuation: "a man ' s t - shirt , too ." -> "a man's t-shirt, too."."""
+    text = _CLITIC.sub(r"\1'\2", _HYPHEN.sub(r"\1-", text))
+    return _PUNCTUATION.sub(r"\1", text).strip()
 
 
 def corpus_bleu(hypotheses, references, lowercase=True):
