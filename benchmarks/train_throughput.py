@@ -208,13 +208,11 @@ def main(argv=None):
         ms[name] = 1000 * statistics.median(per_step)
         spread = 1000 * np.percentile(per_step, [25, 75])
         gflops = flops / ms[name] / 1e6
-        function = runs[name]["model"].train_function
-        traces = getattr(function, "experimental_get_tracing_count", lambda: "?")()
         print(
             f"{name}: {ms[name]:.2f} ms/step (IQR {spread[0]:.2f}-{spread[1]:.2f}, {len(per_step)} executions of "
             f"{runs[name]['spe']} steps), {BATCH * BLOCK / ms[name] * 1000:,.0f} tokens/s, "
             f"{2000 * ms[name] / 1000:.1f} s per 2000 steps, {gflops:.1f} GFLOP/s = "
-            f"{gflops / peak32:.1%} of fp32 peak, {gflops / peak16:.1%} of bf16 peak; train step traced {traces}x"
+            f"{gflops / peak32:.1%} of fp32 peak, {gflops / peak16:.1%} of bf16 peak"
         )
     if "zoo" in ms and "keras-hub" in ms:
         print(f"settings: zoo jit_compile={args.jit_compile} steps_per_execution={args.steps_per_execution} "

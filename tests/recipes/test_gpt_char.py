@@ -1,7 +1,6 @@
 """The gpt_char recipe: a smoke run on a tiny text, its refusals, and (slow)
 nanoGPT's CPU baby GPT on Tiny Shakespeare."""
 
-import os
 from pathlib import Path
 
 import pytest
