@@ -36,11 +36,13 @@ class MultiHeadAttention(keras.layers.Layer):
         padding_mask: (B, S), False (or 0) at padded keys.
         attention_mask: (B, T, S), False where a query may not attend.
         use_causal_mask: query t attends to keys s <= t only.
-        cache: for cached decoding. Self-attention: (B, 2, S_max, h, k), the
-            keys and values of all positions so far; the new positions are
+        cache: for cached decoding. Self-attention: (B, 2, h, S_max, k), the
+            keys and values of all positions so far, head-major (each of K
+            and V is the (B, h, S, k) operand of the attention product, so
+            no step transposes the whole cache); the new positions are
             written at `cache_index` and the updated cache is returned.
-            Cross-attention: the projected keys/values of `key_value`
-            (from `compute_key_value`), returned unchanged.
+            Cross-attention: the (B, 2, h, S, k) projected keys/values of
+            `key_value` (from `compute_key_value`), returned unchanged.
         cache_index: the position of the first query in the cache.
         return_attention_scores: also return the (B, h, T, S) weights.
         training: enables dropout.
@@ -114,17 +116,17 @@ class MultiHeadAttention(keras.layers.Layer):
         self.built = True
 
     def _split_heads(self, x, parts):
-        # (B, L, parts * d) -> (B, parts, L, h, k)
+        # (B, L, parts * d) -> (B, parts, h, L, k), head-major
         b, length = ops.shape(x)[0], ops.shape(x)[1]
         x = ops.reshape(x, (b, length, parts, self.num_heads, self.head_dim))
-        return ops.transpose(x, (0, 2, 1, 3, 4))
+        return ops.transpose(x, (0, 2, 3, 1, 4))
 
     def _heads(self, x):
         # (B, L, d) -> (B, L, h, k)
         return ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[1], self.num_heads, self.head_dim))
 
     def compute_key_value(self, key_value):
-        """Project a cross-attention sequence once: (B, S, d_kv) -> (B, 2, S, h, k)."""
+        """Project a cross-attention sequence once: (B, S, d_kv) -> (B, 2, h, S, k)."""
         return self._split_heads(self.key_value_dense(key_value), 2)
 
     def call(
@@ -156,7 +158,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 )
             q = self._heads(self.query_dense(query))  # (B, T, h, k)
             if cache is None:
-                kv = self.compute_key_value(key_value)  # (B, 2, S, h, k)
+                kv = self.compute_key_value(key_value)  # (B, 2, h, S, k)
             else:
                 kv = cache
             key_padding = key_value_mask
@@ -171,15 +173,19 @@ class MultiHeadAttention(keras.layers.Layer):
             # is a concatenation; strided slices' gradients cost far more).
             q, key, value = ops.split(self.query_key_value_dense(query), 3, axis=-1)  # 3 x (B, T, d)
             q, key, value = (self._heads(t) for t in (q, key, value))  # (B, T, h, k)
+            # Head-major K and V, the layout of the attention product (and
+            # of the cache): only the new positions are transposed.
+            key = ops.transpose(key, (0, 2, 1, 3))  # (B, h, T, k)
+            value = ops.transpose(value, (0, 2, 1, 3))  # (B, h, T, k)
             if cache is not None:
                 # Write the new positions into the preallocated cache.
-                kv = ops.stack([key, value], axis=1)  # (B, 2, T, h, k)
-                start = [0, 0, ops.cast(cache_index, "int32"), 0, 0]
+                kv = ops.stack([key, value], axis=1)  # (B, 2, h, T, k)
+                start = [0, 0, 0, ops.cast(cache_index, "int32"), 0]
                 cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
-                key, value = cache[:, 0], cache[:, 1]  # (B, S, h, k)
+                key, value = cache[:, 0], cache[:, 1]  # (B, h, S, k)
             key_padding = query_mask if cache is None else None
         if self.cross_attention:
-            key, value = kv[:, 0], kv[:, 1]  # (B, S, h, k)
+            key, value = kv[:, 0], kv[:, 1]  # (B, h, S, k)
 
         attend_mask = merge_masks(
             query,
@@ -198,8 +204,6 @@ class MultiHeadAttention(keras.layers.Layer):
             attend_mask = attend_mask[:, None, :, :]  # (B, 1, T, S)
 
         q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
-        key = ops.transpose(key, (0, 2, 1, 3))  # (B, h, S, k)
-        value = ops.transpose(value, (0, 2, 1, 3))  # (B, h, S, k)
         weights = attention_weights(q, key, mask=attend_mask)  # (B, h, T, S)
         dropped = self.dropout_layer(weights, training=training)
         out = ops.matmul(dropped, ops.cast(value, dropped.dtype))  # (B, h, T, k)
