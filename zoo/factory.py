@@ -21,7 +21,7 @@ TASKS = {
     "bert": {
         None: None,
         "masked_lm": (BertMaskedLM, ()),
-        "classifier": (BertClassifier, ("num_classes", "dropout")),
+        "classifier": (BertClassifier, ("num_classes", "classifier_dropout")),
         "sentence_encoder": (BertSentenceEncoder, ("pooling", "normalize")),
     },
     # The encoder-decoder is the whole paper model: its output is already logits.
@@ -74,6 +74,8 @@ def build(name, task=None, **overrides):
             f"{', task ' + repr(task) if task else ''}). Valid: {', '.join(sorted(allowed))}."
         )
     task_kwargs = {k: overrides.pop(k) for k in task_arguments if k in overrides}
+    if "classifier_dropout" in task_kwargs:  # `dropout` itself belongs to the backbone
+        task_kwargs["dropout"] = task_kwargs.pop("classifier_dropout")
     config = {**preset["config"], **overrides}
     backbone = backbone_class(**config)
     if task_class is None:

@@ -113,3 +113,9 @@ def test_plot_model_draws_each_family(tmp_path):
     for name in ["gpt-nano", "bert-tiny", "transformer-tiny"]:
         path = zoo.plot(name, tmp_path / f"{name}.png")
         assert path.exists() and path.stat().st_size > 1000
+
+
+def test_dropout_goes_to_the_backbone_and_classifier_dropout_to_the_head():
+    model = zoo.build("bert-tiny", task="classifier", num_classes=2, dropout=0.3, classifier_dropout=0.2)
+    assert model.backbone._zoo_config["dropout"] == 0.3
+    assert model.dropout_layer.rate == 0.2
