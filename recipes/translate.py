@@ -13,7 +13,10 @@ Writes to --output: best.keras, vocabulary.txt, history.csv, TensorBoard logs,
 learning_curves.png, attention.png (cross-attention of one validation
 sentence, one panel per head), translations.txt. The last line printed is
 `val_bleu=...`: sacrebleu's corpus BLEU on the lowercased, detokenized
-validation split.
+validation split. Training stops at --epochs or before an epoch that would
+pass --time-budget minutes. A killed run resumes from its backup (with its
+saved vocabulary); `--epochs 0` on an unfinished folder only evaluates its
+best.keras.
 """
 
 import os
