@@ -397,7 +397,7 @@ def test_fully_masked_row_gives_zeros_not_nan_in_mixed_bfloat16():
 
 def _empty_cache(batch, length, layer_or_heads, width):
     heads = layer_or_heads if isinstance(layer_or_heads, int) else layer_or_heads.num_heads
-    return ops.zeros((batch, 2, length, heads, width // heads))  # (B, 2, S_max, h, k)
+    return ops.zeros((batch, 2, heads, length, width // heads))  # (B, 2, h, S_max, k)
 
 
 @pytest.mark.parametrize("index_as_tensor", [False, True])
@@ -413,16 +413,16 @@ def test_cached_attention_equals_full_causal_pass(index_as_tensor):
     for start, end in steps:
         index = ops.convert_to_tensor(start, "int32") if index_as_tensor else start
         out, cache = layer(x[:, start:end], use_causal_mask=True, cache=cache, cache_index=index)
-        assert tuple(cache.shape) == (B, 2, s_max, H, D // H)
+        assert tuple(cache.shape) == (B, 2, H, s_max, D // H)
         outputs.append(to_np(out))
     np.testing.assert_allclose(np.concatenate(outputs, axis=1), full, atol=ATOL)
     # The cache holds each position's keys and values, the reference's.
     qkv = x.astype(np.float64) @ to_np(layer.query_key_value_dense.kernel) + to_np(
         layer.query_key_value_dense.bias
     )
-    keys = qkv[..., D : 2 * D].reshape(B, T, H, D // H)
-    np.testing.assert_allclose(to_np(cache)[:, 0, :T], keys, atol=ATOL)
-    np.testing.assert_array_equal(to_np(cache)[:, :, T:], 0.0)
+    keys = qkv[..., D : 2 * D].reshape(B, T, H, D // H).transpose(0, 2, 1, 3)  # (B, h, T, k)
+    np.testing.assert_allclose(to_np(cache)[:, 0, :, :T], keys, atol=ATOL)
+    np.testing.assert_array_equal(to_np(cache)[:, :, :, T:], 0.0)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -447,7 +447,7 @@ def test_cached_decoder_block_equals_full_pass(norm_first, cross_attention):
         )
         outputs.append(to_np(out))
         if cross_attention:
-            assert tuple(cross_cache.shape) == (B, 2, S, H, D // H)
+            assert tuple(cross_cache.shape) == (B, 2, H, S, D // H)
         else:
             assert cross_cache is None
     np.testing.assert_allclose(np.concatenate(outputs, axis=1), full, atol=ATOL)

@@ -60,7 +60,7 @@ class BeamSearch:
             next: `next(token_ids (B*K, L), cache, index) -> (logits
                 (B*K, V), None, cache)`, the logits for position `index`.
             prompt: (B, L) int32, right-padded prompts followed by padding.
-            cache: a nested structure of (B, 2, S, h, k) tensors (the
+            cache: a nested structure of (B, 2, h, S, k) tensors (the
                 prefilled key/value cache, S = stages[0]); repeated here
                 once per beam.
             mask: (B, L) bool, True at prompt tokens (which are kept).

@@ -89,7 +89,7 @@ class Seq2SeqDecoder:
 
     def start(self, source_ids, source_mask):
         """-> (cross_cache, source_mask (B, S)); the cross cache is a tuple
-        of N per-layer (B, 2, S, h, k) projected encoder outputs."""
+        of N per-layer (B, 2, h, S, k) projected encoder outputs."""
         encoded = self.model.encode(source_ids, source_mask, training=False)  # (B, S, d)
         cross_cache = tuple(
             block.cross_attention_layer.compute_key_value(encoded) for block in self.model.decoder_blocks
@@ -121,9 +121,9 @@ class Seq2SeqDecoder:
 
 
 def _empty_cache(decoder, batch_size, length, dtype):
-    """N per-layer (B, 2, L, h, k) self-attention caches, a tuple rather than
+    """N per-layer (B, 2, h, L, k) self-attention caches (head-major), a tuple rather than
     one stacked tensor, so that a compiled loop updates each in place."""
-    shape = (batch_size, 2, length, decoder.num_heads, decoder.head_dim)
+    shape = (batch_size, 2, decoder.num_heads, length, decoder.head_dim)
     return tuple(ops.zeros(shape, dtype=dtype) for _ in range(decoder.num_layers))
 
 

@@ -31,11 +31,11 @@ def stage_lengths(prompt_length, length):
 
 
 def grow_cache(cache, length):
-    """Zero-pad each (B, 2, S, h, k) cache of a nested structure to S = length."""
+    """Zero-pad each (B, 2, h, S, k) cache of a nested structure to S = length."""
 
     def pad(x):
-        extra = length - x.shape[2]
-        return x if extra == 0 else ops.pad(x, [[0, 0], [0, 0], [0, extra], [0, 0], [0, 0]])
+        extra = length - x.shape[3]
+        return x if extra == 0 else ops.pad(x, [[0, 0], [0, 0], [0, 0], [0, extra], [0, 0]])
 
     return tree.map_structure(pad, cache)
 

@@ -43,7 +43,14 @@ def attention_weights(query, key, mask=None, scale=None):
         )
     if scale is None:
         scale = 1.0 / math.sqrt(d_key or ops.shape(key)[-1])
-    logits = ops.matmul(query, ops.swapaxes(key, -1, -2))  # (..., T, S)
+    if _static_dim(query, -2) == 1:
+        # One query (a cached decoding step): K q, a matrix-vector product
+        # that reads K in its stored (..., S, d_k) layout; Q K^T would make
+        # XLA copy K transposed every step. Swapping the length-1 axis back
+        # is free.
+        logits = ops.swapaxes(ops.matmul(key, ops.swapaxes(query, -1, -2)), -1, -2)  # (..., 1, S)
+    else:
+        logits = ops.matmul(query, ops.swapaxes(key, -1, -2))  # (..., T, S)
     logits = ops.cast(logits, "float32") * scale
     if mask is None:
         return ops.cast(ops.softmax(logits, axis=-1), query.dtype)

@@ -38,13 +38,13 @@ class DecoderBlock(keras.layers.Layer):
         encoder_padding_mask: (B, S), False at padded source positions.
         attention_mask: (B, T, T) for the self-attention.
         use_causal_mask: True (the default) hides future positions.
-        self_attention_cache: (B, 2, S_max, h, k) keys and values of the
+        self_attention_cache: (B, 2, h, S_max, k) keys and values of the
             positions decoded so far; the new ones are written at
             `cache_index`. With a cache, `padding_mask` must be None: the
             causal mask over absolute positions is what hides the empty
             slots, and prompts are right-padded, so no real position ever
             attends to padding (as keras-hub's cached decoding).
-        cross_attention_cache: (B, 2, S, h, k) the projected encoder output;
+        cross_attention_cache: (B, 2, h, S, k) the projected encoder output;
             computed from `encoder_output` when not given.
         cache_index: position of the first query in the cache.
 

@@ -187,9 +187,10 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.cross_attention:
             key, value = kv[:, 0], kv[:, 1]  # (B, h, S, k)
 
+        key_shape = key[:, 0]  # (B, S, k): merge_masks reads only the shape of the keys
         attend_mask = merge_masks(
             query,
-            key,
+            key_shape,
             padding_mask=padding_mask,
             attention_mask=attention_mask,
             query_mask=query_mask,
@@ -198,7 +199,7 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         if key_padding is not None:
             # Merged separately, so that `padding_mask` is shape-checked first.
-            key_mask = merge_masks(query, key, padding_mask=key_padding)
+            key_mask = merge_masks(query, key_shape, padding_mask=key_padding)
             attend_mask = key_mask if attend_mask is None else ops.logical_and(attend_mask, key_mask)
         if attend_mask is not None:
             attend_mask = attend_mask[:, None, :, :]  # (B, 1, T, S)

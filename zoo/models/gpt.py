@@ -144,10 +144,10 @@ class GPTBackbone(ZooModel):
         """Run the blocks and final norm on embedded inputs x (B, T, d).
 
         The same layers as the functional graph; with `cache`
-        (B, N, 2, S_max, h, k) every block reads and writes its keys and
+        (B, N, 2, h, S_max, k) every block reads and writes its keys and
         values at `cache_index`, and the updated cache is returned as
         `(hidden, cache)`. Used by `zoo.generate`. The cache may also be a
-        tuple of N per-layer (B, 2, S_max, h, k) caches, returned as a
+        tuple of N per-layer (B, 2, h, S_max, k) caches, returned as a
         tuple: a compiled decoding loop then updates each in place instead
         of re-stacking the whole cache every step.
         """

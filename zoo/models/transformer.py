@@ -176,10 +176,10 @@ class EncoderDecoder(ZooModel):
 
     def decode_step(self, x, encoder_padding_mask, cache, cache_index, cross_cache, training=False):
         """Embedded decoder inputs (B, T, d) through every decoder block with
-        a key/value cache: `cache` (B, N, 2, S_max, h, k) for
-        self-attention, `cross_cache` (B, N, 2, S, h, k) the projected
+        a key/value cache: `cache` (B, N, 2, h, S_max, k) for
+        self-attention, `cross_cache` (B, N, 2, h, S, k) the projected
         encoder output. Returns (hidden, cache). Either cache may also be a
-        tuple of N per-layer (B, 2, ..., h, k) caches; `cache` then comes
+        tuple of N per-layer (B, 2, h, ..., k) caches; `cache` then comes
         back as a tuple (updated in place in a compiled loop, not
         re-stacked)."""
         per_layer = isinstance(cache, (list, tuple))
