@@ -10,10 +10,12 @@ matrices, global gradient clipping 1.0), then estimates the validation loss
 on 200 random batches of the last 10% (1.91 here; nanoGPT reports 1.88 from
 20 batches), prints a sample and, as its last line, `val_loss=1.9105`.
 
-By default XLA compiles only the element-wise ops and oneDNN runs the matrix
-products in bf16 (`--jit-compile fusible --mixed-precision`): the fastest
-setting measured on a CPU with bf16 units (benchmarks/results/train_throughput.txt);
-`--jit-compile true --no-mixed-precision` is plain XLA in float32.
+By default the train step is XLA-compiled in float32 (`--jit-compile true`),
+the fastest setting measured on this project's idle 2-core CPU (73 s for
+2000 steps). `--jit-compile fusible --mixed-precision` (XLA for the
+element-wise ops only, oneDNN bf16 matmuls on AMX) was faster only while the
+machine was heavily shared, and took 104 s when idle
+(benchmarks/results/train_throughput.txt).
 
 Writes to --output: `model.keras` (final), `best.keras`, `chars.json` (the
 vocabulary), `history.csv`, `logs/` (TensorBoard), `curves.png`,
@@ -47,8 +49,8 @@ DEFAULTS = dict(
     epoch_eval_batches=20,  # validation batches per epoch, for the curves
     eval_batches=200,  # validation batches of the final estimate
     steps_per_execution=50,  # train steps per compiled call
-    jit_compile="fusible",  # XLA for element-wise ops, oneDNN matmuls: fastest measured
-    mixed_precision=True,  # bf16 matmuls (AMX / AVX512-BF16); the loss stays float32
+    jit_compile="true",  # XLA: fastest measured on the idle machine (73 s vs 104 s fusible+bf16)
+    mixed_precision=False,  # float32; `--jit-compile fusible --mixed-precision` won only under heavy load
     sample_length=300,
     output="runs/gpt_char",
     seed=1337,
