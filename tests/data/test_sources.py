@@ -19,9 +19,9 @@ def write(path, text):
 
 
 def test_read_text_returns_the_whole_file(tmp_path):
-    path = write(tmp_path / "input.txt", "First Citizen:\nBefore we proceed\n")
-    assert read_text(path) == "First Citizen:\nBefore we proceed\n"
-    assert read_text(str(path)) == "First Citizen:\nBefore we proceed\n"
+    path = write(tmp_path / "input.txt", "To be tested:\nA line of our own\n")
+    assert read_text(path) == "To be tested:\nA line of our own\n"
+    assert read_text(str(path)) == "To be tested:\nA line of our own\n"
 
 
 def test_read_text_missing_file_names_it(tmp_path):

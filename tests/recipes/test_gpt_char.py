@@ -9,7 +9,7 @@ from recipes import gpt_char
 from zoo.data import DataError
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n" * 30
+TEXT = "Tester:\nA small text the test writes for itself, with enough characters.\n\nAll:\nAgain, again.\n\n" * 30
 FAST = ["--preset", "nano", "--steps", "4", "--steps-per-epoch", "2", "--batch-size", "4",
         "--eval-batches", "2", "--sample-length", "10", "--jit-compile", "false"]
 FILES = ("model.keras", "best.keras", "chars.json", "history.csv", "curves.png", "attention.png", "run.json")
