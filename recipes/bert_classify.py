@@ -33,6 +33,7 @@ from zoo.data import (  # noqa: E402
     read_labelled,
     save_vocabulary,
     train_word_piece,
+    token_id_lists,
 )
 from zoo.models import BertClassifier  # noqa: E402
 from zoo.training import WarmupCosineDecay, adamw  # noqa: E402
@@ -81,12 +82,6 @@ def parse(argv):
     return parser.parse_args(argv)
 
 
-def tokenize(tokenizer, sentences):
-    rows = tokenizer(sentences)
-    rows = rows.to_list() if hasattr(rows, "to_list") else rows  # a tf.RaggedTensor on TensorFlow
-    return [list(map(int, row)) for row in rows]
-
-
 def pretrained_parts(folder):
     """(backbone constructor arguments, tokenizer, weights path) of a
     bert_pretrain run, or a DataError naming what is missing."""
@@ -116,7 +111,7 @@ def main(argv=None):
     vocabulary = tokenizer.get_vocabulary()
     ids = {token: i for i, token in enumerate(vocabulary)}
     length = min(args.sequence_length, (config or {}).get("max_sequence_length", args.sequence_length))
-    train_ids, dev_ids = tokenize(tokenizer, train_text), tokenize(tokenizer, dev_text)
+    train_ids, dev_ids = token_id_lists(tokenizer, train_text), token_id_lists(tokenizer, dev_text)
 
     def batches(token_ids, labels, batch_size, buckets, shuffle):
         groups = length_buckets([len(row) + 2 for row in token_ids], buckets, batch_size)

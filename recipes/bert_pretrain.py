@@ -35,6 +35,7 @@ from zoo.data import (  # noqa: E402
     read_text,
     save_vocabulary,
     train_word_piece,
+    token_id_lists,
 )
 from zoo.training import WarmupCosineDecay, adamw  # noqa: E402
 from zoo.training.batching import interleave, length_buckets  # noqa: E402
@@ -93,12 +94,6 @@ def read_sentences(args):
     return list(dict.fromkeys(sentences))
 
 
-def tokenize(tokenizer, sentences):
-    rows = tokenizer(sentences)
-    rows = rows.to_list() if hasattr(rows, "to_list") else rows  # a tf.RaggedTensor on TensorFlow
-    return [list(map(int, row)) for row in rows]
-
-
 def batches(token_ids, batch_size, args, ids, vocabulary_size, shuffle, seed):
     lengths = [len(row) + 2 for row in token_ids]  # [CLS] ... [SEP]
     buckets = tuple(b for b in DEFAULTS["buckets"] if b < args.sequence_length) + (args.sequence_length,)
@@ -136,8 +131,8 @@ def main(argv=None):
     tokenizer = train_word_piece(train_text, args.vocabulary_size)
     vocabulary = tokenizer.get_vocabulary()
     ids = {token: i for i, token in enumerate(vocabulary)}
-    train_ids = [row for row in tokenize(tokenizer, train_text) if row]
-    val_ids = [row for row in tokenize(tokenizer, val_text) if row]
+    train_ids = [row for row in token_id_lists(tokenizer, train_text) if row]
+    val_ids = [row for row in token_id_lists(tokenizer, val_text) if row]
     train, steps = batches(train_ids, args.batch_size, args, ids, len(vocabulary), True, args.seed)
     val_batch = min(args.batch_size, len(val_ids))
     val, val_steps = batches(val_ids, val_batch, args, ids, len(vocabulary), False, None)

@@ -37,6 +37,7 @@ from zoo.data import (  # noqa: E402
     save_vocabulary,
     seq2seq_dataset,
     train_word_piece,
+    token_id_lists,
 )
 from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule  # noqa: E402
 from zoo.training.batching import interleave, length_buckets  # noqa: E402
@@ -93,13 +94,6 @@ def parse(argv):
     parser.add_argument("--source-lang", default=DEFAULTS["source_lang"])
     parser.add_argument("--target-lang", default=DEFAULTS["target_lang"])
     return parser.parse_args(argv)
-
-
-def tokenize(tokenizer, sentences):
-    """Lists of WordPiece ids, one per sentence."""
-    rows = tokenizer(sentences)
-    rows = rows.to_list() if hasattr(rows, "to_list") else rows  # a tf.RaggedTensor on TensorFlow
-    return [list(map(int, row)) for row in rows]
 
 
 def bucketed(sources, targets, batch_size, buckets, ids, shuffle, seed):
@@ -212,8 +206,8 @@ def main(argv=None):
         tokenizer = train_word_piece(train_src + train_tgt, args.vocabulary_size)
     vocabulary = tokenizer.get_vocabulary()
     ids = {token: i for i, token in enumerate(vocabulary)}
-    train_src_ids, train_tgt_ids = tokenize(tokenizer, train_src), tokenize(tokenizer, train_tgt)
-    val_src_ids, val_tgt_ids = tokenize(tokenizer, val_src), tokenize(tokenizer, val_tgt)
+    train_src_ids, train_tgt_ids = token_id_lists(tokenizer, train_src), token_id_lists(tokenizer, train_tgt)
+    val_src_ids, val_tgt_ids = token_id_lists(tokenizer, val_src), token_id_lists(tokenizer, val_tgt)
     for where, rows in (("train source", train_src_ids), ("val source", val_src_ids)):
         for line, row in enumerate(rows, start=1):
             if not row:
@@ -280,7 +274,7 @@ def main(argv=None):
         print(f"source:    {source}\nreference: {reference}\noutput:    {output}\n")
 
     example = 0
-    target = [ids[START]] + tokenize(tokenizer, [hypotheses[example]])[0]
+    target = [ids[START]] + token_id_lists(tokenizer, [hypotheses[example]])[0]
     scores = cross_attention(model, val_src_ids[example], target)
     plot_attention(
         scores,

@@ -31,6 +31,7 @@ from zoo.data.tokenizers import (
     WordVocabulary,
     load_word_piece,
     save_vocabulary,
+    token_id_lists,
     train_byte_pair,
     train_word_piece,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "read_text",
     "reverse_task",
     "save_vocabulary",
+    "token_id_lists",
     "seq2seq_dataset",
     "sort_task",
     "toy_translation",

@@ -304,6 +304,14 @@ def train_word_piece(
     )
 
 
+def token_id_lists(tokenizer, texts):
+    """A keras-hub tokenizer's ids for each text, as Python lists of ints
+    (its output is a tf.RaggedTensor on TensorFlow)."""
+    rows = tokenizer(texts)
+    rows = rows.to_list() if hasattr(rows, "to_list") else rows
+    return [list(map(int, row)) for row in rows]
+
+
 def save_vocabulary(tokenizer, path):
     """Writes a WordPiece tokenizer's vocabulary, one token a line.
 
