@@ -13,7 +13,8 @@ from pathlib import Path
 
 import keras
 
-STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
+from zoo.training.distribution import STRATEGIES, distribution_scope  # noqa: F401 (recipes import it from here)
+
 JIT_COMPILE = ("auto", "true", "false", "fusible")
 FUSIBLE_XLA_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit --tf_xla_ops_to_cluster=FUSIBLE"
 
@@ -138,37 +139,6 @@ def callbacks(folder, monitor="val_loss", mode="min", save_best=True):
             keras.callbacks.ModelCheckpoint(str(folder / "best.keras"), monitor=monitor, mode=mode, save_best_only=True)
         )
     return out
-
-
-def distribution_scope(name):
-    """A scope for model creation and compile, by strategy name.
-
-    TensorFlow: a `tf.distribute` strategy (the dataset's batch is the global
-    batch; Keras splits it across replicas). JAX: `keras.distribution.DataParallel`.
-    """
-    import contextlib
-
-    if name == "default":
-        return contextlib.nullcontext()
-    if name not in STRATEGIES:
-        raise ValueError(f"--strategy must be one of {STRATEGIES}; got {name!r}.")
-    if keras.backend.backend() == "jax":
-        if name != "mirrored":
-            raise ValueError(f"--strategy {name} needs the TensorFlow backend; with JAX use 'mirrored' (DataParallel).")
-        keras.distribution.set_distribution(keras.distribution.DataParallel())
-        return contextlib.nullcontext()
-    import tensorflow as tf
-
-    if name == "mirrored":
-        strategy = tf.distribute.MirroredStrategy()
-    elif name == "multi-worker":
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    else:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        strategy = tf.distribute.TPUStrategy(resolver)
-    return strategy.scope()
 
 
 def set_precision(mixed):
