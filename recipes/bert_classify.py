@@ -16,14 +16,12 @@ history.csv, TensorBoard logs, learning_curves.png. The last line printed is
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 import zoo  # noqa: E402
 from zoo.data import (  # noqa: E402
@@ -36,12 +34,14 @@ from zoo.data import (  # noqa: E402
     token_id_lists,
 )
 from zoo.models import BertClassifier  # noqa: E402
+from zoo.saving import load_weights  # noqa: E402
 from zoo.training import WarmupCosineDecay, adamw  # noqa: E402
 from zoo.training.batching import divisor_batch_size, interleave, length_buckets  # noqa: E402
 from zoo.training.run import (  # noqa: E402
     OutputFolder,
     callbacks,
     distribution_scope,
+    start_distribution,
     final_line,
     jit_compile_flag,
     plot_history,
@@ -95,6 +95,7 @@ def pretrained_parts(folder):
 
 def main(argv=None):
     args = parse(argv)
+    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
     started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
@@ -141,7 +142,7 @@ def main(argv=None):
         flush=True,
     )
 
-    folder = OutputFolder(args.output, args.overwrite, config=vars(args))
+    folder = OutputFolder(args.output, args.overwrite, config=vars(args), strategy=args.strategy)
     save_vocabulary(tokenizer, folder / "vocabulary.txt")
 
     # --- Model -------------------------------------------------------------------
@@ -149,7 +150,7 @@ def main(argv=None):
         if config is not None:
             dropout = {k: v for k, v in size_overrides(args).items() if k == "dropout"}  # sizes are the run's
             backbone = zoo.build(args.preset, **{**config, **dropout})
-            backbone.load_weights(weights)
+            load_weights(backbone, weights)
         else:
             backbone = zoo.build(
                 args.preset,
@@ -180,7 +181,7 @@ def main(argv=None):
     )
     plot_history(history.history, folder / "learning_curves.png", title="SST-2 [CLS] fine-tuning")
     if (folder / "best.keras").exists():
-        model.load_weights(folder / "best.keras")
+        load_weights(model, folder / "best.keras")
     accuracy = float(model.evaluate(dev, steps=dev_steps, verbose=0, return_dict=True)["accuracy"])
     seconds = time.time() - started
     print(f"total {seconds / 60:.1f} min", flush=True)
@@ -190,7 +191,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (DataError, FileExistsError) as error:
-        sys.exit(f"error: {error}")
+    from zoo.training.run import run_recipe
+
+    run_recipe(main)

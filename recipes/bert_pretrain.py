@@ -19,7 +19,6 @@ history.csv, TensorBoard logs, learning_curves.png. The last line printed is
 
 import json
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -29,7 +28,6 @@ import numpy as np  # noqa: E402
 
 import zoo  # noqa: E402
 from zoo.data import (  # noqa: E402
-    DataError,
     masked_lm_dataset,
     read_labelled,
     read_text,
@@ -37,12 +35,15 @@ from zoo.data import (  # noqa: E402
     train_word_piece,
     token_id_lists,
 )
+from zoo.files import write_text  # noqa: E402
+from zoo.saving import load_weights, save_weights  # noqa: E402
 from zoo.training import WarmupCosineDecay, adamw  # noqa: E402
 from zoo.training.batching import interleave, length_buckets  # noqa: E402
 from zoo.training.run import (  # noqa: E402
     OutputFolder,
     callbacks,
     distribution_scope,
+    start_distribution,
     final_line,
     jit_compile_flag,
     plot_history,
@@ -117,6 +118,7 @@ def batches(token_ids, batch_size, args, ids, vocabulary_size, shuffle, seed):
 
 def main(argv=None):
     args = parse(argv)
+    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
     started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
@@ -142,7 +144,7 @@ def main(argv=None):
         flush=True,
     )
 
-    folder = OutputFolder(args.output, args.overwrite, config=vars(args))
+    folder = OutputFolder(args.output, args.overwrite, config=vars(args), strategy=args.strategy)
     save_vocabulary(tokenizer, folder / "vocabulary.txt")
 
     # --- Model -------------------------------------------------------------------
@@ -179,10 +181,10 @@ def main(argv=None):
     )
     plot_history(history.history, folder / "learning_curves.png", title=f"{args.preset} masked LM")
     if (folder / "best.keras").exists():
-        model.load_weights(folder / "best.keras")
-    model.backbone.save_weights(folder / "backbone.weights.h5")
+        load_weights(model, folder / "best.keras")
+    save_weights(model.backbone, folder / "backbone.weights.h5")
     backbone_config = {k: v for k, v in model.backbone.get_config().items() if k not in ("name", "trainable")}
-    (folder / "backbone.json").write_text(json.dumps(backbone_config, indent=2))
+    write_text(folder / "backbone.json", json.dumps(backbone_config, indent=2))
     val_loss = float(model.evaluate(val, steps=val_steps, verbose=0, return_dict=True)["loss"])
     seconds = time.time() - started
     print(f"total {seconds / 60:.1f} min", flush=True)
@@ -192,7 +194,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (DataError, FileExistsError) as error:
-        sys.exit(f"error: {error}")
+    from zoo.training.run import run_recipe
+
+    run_recipe(main)

@@ -11,7 +11,6 @@ model translates exactly, with greedy decoding (`zoo.generate`).
 """
 
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -21,12 +20,14 @@ import numpy as np  # noqa: E402
 
 import zoo  # noqa: E402
 from zoo.data import DataError, WordVocabulary, held_out_split, seq2seq_dataset, toy_translation  # noqa: E402
+from zoo.saving import load_weights  # noqa: E402
 from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy  # noqa: E402
 from zoo.training.batching import int32_masks  # noqa: E402
 from zoo.training.run import (  # noqa: E402
     OutputFolder,
     callbacks,
     distribution_scope,
+    start_distribution,
     final_line,
     jit_compile_flag,
     plot_history,
@@ -74,6 +75,7 @@ def translate(model, vocabulary, sentences, length):
 
 def main(argv=None):
     args = parse(argv)
+    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
     started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
@@ -103,7 +105,7 @@ def main(argv=None):
 
     train, val = batches(train_en, train_de, True), batches(val_en, val_de, False)
     print(f"{len(train_en):,} training pairs, {len(val_en):,} held-out pairs, {v.vocabulary_size} words", flush=True)
-    folder = OutputFolder(args.output, args.overwrite, config=vars(args))
+    folder = OutputFolder(args.output, args.overwrite, config=vars(args), strategy=args.strategy)
     vocabulary.save(folder / "vocabulary.json")
 
     # --- Model ---------------------------------------------------------------------
@@ -125,7 +127,7 @@ def main(argv=None):
     history = model.fit(train, epochs=args.epochs, validation_data=val, callbacks=callbacks(folder), verbose=2)
     plot_history(history.history, folder / "learning_curves.png", title="toy English -> German")
     if (folder / "best.keras").exists():
-        model.load_weights(folder / "best.keras")
+        load_weights(model, folder / "best.keras")
 
     # --- Translate sentences never seen in training ----------------------------
     outputs = translate(model, vocabulary, val_en, args.sequence_length - 1)
@@ -141,7 +143,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (DataError, FileExistsError) as error:
-        sys.exit(f"error: {error}")
+    from zoo.training.run import run_recipe
+
+    run_recipe(main)

@@ -166,6 +166,7 @@ def main(argv=None):
         OutputFolder,
         callbacks,
         distribution_scope,
+        start_distribution,
         final_line,
         jit_compile_flag,
         plot_attention,
@@ -181,6 +182,7 @@ def main(argv=None):
     parser.add_argument("--eval-batches", type=int, default=DEFAULTS["eval_batches"])
     parser.add_argument("--sample-length", type=int, default=DEFAULTS["sample_length"])
     args = parser.parse_args(argv)
+    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
     jit_compile = jit_compile_flag(args)  # before TensorFlow runs anything
 
     # 1. Data, checked before anything is written.
@@ -192,12 +194,18 @@ def main(argv=None):
     block = zoo.presets.PRESETS[preset]["config"]["max_sequence_length"]
     text = read_text(args.data)
     vocabulary, train_ids, val_ids = split_text(text, args.data, DEFAULTS["train_fraction"], block)
-    folder = OutputFolder(args.output, overwrite=args.overwrite, config=vars(args))
+    folder = OutputFolder(args.output, args.overwrite, config=vars(args), strategy=args.strategy)
     vocabulary.save(folder / "chars.json")
 
     # 2. Model, optimizer, data pipelines.
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
+    steps_per_execution = min(args.steps_per_execution, args.steps_per_epoch)
+    if args.strategy in ("mirrored", "multi-worker") and steps_per_execution > 1:
+        # Keras 3 cannot loop several steps in one call across replicas
+        # (keras-team/keras#19246): one step per call there.
+        print(f"--strategy {args.strategy}: --steps-per-execution {steps_per_execution} -> 1 (keras#19246)")
+        steps_per_execution = 1
     with distribution_scope(args.strategy):
         model = build_model(preset, vocabulary.vocabulary_size, **size_overrides(args))
         compile_model(
@@ -205,11 +213,13 @@ def main(argv=None):
             args.steps,
             args.learning_rate,
             jit_compile=jit_compile,
-            steps_per_execution=min(args.steps_per_execution, args.steps_per_epoch),
+            steps_per_execution=steps_per_execution,
         )
     steps_per_epoch = min(args.steps_per_epoch, args.steps)
     epochs = -(-args.steps // steps_per_epoch)
-    train = train_dataset(train_ids, args.batch_size, block, args.seed)
+    # A resumed run skips the batches the backup has seen: the windows are a
+    # function of (seed, step), so it trains on what the killed run would have.
+    train = train_dataset(train_ids, args.batch_size, block, args.seed).skip(folder.resumed_epoch * steps_per_epoch)
     epoch_val = eval_inputs(val_ids, args.batch_size, block, DEFAULTS["epoch_eval_batches"], seed=1)
 
     # 3. Train.
@@ -225,7 +235,7 @@ def main(argv=None):
         verbose=2 if os.environ.get("CI") else 1,
     )
     train_seconds = time.perf_counter() - start
-    model.save(folder / "model.keras")
+    zoo.save(model, folder / "model.keras")
 
     # 4. Validation loss over random batches of the last 10%.
     x_val, y_val = eval_inputs(val_ids, args.batch_size, block, args.eval_batches, seed=0)
@@ -257,11 +267,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import sys
+    from zoo.training.run import run_recipe
 
-    from zoo.data import DataError
-
-    try:
-        main()
-    except (DataError, FileExistsError) as error:
-        sys.exit(f"error: {error}")
+    run_recipe(main)

@@ -20,7 +20,6 @@ best.keras.
 """
 
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from zoo.data import (  # noqa: E402
     train_word_piece,
     token_id_lists,
 )
+from zoo.saving import load_weights  # noqa: E402
 from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule  # noqa: E402
 from zoo.training.batching import interleave, length_buckets  # noqa: E402
 from zoo.training.bleu import corpus_bleu  # noqa: E402
@@ -46,6 +46,7 @@ from zoo.training.run import (  # noqa: E402
     OutputFolder,
     callbacks,
     distribution_scope,
+    start_distribution,
     final_line,
     jit_compile_flag,
     plot_attention,
@@ -192,6 +193,7 @@ class TimeBudget(keras.callbacks.Callback):
 
 def main(argv=None):
     args = parse(argv)
+    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
     started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
@@ -222,7 +224,7 @@ def main(argv=None):
         flush=True,
     )
 
-    folder = OutputFolder(args.output, args.overwrite, config=vars(args))
+    folder = OutputFolder(args.output, args.overwrite, config=vars(args), strategy=args.strategy)
     save_vocabulary(tokenizer, folder / "vocabulary.txt")
 
     # --- Model -------------------------------------------------------------------
@@ -261,7 +263,7 @@ def main(argv=None):
         plot_history(history.history, folder / "learning_curves.png", title=f"{args.preset} on Multi30k")
     train_seconds = time.time() - started
     if (folder / "best.keras").exists():
-        model.load_weights(folder / "best.keras")
+        load_weights(model, folder / "best.keras")
 
     # --- Evaluate: beam search on the validation split ------------------------
     count = args.max_val_sentences or len(val_src_ids)
@@ -291,7 +293,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (DataError, FileExistsError) as error:
-        sys.exit(f"error: {error}")
+    from zoo.training.run import run_recipe
+
+    run_recipe(main)

@@ -22,8 +22,10 @@ _EXPORTS = {
     "plot": "zoo.factory",
     "generate": "zoo.generation",
     "from_keras_hub": "zoo.convert",
+    "load": "zoo.saving",
+    "save": "zoo.saving",
 }
-_SUBMODULES = ("convert", "data", "factory", "generation", "layers", "models", "presets", "training")
+_SUBMODULES = ("convert", "data", "factory", "generation", "layers", "models", "presets", "saving", "training")
 
 __all__ = sorted(_EXPORTS)
 

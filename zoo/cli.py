@@ -52,12 +52,12 @@ def main(argv=None):
 
 
 def _train(name, recipe_argv):
-    from zoo.data import DataError
+    from zoo.training.run import recipe_errors
 
     recipe = importlib.import_module(RECIPES[name])
     try:
         recipe.main(recipe_argv)
-    except (DataError, FileExistsError) as error:
+    except recipe_errors() as error:
         print(f"zoo train {name}: error: {error}", file=sys.stderr)
         return 2
     return 0

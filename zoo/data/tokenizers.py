@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from zoo.data.errors import DataError
+from zoo.files import write_text
 
 WORD_PIECE_RESERVED_TOKENS = (
     "[PAD]",
@@ -139,10 +140,7 @@ class CharVocabulary:
         Args:
             path: str or `pathlib.Path`, e.g. `"runs/shakespeare/chars.json"`.
         """
-        Path(path).write_text(
-            json.dumps({"characters": self.characters}, ensure_ascii=False),
-            encoding="utf-8",
-        )
+        write_text(path, json.dumps({"characters": self.characters}, ensure_ascii=False))
 
     @classmethod
     def load(cls, path):
@@ -242,11 +240,7 @@ class WordVocabulary:
         Args:
             path: str or `pathlib.Path`.
         """
-        Path(path).write_text(
-            json.dumps({"words": self.tokens[len(self.SPECIAL_TOKENS):]},
-                       ensure_ascii=False),
-            encoding="utf-8",
-        )
+        write_text(path, json.dumps({"words": self.tokens[len(self.SPECIAL_TOKENS):]}, ensure_ascii=False))
 
     @classmethod
     def load(cls, path):
@@ -320,7 +314,7 @@ def save_vocabulary(tokenizer, path):
         path: str or `pathlib.Path`, e.g. `"runs/bert/vocabulary.txt"`.
     """
     tokens = tokenizer.get_vocabulary()
-    Path(path).write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    write_text(path, "\n".join(tokens) + "\n")
 
 
 def load_word_piece(path, lowercase=True):

@@ -1,22 +1,47 @@
 """The distribution strategy of a recipe, by name: a `tf.distribute`
 strategy on TensorFlow, `keras.distribution.DataParallel` on JAX.
 
-TensorFlow loads only when a TensorFlow strategy is asked for.
+TensorFlow loads only when a TensorFlow strategy is asked for. One strategy
+is made per name and process, and kept: `MultiWorkerMirroredStrategy`
+starts a gRPC server and configures the collective ops, which can happen
+once, before TensorFlow runs its first op (`start_distribution`).
+
+`--strategy multi-worker` reads the cluster from the `TF_CONFIG`
+environment variable, one per process, e.g. for the second of two workers:
+
+    TF_CONFIG='{"cluster": {"worker": ["host0:12345", "host1:12345"]},
+                "task": {"type": "worker", "index": 1}}'
+
+Every worker runs the same command on the same global batch; each trains
+on its share of every batch (tf.data auto-sharding) and all end with the
+same weights. Only the chief (worker 0, or the "chief" task) writes the
+run's folder: `worker_output`.
 """
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
 
 import keras
 
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
+TF_CONFIG_EXAMPLE = (
+    '{"cluster": {"worker": ["host0:12345", "host1:12345"]}, "task": {"type": "worker", "index": 0}}'
+)
+
+_strategies = {}  # name -> tf.distribute.Strategy, made once per process
 
 
 def distribution_scope(name):
     """A scope for model creation and compile, by strategy name.
 
     TensorFlow: a `tf.distribute` strategy (the dataset's batch is the global
-    batch; Keras splits it across replicas). JAX: `keras.distribution.DataParallel`.
+    batch; Keras splits it across replicas, and across workers with
+    "multi-worker"). JAX: `keras.distribution.DataParallel`.
     """
-    import contextlib
-
     if name == "default":
         return contextlib.nullcontext()
     if name not in STRATEGIES:
@@ -26,15 +51,134 @@ def distribution_scope(name):
             raise ValueError(f"--strategy {name} needs the TensorFlow backend; with JAX use 'mirrored' (DataParallel).")
         keras.distribution.set_distribution(keras.distribution.DataParallel())
         return contextlib.nullcontext()
+    return _tf_strategy(name).scope()
+
+
+def start_distribution(name):
+    """Make the strategy now, before TensorFlow runs any op (a tf.data
+    pipeline included): "multi-worker" must, the others may. The later
+    `distribution_scope(name)` reuses it. Checks TF_CONFIG for "multi-worker"
+    on every backend."""
+    if name == "multi-worker":
+        cluster_config()
+    if name in ("mirrored", "multi-worker", "tpu") and keras.backend.backend() == "tensorflow":
+        _tf_strategy(name)
+
+
+def _tf_strategy(name):
+    if name in _strategies:
+        return _strategies[name]
     import tensorflow as tf
 
     if name == "mirrored":
         strategy = tf.distribute.MirroredStrategy()
     elif name == "multi-worker":
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        cluster_config()  # a clear error before TensorFlow's own
+        # AUTO: NCCL between GPUs, RING (gRPC) between CPUs.
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
+        )
+        try:
+            strategy = _multi_worker_strategy_class()(communication_options=options)
+        except RuntimeError as error:
+            if "program startup" not in str(error):
+                raise
+            raise RuntimeError(
+                "--strategy multi-worker must be set up before TensorFlow runs its first op: call "
+                "zoo.training.distribution.start_distribution('multi-worker') at the top of main(), "
+                "before any tf.data pipeline or tensor is made."
+            ) from error
     else:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+        # TPU_NAME: the TPU's name or grpc:// address; "local" on a TPU VM.
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME"))
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         strategy = tf.distribute.TPUStrategy(resolver)
-    return strategy.scope()
+    _strategies[name] = strategy
+    return strategy
+
+
+def _multi_worker_strategy_class():
+    """`MultiWorkerMirroredStrategy` whose `reduce` takes what Keras 3
+    hands it (keras-team/keras#20585, #20329):
+
+    - a nested structure: `fit`/`evaluate` reduce the first (x, y) batch
+      with `strategy.reduce("MEAN", batch)` to build the metrics, which the
+      multi-worker strategy sends whole to one all-reduce ("Attempt to
+      convert a value ... to a Tensor"); it is reduced leaf by leaf, as
+      `MirroredStrategy` does;
+    - a scalar with `axis=0`: each step's logs (scalars) are reduced with
+      `reduce("MEAN", v, axis=0)` ("Invalid reduction dimension 0 for input
+      with 0 dimensions"); a scalar has no batch axis, so it is reduced
+      across replicas only.
+    """
+    import tensorflow as tf
+
+    class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+        def reduce(self, reduce_op, value, axis=None):
+            def one(v):
+                shape = getattr(self.experimental_local_results(v)[0], "shape", None)
+                scalar = shape is not None and shape.rank == 0
+                return super(MultiWorkerMirroredStrategy, self).reduce(reduce_op, v, None if scalar else axis)
+
+            return tf.nest.map_structure(one, value)
+
+    return MultiWorkerMirroredStrategy
+
+
+def cluster_config():
+    """The checked `TF_CONFIG` of this process, as a dict with "cluster"
+    (job name -> list of "host:port") and "task" ({"type", "index"})."""
+    text = os.environ.get("TF_CONFIG")
+    expected = f"expected a JSON object like TF_CONFIG='{TF_CONFIG_EXAMPLE}'"
+    if not text:
+        raise ValueError(
+            "--strategy multi-worker reads the cluster from the TF_CONFIG environment variable, which is not set; "
+            f"set it on every worker, {expected} (task index = this worker's place in the list)."
+        )
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG is not valid JSON ({error}); {expected}.") from None
+    cluster = config.get("cluster") if isinstance(config, dict) else None
+    task = config.get("task") if isinstance(config, dict) else None
+    if not isinstance(cluster, dict) or not any(cluster.get(job) for job in ("chief", "worker")):
+        raise ValueError(f"TF_CONFIG has no 'cluster' with a 'worker' (or 'chief') list of host:port; {expected}.")
+    if not isinstance(task, dict) or "type" not in task or "index" not in task:
+        raise ValueError(f"TF_CONFIG has no 'task' with 'type' and 'index'; {expected}.")
+    addresses = cluster.get(task["type"])
+    if not isinstance(addresses, list) or not isinstance(task["index"], int) or not 0 <= task["index"] < len(addresses):
+        raise ValueError(
+            f"TF_CONFIG's task {task['type']!r} #{task['index']} is not in its cluster {cluster}; {expected}."
+        )
+    return config
+
+
+def is_chief():
+    """Whether this process writes the run's shared files: the "chief" task,
+    else worker 0 (tf.distribute's rule); always without TF_CONFIG."""
+    if not os.environ.get("TF_CONFIG"):
+        return True
+    config = cluster_config()
+    task, cluster = config["task"], config["cluster"]
+    if task["type"] == "chief":
+        return True
+    return "chief" not in cluster and task["type"] == "worker" and task["index"] == 0
+
+
+def worker_output(path, name):
+    """The folder this process writes a run's files to under strategy
+    `name`: `path` itself, except for a "multi-worker" worker other than the
+    chief, which writes the same files (checkpoints, logs) to a private
+    folder of its own, so that workers sharing a file system never write one
+    file at once.
+
+    The private folder is in the system's temporary folder and depends only
+    on `path` and the task, so a restarted worker finds its own backup
+    (`BackupAndRestore`) again; its weights are the chief's.
+    """
+    if name != "multi-worker" or is_chief():
+        return Path(path)
+    task = cluster_config()["task"]
+    digest = hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"zoo-{Path(path).name}-{digest}-{task['type']}{task['index']}"

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import keras
 
-from zoo.training.distribution import STRATEGIES, distribution_scope  # noqa: F401 (recipes import it from here)
+from zoo.files import write_text
+from zoo.training.checkpoints import Backup, remove_stale_temporaries
+from zoo.training.distribution import (  # noqa: F401 (recipes import them from here)
+    STRATEGIES,
+    distribution_scope,
+    start_distribution,
+    worker_output,
+)
 
 JIT_COMPILE = ("auto", "true", "false", "fusible")
 FUSIBLE_XLA_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit --tf_xla_ops_to_cluster=FUSIBLE"
@@ -92,52 +99,68 @@ def enable_fusible_autoclustering():
 
 class OutputFolder:
     """The run's folder. An existing finished run is never overwritten or
-    mixed with a new one unless `overwrite`; an interrupted run (a backup
-    left by `BackupAndRestore`) resumes."""
+    mixed with a new one unless `overwrite` (which starts afresh); an
+    interrupted run (a backup left by `callbacks`) resumes. `strategy`
+    (a --strategy name) sends a multi-worker run's non-chief workers to a
+    private folder."""
 
     MARKER = "run.json"
 
-    def __init__(self, path, overwrite=False, config=None):
-        self.path = Path(path)
+    def __init__(self, path, overwrite=False, config=None, strategy=None):
+        # Under multi-worker only the chief writes `path`; the others write
+        # to a private folder (tf.distribute's rule).
+        self.path = Path(worker_output(path, strategy) if strategy else path)
         finished = (self.path / self.MARKER).exists() and json.loads((self.path / self.MARKER).read_text()).get("finished")
         if finished and not overwrite:
             raise FileExistsError(
                 f"{self.path} already holds a finished run; pass --overwrite to replace it, "
                 "or choose another --output."
             )
-        if finished and overwrite:
+        if overwrite and (self.path / self.MARKER).exists():  # only a folder that holds a run
             import shutil
 
             shutil.rmtree(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.path)
         self.config = dict(config or {})
         self._write(finished=False)
 
     def _write(self, **extra):
-        (self.path / self.MARKER).write_text(json.dumps({**self.config, **extra}, indent=2, default=str))
+        write_text(self.path / self.MARKER, json.dumps({**self.config, **extra}, indent=2, default=str))
 
     def finish(self, **results):
         self._write(finished=True, **results)
+
+    @property
+    def resumed_epoch(self):
+        """The number of epochs the backup holds (0 on a fresh run): a
+        recipe whose input stream is a function of the step skips that many
+        epochs' batches, so the resumed run sees the data the killed one
+        would have seen."""
+        metadata = Backup.read_metadata(self.path / "backup")
+        return int(metadata["epoch"]) if metadata else 0
 
     def __truediv__(self, name):
         return self.path / name
 
 
 def callbacks(folder, monitor="val_loss", mode="min", save_best=True):
-    """Resume after a kill, keep the best model, log to TensorBoard (when
-    the `tensorboard` package is installed) and CSV."""
-    out = [
-        keras.callbacks.BackupAndRestore(str(folder / "backup"), delete_checkpoint=True),
-        keras.callbacks.CSVLogger(str(folder / "history.csv"), append=True),
-    ]
+    """Resume after a kill, keep the best model, stop on a NaN loss, log to
+    TensorBoard (when the `tensorboard` package is installed) and CSV.
+
+    Every file is written atomically, and the backup last, so a kill at any
+    moment leaves a run that resumes (`zoo.training.checkpoints`)."""
+    from zoo.training.checkpoints import BestModel, ResumableCSVLogger, TerminateOnNonFinite
+
+    backup = folder / "backup"
+    out = [TerminateOnNonFinite(keep=backup), ResumableCSVLogger(folder / "history.csv", backup)]
     if importlib.util.find_spec("tensorboard") is not None:
         out.append(keras.callbacks.TensorBoard(str(folder / "logs"), write_graph=False, profile_batch=0))
     else:
         print("TensorBoard logs skipped: `pip install tensorboard` to write them.", file=sys.stderr)
     if save_best:
-        out.append(
-            keras.callbacks.ModelCheckpoint(str(folder / "best.keras"), monitor=monitor, mode=mode, save_best_only=True)
-        )
+        out.append(BestModel(folder / "best.keras", monitor=monitor, mode=mode))
+    out.append(Backup(backup, delete_checkpoint=True))
     return out
 
 
@@ -189,6 +212,25 @@ def plot_attention(scores, query_tokens, key_tokens, path, title=""):
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def recipe_errors():
+    """The errors a recipe reports as one line (what was wrong and what was
+    expected) rather than as a traceback."""
+    from zoo.data import DataError
+    from zoo.saving import ModelFileError
+    from zoo.training.checkpoints import NonFiniteLossError
+
+    return (DataError, FileExistsError, ModelFileError, NonFiniteLossError)
+
+
+def run_recipe(main):
+    """Runs a recipe's `main()` as a script: a recipe error exits with
+    status 1 and its message, not a traceback."""
+    try:
+        main()
+    except recipe_errors() as error:
+        sys.exit(f"error: {error}")
 
 
 def final_line(name, value):

@@ -1,0 +1,112 @@
+"""A recipe killed with SIGKILL in the middle of training resumes from its
+last backup when started again with the same command, and ends exactly as a
+run that was never killed: the same number of steps, the same loss curve
+(each epoch logged once) and the same weights."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from recipes import gpt_char
+from zoo.saving import load
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = "Tester:\nA small text the test writes for itself, with enough characters.\n\nAll:\nAgain, again.\n\n" * 60
+STEPS, PER_EPOCH = 120, 20
+
+
+def command(data, output):
+    return ["--data", str(data), "--output", str(output), "--preset", "nano", "--dropout", "0",
+            "--steps", str(STEPS), "--steps-per-epoch", str(PER_EPOCH), "--steps-per-execution", "1",
+            "--batch-size", "4", "--eval-batches", "2", "--sample-length", "0", "--jit-compile", "false"]
+
+
+def history(folder):
+    with open(folder / "history.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def backup_epoch(folder):
+    path = folder / "backup" / "training_metadata.json"
+    try:
+        return json.loads(path.read_text())["epoch"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return 0
+
+
+def kill_mid_run(args, folder, after_epochs=2, timeout=240):
+    """Starts the recipe, waits for its backup of `after_epochs` epochs, lets
+    it run about half an epoch more, and kills it with SIGKILL."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CI="1")
+    process = subprocess.Popen([sys.executable, "-m", "recipes.gpt_char", *args], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    seen = {}
+    try:
+        while backup_epoch(folder) < after_epochs:
+            assert process.poll() is None, f"the run ended before it could be killed:\n{process.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline, "no backup in time"
+            epoch = backup_epoch(folder)
+            seen.setdefault(epoch, time.monotonic())
+            time.sleep(0.01)
+        seen[after_epochs] = time.monotonic()
+        epoch_seconds = seen[after_epochs] - seen.get(after_epochs - 1, seen[after_epochs] - 0.5)
+        time.sleep(epoch_seconds / 2)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    return backup_epoch(folder)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("resume")
+    data = root / "input.txt"
+    data.write_text(TEXT, encoding="utf-8")
+    keras.utils.clear_session()
+    reference_loss = gpt_char.main(command(data, root / "reference"))
+    killed_at = kill_mid_run(command(data, root / "killed"), root / "killed")
+    rows_at_kill = history(root / "killed")
+    keras.utils.clear_session()
+    resumed_loss = gpt_char.main(command(data, root / "killed"))  # the same command again
+    return dict(root=root, killed_at=killed_at, rows_at_kill=rows_at_kill,
+                reference_loss=reference_loss, resumed_loss=resumed_loss)
+
+
+def test_the_kill_came_before_the_end(runs):
+    assert 2 <= runs["killed_at"] < STEPS // PER_EPOCH
+
+
+def test_resumed_run_ends_with_the_same_step_count(runs):
+    for name in ("reference", "killed"):
+        model = load(runs["root"] / name / "model.keras")
+        assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == STEPS, name
+
+
+def test_loss_curve_continues_where_it_stopped(runs):
+    reference, resumed = history(runs["root"] / "reference"), history(runs["root"] / "killed")
+    assert [r["epoch"] for r in resumed] == [str(e) for e in range(STEPS // PER_EPOCH)]  # each epoch once
+    # The epochs logged before the kill are kept as they were ...
+    assert resumed[: runs["killed_at"]] == runs["rows_at_kill"][: runs["killed_at"]]
+    # ... and the whole curve is the uninterrupted run's.
+    for a, b in zip(reference, resumed):
+        for key in ("loss", "val_loss"):
+            np.testing.assert_allclose(float(b[key]), float(a[key]), rtol=1e-5, err_msg=f"epoch {a['epoch']} {key}")
+    assert runs["resumed_loss"] == pytest.approx(runs["reference_loss"], rel=1e-5)
+
+
+def test_resumed_weights_equal_the_uninterrupted_weights(runs):
+    a = load(runs["root"] / "reference" / "model.keras").get_weights()
+    b = load(runs["root"] / "killed" / "model.keras").get_weights()
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(y, x, rtol=1e-4, atol=1e-6)
+    assert not (runs["root"] / "killed" / "backup").exists()  # removed once the run finished
