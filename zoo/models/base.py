@@ -26,7 +26,13 @@ class ZooModel(keras.Model):
                     + (f"unexpected {unexpected}" if unexpected else "")
                     + "."
                 )
+        if isinstance(inputs, dict):
+            self._check_values(inputs)
         return super().__call__(inputs, *args, **kwargs)
+
+    def _check_values(self, inputs):
+        """Eager checks of input values a model must refuse (an index out of
+        range would be a silent NaN on some backends); none by default."""
 
     def _record_config(self, **arguments):
         self._zoo_config = dict(arguments)
@@ -88,3 +94,21 @@ def check_positive(**values):
 
 def gpt_initializer(stddev=0.02):
     return keras.initializers.RandomNormal(stddev=stddev)
+
+
+def check_index_range(inputs, name, high, what):
+    """Raises if the eager input `name` holds a value outside [0, high).
+    Symbolic or traced values are skipped (the data pipeline checks them)."""
+    if name not in inputs:
+        return
+    try:
+        import numpy as np
+
+        values = np.asarray(inputs[name])
+    except Exception:
+        return
+    if values.dtype.kind not in "iu" or not values.size:
+        return
+    bad = values[(values < 0) | (values >= high)]
+    if bad.size:
+        raise ValueError(f"{name}: {what} {int(bad.flat[0])} is out of range; expected values in [0, {high}).")

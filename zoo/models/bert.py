@@ -7,7 +7,7 @@ import keras
 from keras import ops
 
 from zoo.layers import EncoderBlock, TokenAndPositionEmbedding
-from zoo.models.base import ZooModel, check_positive
+from zoo.models.base import ZooModel, check_index_range, check_positive
 
 
 def bert_initializer(stddev=0.02):
@@ -141,6 +141,9 @@ class BertBackbone(ZooModel):
             initializer_range=initializer_range,
         )
 
+    def _check_values(self, inputs):
+        check_index_range(inputs, "segment_ids", self._zoo_config["num_segments"], "segment id")
+
 
 @keras.saving.register_keras_serializable(package="zoo")
 class MaskedLMTransform(keras.layers.Layer):
@@ -244,6 +247,12 @@ class BertMaskedLM(ZooModel):
         super().__init__(inputs=inputs, outputs=self.logits_cast(logits), **kwargs)
         # === Config ===
         self._record_config(backbone=backbone)
+
+    def _check_values(self, inputs):
+        if "token_ids" in inputs and "mask_positions" in inputs:
+            length = keras.ops.shape(inputs["token_ids"])[-1]
+            if isinstance(length, int):
+                check_index_range(inputs, "mask_positions", length, "position")
 
 
 @keras.saving.register_keras_serializable(package="zoo")
