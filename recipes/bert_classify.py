@@ -36,7 +36,7 @@ from zoo.data import (  # noqa: E402
 from zoo.models import BertClassifier  # noqa: E402
 from zoo.saving import load_weights  # noqa: E402
 from zoo.training import WarmupCosineDecay, adamw  # noqa: E402
-from zoo.training.batching import divisor_batch_size, interleave, length_buckets  # noqa: E402
+from zoo.data.buckets import divisor_batch_size, interleave, length_buckets  # noqa: E402
 from zoo.training.run import (  # noqa: E402
     OutputFolder,
     callbacks,

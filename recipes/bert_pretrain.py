@@ -38,7 +38,7 @@ from zoo.data import (  # noqa: E402
 from zoo.files import write_text  # noqa: E402
 from zoo.saving import load_weights, save_weights  # noqa: E402
 from zoo.training import WarmupCosineDecay, adamw  # noqa: E402
-from zoo.training.batching import interleave, length_buckets  # noqa: E402
+from zoo.data.buckets import interleave, length_buckets  # noqa: E402
 from zoo.training.run import (  # noqa: E402
     OutputFolder,
     callbacks,

@@ -22,7 +22,7 @@ import zoo  # noqa: E402
 from zoo.data import DataError, WordVocabulary, held_out_split, seq2seq_dataset, toy_translation  # noqa: E402
 from zoo.saving import load_weights  # noqa: E402
 from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy  # noqa: E402
-from zoo.training.batching import int32_masks  # noqa: E402
+from zoo.data.buckets import int32_masks  # noqa: E402
 from zoo.training.run import (  # noqa: E402
     OutputFolder,
     callbacks,

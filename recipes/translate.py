@@ -40,7 +40,7 @@ from zoo.data import (  # noqa: E402
 )
 from zoo.saving import load_weights  # noqa: E402
 from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule  # noqa: E402
-from zoo.training.batching import interleave, length_buckets  # noqa: E402
+from zoo.data.buckets import interleave, length_buckets  # noqa: E402
 from zoo.training.bleu import corpus_bleu  # noqa: E402
 from zoo.training.run import (  # noqa: E402
     OutputFolder,

@@ -64,6 +64,22 @@ def test_lora_trains_only_the_low_rank_matrices():
     assert any(np.abs(_np(w)).max() > 0 for w in model.backbone.weights if "lora_kernel_b" in w.path)
 
 
+def test_a_lora_model_reloads_with_lora_and_the_same_outputs(tmp_path):
+    model = zoo.build("bert-tiny", task="classifier", num_classes=2)
+    model.backbone.enable_lora(4)
+    x, y = _task_data()
+    model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, epochs=2, batch_size=16, verbose=0)  # the LoRA B matrices leave zero
+    model.save(tmp_path / "lora.keras")
+    reloaded = keras.saving.load_model(tmp_path / "lora.keras")
+    np.testing.assert_allclose(_np(reloaded.predict(x, verbose=0)), _np(model.predict(x, verbose=0)), atol=1e-5)
+    # Keras saves a LoRA Dense with the low-rank update merged into its kernel, so the
+    # reloaded model starts a fresh update (B = 0) from the merged kernel: the same function,
+    # and the same variables train.
+    assert {w.path for w in reloaded.backbone.trainable_weights} == {w.path for w in model.backbone.trainable_weights}
+    assert any("lora_kernel_b" in w.path for w in reloaded.backbone.weights)
+
+
 keras_hub = pytest.importorskip("keras_hub")
 
 

@@ -43,15 +43,21 @@ class ZooModel(keras.Model):
             if isinstance(value, keras.Model):
                 value = keras.saving.serialize_keras_object(value)
             config[key] = value
+        if getattr(self, "_lora", None):
+            config["lora"] = dict(self._lora)
         return config
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
+        lora = config.pop("lora", None)
         for key in cls._nested_models():
             if key in config and isinstance(config[key], dict):
                 config[key] = keras.saving.deserialize_keras_object(config[key])
-        return cls(**config)
+        model = cls(**config)
+        if lora:  # before the weights load, so the LoRA matrices have somewhere to go
+            model.enable_lora(lora["rank"], tuple(lora["target_names"]))
+        return model
 
     @classmethod
     def _nested_models(cls):
@@ -63,10 +69,12 @@ class ZooModel(keras.Model):
         Freezes every layer of this model, then enables LoRA of the given rank
         on the attention projections (the Dense layers named in
         `target_names`): only their low-rank A and B matrices train. A head
-        put on top of the model afterwards trains as usual.
+        put on top of the model afterwards trains as usual. The model's
+        config records it, so a saved model reloads with LoRA enabled.
         """
         from zoo.layers import MultiHeadAttention
 
+        self._lora = {"rank": int(rank), "target_names": list(target_names)}
         self.trainable = True
         for layer in self._flatten_layers(include_self=False):
             layer.trainable = False
