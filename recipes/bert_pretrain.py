@@ -59,7 +59,7 @@ DEFAULTS = dict(
     preset="bert-small",  # 4 layers, h=4
     hidden_dim=128,  # CPU size: d=128, d_ff=512 (the preset has 256 / 1024)
     intermediate_dim=512,
-    epochs=6,
+    epochs=14,  # 40 min on the quiet 2-core CPU; 84.8% SST-2 dev after fine-tuning vs 81.8% with 6
     batch_size=128,
     learning_rate=1e-3,  # peak, after a linear warm-up, then cosine decay
     warmup_fraction=0.06,
