@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The layer and generation tests on the JAX backend, then the whole default
-# suite on TensorFlow. Offline; about 5 minutes on 2 cores.
+# suite on TensorFlow. Offline; about 8 minutes on 2 cores.
 test: $(STAMP)
 	KERAS_BACKEND=jax $(PY) -m pytest -q tests/layers tests/generation
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q
