@@ -17,6 +17,8 @@ import os
 import uuid
 from pathlib import Path
 
+TEMPORARY = ".{stem}.tmp-{tag}{suffixes}"  # hidden, beside the target
+
 
 def _fsync(path):
     """Flushes a written file to disk, so the rename commits its contents."""
@@ -48,7 +50,7 @@ def atomic_path(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     suffixes = "".join(path.suffixes)  # ".weights.h5" stays whole for Keras
     stem = path.name[: len(path.name) - len(suffixes)] if suffixes else path.name
-    tmp = path.with_name(f".{stem}.tmp-{uuid.uuid4().hex[:8]}{suffixes}")
+    tmp = path.with_name(TEMPORARY.format(stem=stem, tag=uuid.uuid4().hex[:8], suffixes=suffixes))
     try:
         yield tmp
         _fsync(tmp)
@@ -63,3 +65,12 @@ def write_text(path, text):
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+def remove_stale_temporaries(folder):
+    """Deletes the temporary files that saves killed half-way left in
+    `folder` (they never replaced anything, so they hold nothing of value)."""
+    pattern = TEMPORARY.format(stem="*", tag="*", suffixes="")
+    for tmp in Path(folder).rglob(pattern):
+        if tmp.is_file():
+            tmp.unlink()

@@ -16,7 +16,6 @@ backup (the commit point of an epoch) is written last.
 
 import json
 import math
-import os
 from pathlib import Path
 
 import keras
@@ -102,7 +101,6 @@ class Backup(keras.callbacks.BackupAndRestore):
 
     def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True):
         super().__init__(str(backup_dir), save_freq=save_freq, delete_checkpoint=delete_checkpoint)
-        self.restored_epoch = 0
 
     @classmethod
     def read_metadata(cls, backup_dir):
@@ -129,8 +127,7 @@ class Backup(keras.callbacks.BackupAndRestore):
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         load_weights(self.model, weights)
-        self.restored_epoch = int(metadata["epoch"])
-        self.model._initial_epoch = self.restored_epoch
+        self.model._initial_epoch = int(metadata["epoch"])
 
     def on_train_begin(self, logs=None):
         self._load_model()
@@ -218,10 +215,3 @@ class ResumableCSVLogger(keras.callbacks.CSVLogger):
                 write_text(path, "".join(kept) if len(kept) > 1 else "")
         super().on_train_begin(logs)
 
-
-def remove_stale_temporaries(folder):
-    """Deletes the temporary files a killed save left behind (they never
-    replaced anything, so they hold nothing of value)."""
-    for tmp in Path(folder).rglob(".*.tmp-*"):
-        if tmp.is_file():
-            os.remove(tmp)

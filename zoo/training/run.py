@@ -13,8 +13,8 @@ from pathlib import Path
 
 import keras
 
-from zoo.files import write_text
-from zoo.training.checkpoints import Backup, remove_stale_temporaries
+from zoo.files import remove_stale_temporaries, write_text
+from zoo.training.checkpoints import Backup
 from zoo.training.distribution import (  # noqa: F401 (recipes import them from here)
     STRATEGIES,
     distribution_scope,
