@@ -187,9 +187,14 @@ def main():
     parser.add_argument("--no-uncached", action="store_true", help="skip the uncached zoo loop")
     parser.add_argument("--no-settings", action="store_true", help="skip the tokens/s table")
     parser.add_argument("--no-growth", action="store_true", help="skip the per-token table")
+    parser.add_argument("--layers", type=int, default=LAYERS, help="(default %(default)s)")
+    parser.add_argument("--width", type=int, default=WIDTH, help="d_model; d_ff is 4x (default %(default)s)")
+    parser.add_argument("--heads", type=int, default=HEADS, help="(default %(default)s)")
     parser.add_argument("--quick", action="store_true",
                         help="2 timed calls, context 256 at batch 1 only, growth up to 256")
     args = parser.parse_args()
+    global LAYERS, WIDTH, HEADS, FEED_FORWARD
+    LAYERS, WIDTH, HEADS, FEED_FORWARD = args.layers, args.width, args.heads, 4 * args.width
     settings = [tuple(int(x) for x in s.split("x")) for s in args.settings.split(",") if s]
     growth = [int(n) for n in args.growth.split(",") if n]
     repeats = args.repeats
