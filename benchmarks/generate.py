@@ -3,6 +3,7 @@
     KERAS_BACKEND=tensorflow python benchmarks/generate.py            # everything
     python benchmarks/generate.py --quick                             # a fast look
     python benchmarks/generate.py --settings 256x1 --no-growth        # one setting
+    python benchmarks/generate.py --no-settings --width 768 --heads 12  # growth at GPT-2 width
 
 The same model for all three: 4 layers, width 128, 4 heads, d_ff 512, a
 65-token vocabulary (characters), random weights, greedy decoding from an
@@ -177,6 +178,7 @@ def run_growth(lengths, repeats, keras_hub):
 
 
 def main():
+    global LAYERS, WIDTH, HEADS, FEED_FORWARD
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", default=",".join(f"{c}x{b}" for c, b in SETTINGS),
                         help="CONTEXTxBATCH,... (default: %(default)s)")
@@ -193,7 +195,6 @@ def main():
     parser.add_argument("--quick", action="store_true",
                         help="2 timed calls, context 256 at batch 1 only, growth up to 256")
     args = parser.parse_args()
-    global LAYERS, WIDTH, HEADS, FEED_FORWARD
     LAYERS, WIDTH, HEADS, FEED_FORWARD = args.layers, args.width, args.heads, 4 * args.width
     settings = [tuple(int(x) for x in s.split("x")) for s in args.settings.split(",") if s]
     growth = [int(n) for n in args.growth.split(",") if n]

@@ -5,9 +5,9 @@
 Trains the same configuration (nanoGPT's CPU baby GPT: 4 layers, 4 heads,
 width 128, block 64, batch 12, AdamW with clipping, tied head) through the
 zoo recipe's own model, optimizer, tf.data pipeline and default settings
-(`--jit-compile fusible --mixed-precision`: XLA fuses the element-wise ops,
-oneDNN runs the matrix products in bf16 on the CPU's AMX / AVX512-BF16
-units, which XLA's CPU dots do not use), and through
+(XLA in float32, `steps_per_execution=50`; `--also fusible/true` adds the
+recipe's `--jit-compile fusible --mixed-precision` mode, XLA for the
+element-wise ops and oneDNN bf16 matrix products), and through
 keras-hub's `GPT2Backbone` at its best settings (jit_compile=True, a pure
 tf.data pipeline, steps_per_execution=20), in one process, alternating
 chunks of steps over several repetitions so that a noisy shared machine

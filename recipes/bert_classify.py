@@ -66,6 +66,7 @@ DEFAULTS = dict(
     sequence_length=64,
     buckets=(16, 32, 64),
     output="runs/bert_classify",
+    jit_compile="true",  # XLA: 4.7 min for 3 epochs here against 6.2 without
 )
 
 

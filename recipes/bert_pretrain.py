@@ -59,7 +59,7 @@ DEFAULTS = dict(
     preset="bert-small",  # 4 layers, h=4
     hidden_dim=128,  # CPU size: d=128, d_ff=512 (the preset has 256 / 1024)
     intermediate_dim=512,
-    epochs=14,  # 40 min on the quiet 2-core CPU; 84.8% SST-2 dev after fine-tuning vs 81.8% with 6
+    epochs=20,  # 34.5 min with XLA on the quiet 2-core CPU (masked-token accuracy 0.47; 0.40 after 14)
     batch_size=128,
     learning_rate=1e-3,  # peak, after a linear warm-up, then cosine decay
     warmup_fraction=0.06,
@@ -69,6 +69,7 @@ DEFAULTS = dict(
     buckets=(16, 32, 64),
     held_out=1000,  # sentences kept aside for the validation loss
     output="runs/bert_pretrain",
+    jit_compile="true",  # XLA: 1.65 min an epoch here against 2.9 without (Keras' "auto" turns it off on CPU)
 )
 
 
