@@ -299,7 +299,7 @@ def run_benchmark(args, log):
         per_mode = live.pop(key)
         for mode, (_, _, times) in per_mode.items():
             row[f"{mode}_ms"] = 1e3 * statistics.median(times)
-        best = min(per_mode, key=lambda m: statistics.median(per_mode[m][2]))
+        best = min(per_mode.items(), key=lambda item: statistics.median(item[1][2]))[0]
         times = per_mode[best][2]
         med = statistics.median(times)
         q = np.percentile(times, [25, 75])

@@ -1,7 +1,5 @@
 """The zoo factory: presets, exact parameter counts, describe, bad input."""
 
-import keras
-import numpy as np
 import pytest
 
 import zoo

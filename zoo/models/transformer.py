@@ -4,8 +4,6 @@ Shape letters: B batch, S source length, T target length, d width,
 V vocabulary.
 """
 
-import math
-
 import keras
 
 from zoo.layers import DecoderBlock, EncoderBlock, TokenAndPositionEmbedding
