@@ -41,17 +41,31 @@ class TokenEmbedding(keras.layers.Embedding):
         return keras.KerasTensor(shape, dtype=self.compute_dtype)
 
 
-def _check_ids(ids, vocabulary_size):
-    """Cheap eager check that token ids are inside the vocabulary."""
+def eager_values(x):
+    """x as a NumPy array, or None if it is symbolic or traced (the data
+    pipeline checks those instead)."""
     try:
         import numpy as np
 
-        values = np.asarray(ids)
-    except Exception:  # symbolic or traced: checked in the data pipeline instead
+        return np.asarray(x)
+    except Exception:
+        return None
+
+
+def first_out_of_range(values, high):
+    """The first value of an array outside [0, high), or None."""
+    bad = values[(values < 0) | (values >= high)]
+    return int(bad.flat[0]) if bad.size else None
+
+
+def _check_ids(ids, vocabulary_size):
+    """Cheap eager check that token ids are inside the vocabulary."""
+    values = eager_values(ids)
+    if values is None or not values.size:
         return
-    if values.size and (values.min() < 0 or values.max() >= vocabulary_size):
-        bad = values[(values < 0) | (values >= vocabulary_size)]
+    bad = first_out_of_range(values, vocabulary_size)
+    if bad is not None:
         raise ValueError(
-            f"Token id {int(bad.flat[0])} is outside the vocabulary: ids must be in "
+            f"Token id {bad} is outside the vocabulary: ids must be in "
             f"[0, {vocabulary_size})."
         )

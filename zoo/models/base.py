@@ -10,6 +10,8 @@ import inspect
 
 import keras
 
+from zoo.layers.token_embedding import eager_values, first_out_of_range
+
 
 class ZooModel(keras.Model):
     """Base class: records constructor arguments and rebuilds from them."""
@@ -107,16 +109,9 @@ def gpt_initializer(stddev=0.02):
 def check_index_range(inputs, name, high, what):
     """Raises if the eager input `name` holds a value outside [0, high).
     Symbolic or traced values are skipped (the data pipeline checks them)."""
-    if name not in inputs:
+    values = eager_values(inputs[name]) if name in inputs else None
+    if values is None or values.dtype.kind not in "iu" or not values.size:
         return
-    try:
-        import numpy as np
-
-        values = np.asarray(inputs[name])
-    except Exception:
-        return
-    if values.dtype.kind not in "iu" or not values.size:
-        return
-    bad = values[(values < 0) | (values >= high)]
-    if bad.size:
-        raise ValueError(f"{name}: {what} {int(bad.flat[0])} is out of range; expected values in [0, {high}).")
+    bad = first_out_of_range(values, high)
+    if bad is not None:
+        raise ValueError(f"{name}: {what} {bad} is out of range; expected values in [0, {high}).")
