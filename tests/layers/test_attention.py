@@ -15,6 +15,7 @@ from zoo.layers import (
     DecoderBlock,
     MultiHeadAttention,
     attention_weights,
+    fused_attention,
     merge_masks,
     scaled_dot_product_attention,
 )
@@ -167,6 +168,51 @@ def test_fully_masked_row_is_zero_in_bfloat16():
     assert np.all(np.isfinite(weights))
     np.testing.assert_array_equal(weights[0, 1], 0.0)
     np.testing.assert_allclose(weights.sum(-1)[0, [0, 2]], 1.0, atol=1e-2)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "causal", "padding", "batched_bhts", "fully_masked_row"])
+def test_fused_attention_matches_reference(mask_kind):
+    # keras.ops.dot_product_attention's (B, T, h, k) layout.
+    b, t, s, h, k = 2, 4, 5, 3, 6
+    q, key, v = randn(b, t, h, k), randn(b, s, h, k), randn(b, s, h, k)
+    mask = {
+        "none": None,
+        "causal": np_causal(t, s)[None, None],
+        "padding": padding([5, 2], s)[:, None, None, :],
+        "batched_bhts": RNG.random((b, h, t, s)) > 0.3,
+        "fully_masked_row": np.ones((b, 1, t, s), bool),
+    }[mask_kind]
+    if mask_kind == "fully_masked_row":
+        mask[1, 0, 2] = False
+    head_major = (lambda x: np.swapaxes(x, 1, 2))  # (B, L, h, k) <-> (B, h, L, k)
+    expected, _ = np_attention(head_major(q), head_major(key), head_major(v), mask=mask)
+    out = to_np(fused_attention(ops.convert_to_tensor(q), key, v, mask=mask))
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, head_major(expected), atol=ATOL)
+    if mask_kind == "fully_masked_row":
+        np.testing.assert_array_equal(out[1, 2], 0.0)
+
+
+@pytest.mark.parametrize(
+    "dropout, call_kwargs, fused",
+    [
+        (0.0, {}, True),
+        (0.0, {"return_attention_scores": True}, False),  # the weights are needed
+        (0.1, {}, False),  # dropout acts on the weights
+    ],
+)
+def test_multi_head_attention_takes_the_fused_path_only_where_it_can(monkeypatch, dropout, call_kwargs, fused):
+    calls = []
+    original = ops.dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "dot_product_attention", spy)
+    layer = make_mha(H, dropout=dropout)
+    layer(randn(B, T, D), use_causal_mask=True, **call_kwargs)
+    assert bool(calls) == fused
 
 
 def test_query_and_key_widths_must_match():
@@ -375,13 +421,16 @@ def test_changing_a_padded_key_changes_no_output():
     )
 
 
-def test_fully_masked_row_gives_zeros_not_nan_in_mixed_bfloat16():
+@pytest.mark.parametrize("dropout", [0.0, 0.1])  # 0: the plain call takes the fused path
+def test_fully_masked_row_gives_zeros_not_nan_in_mixed_bfloat16(dropout):
     keras.config.set_dtype_policy("mixed_bfloat16")
-    layer = make_mha(H, dropout=0.1)
+    layer = make_mha(H, dropout=dropout)
     x = randn(B, T, D)
     pad = np.ones((B, T), bool)
     pad[1] = False  # the second sequence is all padding
     for training in (False, True):
+        plain = to_np(ops.cast(layer(x, padding_mask=pad, training=training), "float32"))
+        assert np.all(np.isfinite(plain))
         out, scores = layer(x, padding_mask=pad, return_attention_scores=True, training=training)
         assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
         out, scores = to_np(ops.cast(out, "float32")), to_np(ops.cast(scores, "float32"))
@@ -389,6 +438,7 @@ def test_fully_masked_row_gives_zeros_not_nan_in_mixed_bfloat16():
         np.testing.assert_array_equal(scores[1], 0.0)
         bias = to_np(ops.cast(ops.cast(layer.output_dense.bias, "bfloat16"), "float32"))
         np.testing.assert_allclose(out[1], np.broadcast_to(bias, (T, D)), atol=1e-2)
+        np.testing.assert_allclose(plain[1], np.broadcast_to(bias, (T, D)), atol=1e-2)
 
 
 # ----------------------------------------------------------------------------

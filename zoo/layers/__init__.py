@@ -1,7 +1,7 @@
 """The Transformer's layers, written with `keras.ops` only (any backend)."""
 
 from zoo.layers.add_norm import AddNorm
-from zoo.layers.attention import attention_weights, merge_masks, scaled_dot_product_attention
+from zoo.layers.attention import attention_weights, fused_attention, merge_masks, scaled_dot_product_attention
 from zoo.layers.decoder_block import DecoderBlock
 from zoo.layers.encoder_block import EncoderBlock
 from zoo.layers.feed_forward import FeedForward
@@ -22,6 +22,7 @@ __all__ = [
     "TokenAndPositionEmbedding",
     "TokenEmbedding",
     "attention_weights",
+    "fused_attention",
     "merge_masks",
     "scaled_dot_product_attention",
 ]

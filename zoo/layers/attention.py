@@ -81,6 +81,38 @@ def scaled_dot_product_attention(query, key, value, mask=None, scale=None):
     return ops.matmul(weights, value)
 
 
+def fused_attention(query, key, value, mask=None, scale=None):
+    """`scaled_dot_product_attention` through `keras.ops.dot_product_attention`.
+
+    The same function in that op's (B, T, h, k) layout, so that each backend
+    runs its own fused kernel where it has one: cuDNN flash attention with
+    JAX on a GPU (in float16/bfloat16), `torch.nn.functional.
+    scaled_dot_product_attention` with torch, one XLA computation with
+    TensorFlow. Keras' own `MultiHeadAttention` takes this path too whenever
+    it needs neither dropout on the weights nor the weights themselves.
+
+    Args:
+        query: (B, T, h, k).
+        key: (B, S, h, k).
+        value: (B, S, h, k).
+        mask: optional boolean broadcastable to (B, h, T, S); False means
+            "may not attend".
+        scale: 1/sqrt(k) by default.
+
+    Returns:
+        (B, T, h, k); a query whose keys are all masked outputs 0, as in
+        `scaled_dot_product_attention` (Keras' op would give it the mean of
+        the values).
+    """
+    if scale is None:
+        scale = 1.0 / math.sqrt(_static_dim(key, -1) or ops.shape(key)[-1])
+    out = ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
+    if mask is None:
+        return out
+    any_key = ops.any(mask, axis=-1, keepdims=True)  # (B, 1|h, T, 1)
+    return ops.where(ops.swapaxes(any_key, 1, 2), out, ops.zeros_like(out))
+
+
 def _check_mask_shape(name, mask, expected):
     """Raise if a mask's static shape cannot broadcast to `expected`."""
     shape = tuple(mask.shape)

@@ -7,7 +7,7 @@ h heads, k = d / h the width of one head.
 import keras
 from keras import ops
 
-from zoo.layers.attention import attention_weights, merge_masks
+from zoo.layers.attention import attention_weights, fused_attention, merge_masks
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -204,11 +204,19 @@ class MultiHeadAttention(keras.layers.Layer):
         if attend_mask is not None:
             attend_mask = attend_mask[:, None, :, :]  # (B, 1, T, S)
 
-        q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
-        weights = attention_weights(q, key, mask=attend_mask)  # (B, h, T, S)
-        dropped = self.dropout_layer(weights, training=training)
-        out = ops.matmul(dropped, ops.cast(value, dropped.dtype))  # (B, h, T, k)
-        out = ops.transpose(out, (0, 2, 1, 3))  # (B, T, h, k)
+        if cache is None and not return_attention_scores and self.dropout == 0:
+            # Neither the weights nor dropout on them are needed: the
+            # backend's fused attention (flash attention on a GPU), as in
+            # Keras' MultiHeadAttention. The cached step keeps the explicit
+            # form, whose one-query product reads the cache in place.
+            key, value = ops.swapaxes(key, 1, 2), ops.swapaxes(value, 1, 2)  # (B, S, h, k)
+            out = fused_attention(q, key, ops.cast(value, q.dtype), mask=attend_mask)  # (B, T, h, k)
+        else:
+            q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
+            weights = attention_weights(q, key, mask=attend_mask)  # (B, h, T, S)
+            dropped = self.dropout_layer(weights, training=training)
+            out = ops.matmul(dropped, ops.cast(value, dropped.dtype))  # (B, h, T, k)
+            out = ops.transpose(out, (0, 2, 1, 3))  # (B, T, h, k)
         out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.model_dim))
         out = self.output_dense(out)  # (B, T, d)
 
