@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: install test test-tf test-jax test-slow demo bench clean
+.PHONY: install test test-tf test-jax test-torch test-slow demo bench clean
 
 install: $(STAMP)
 
@@ -22,6 +22,22 @@ test: $(STAMP)
 	KERAS_BACKEND=jax $(PY) -m pytest -q tests/layers tests/generation
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q
 
+# The same layer, model and generation tests on torch, Keras' third backend,
+# in an environment of its own without TensorFlow (keras-hub without its
+# dependencies, which pull TensorFlow Text in). On request; torch is not a
+# dependency. TORCH picks the wheel, e.g.
+#   make test-torch TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
+TORCH_VENV ?= .venv-torch
+TORCH ?= torch
+test-torch:
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install -q $(TORCH)
+	$(TORCH_VENV)/bin/python -m pip install -q "keras>=3.8" "numpy>=1.26" "pytest>=8" "hypothesis>=6.100" \
+		regex rich absl-py packaging tokenizers
+	$(TORCH_VENV)/bin/python -m pip install -q --no-deps "keras-hub>=0.20" -e .
+	KERAS_BACKEND=torch $(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+		tests/layers tests/models tests/generation tests/fuzz tests/test_error_messages.py
+
 test-slow: $(STAMP)
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -m slow
 
@@ -29,4 +45,4 @@ demo: $(STAMP)
 	KERAS_BACKEND=tensorflow $(PY) -m recipes.demo
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(TORCH_VENV) build *.egg-info

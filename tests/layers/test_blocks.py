@@ -105,6 +105,9 @@ def _snapshot(layer):
 def _restore(layer, snapshot):
     for v, value in zip(layer.non_trainable_variables, snapshot):
         v.assign(value)
+    # torch's Keras dropout draws from torch's global generator, not from
+    # the layer's seed state: reseed that too.
+    keras.utils.set_random_seed(1234)
 
 
 # ----------------------------------------------------------------------------

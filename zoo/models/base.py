@@ -32,6 +32,21 @@ class ZooModel(keras.Model):
             self._check_values(inputs)
         return super().__call__(inputs, *args, **kwargs)
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._initialized = True
+
+    def __setattr__(self, name, value):
+        # Subclasses assign their layers before the functional `__init__`
+        # runs, which the torch backend's `torch.nn.Module.__setattr__`
+        # refuses. The functional graph tracks every layer anyway, so until
+        # `__init__` is done, route around it (what keras-hub's Backbone does).
+        if keras.config.backend() == "torch" and (
+            not hasattr(self, "_initialized") or isinstance(getattr(type(self), name, None), property)
+        ):
+            return object.__setattr__(self, name, value)
+        return super().__setattr__(name, value)
+
     def _check_values(self, inputs):
         """Eager checks of input values a model must refuse (an index out of
         range would be a silent NaN on some backends); none by default."""
