@@ -16,6 +16,10 @@ from zoo.layers.token_embedding import eager_values, first_out_of_range
 class ZooModel(keras.Model):
     """Base class: records constructor arguments and rebuilds from them."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._initialized = True
+
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, dict) and isinstance(self._inputs_struct, dict):
             expected = set(self._inputs_struct)
@@ -31,10 +35,6 @@ class ZooModel(keras.Model):
         if isinstance(inputs, dict):
             self._check_values(inputs)
         return super().__call__(inputs, *args, **kwargs)
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._initialized = True
 
     def __setattr__(self, name, value):
         # Subclasses assign their layers before the functional `__init__`
