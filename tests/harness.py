@@ -220,3 +220,17 @@ def _run_mixed_precision(cls, init_kwargs, inputs, positional, call_kwargs, floa
             np.testing.assert_allclose(values, expected, atol=tolerance)
     finally:
         keras.config.set_dtype_policy(previous)
+
+
+def dropout_state(layer):
+    """A layer's non-trainable state (its dropout seeds), to replay."""
+    return [ops.convert_to_numpy(v) for v in layer.non_trainable_variables]
+
+
+def replay_dropout(layer, state):
+    """Restore `dropout_state`, so that the next call draws the same masks."""
+    for v, value in zip(layer.non_trainable_variables, state):
+        v.assign(value)
+    # torch's Keras dropout draws from torch's global generator, not from
+    # the layer's seed state: reseed that too.
+    keras.utils.set_random_seed(1234)

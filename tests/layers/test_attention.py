@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from tests.harness import run_layer_test
+from tests.harness import dropout_state, replay_dropout, run_layer_test
 from zoo.layers import (
     DecoderBlock,
     MultiHeadAttention,
@@ -350,28 +350,15 @@ def test_cross_attention_matches_reference(mask_kind):
 # Invariants.
 
 
-def _snapshot(layer):
-    """The layer's non-trainable state (its dropout seeds), to replay."""
-    return [to_np(v) for v in layer.non_trainable_variables]
-
-
-def _restore(layer, snapshot):
-    for v, value in zip(layer.non_trainable_variables, snapshot):
-        v.assign(value)
-    # torch's Keras dropout draws from torch's global generator, not from
-    # the layer's seed state: reseed that too.
-    keras.utils.set_random_seed(1234)
-
-
 @pytest.mark.parametrize("dropout", [0.0, 0.5])
 def test_causal_mask_no_future_leak(dropout):
     x = randn(B, T, D)
     layer = make_mha(H, dropout=dropout)
     layer(x)
-    state = _snapshot(layer)
+    state = dropout_state(layer)
 
     def run(inputs):
-        _restore(layer, state)  # the same dropout mask on every run
+        replay_dropout(layer, state)  # the same dropout mask on every run
         return to_np(layer(inputs, use_causal_mask=True, training=True))
 
     reference = run(x)

@@ -12,7 +12,7 @@ import pytest
 from keras import ops
 from keras.src.backend.common.masking import get_keras_mask
 
-from tests.harness import run_layer_test
+from tests.harness import dropout_state, replay_dropout, run_layer_test
 from tests.layers.test_attention import np_causal, np_mha
 from zoo.layers import AddNorm, DecoderBlock, EncoderBlock, FeedForward, TokenAndPositionEmbedding
 
@@ -96,18 +96,6 @@ def np_decoder_block(block, x, self_mask, encoder_output=None, cross_mask=None):
             lambda h: np_mha(block.cross_attention_layer, h, encoder_output, mask=cross_mask)[0],
         )
     return np_sublayer(block.feed_forward_add_norm, x, lambda h: np_feed_forward(block.feed_forward, h))
-
-
-def _snapshot(layer):
-    return [ops.convert_to_numpy(v) for v in layer.non_trainable_variables]
-
-
-def _restore(layer, snapshot):
-    for v, value in zip(layer.non_trainable_variables, snapshot):
-        v.assign(value)
-    # torch's Keras dropout draws from torch's global generator, not from
-    # the layer's seed state: reseed that too.
-    keras.utils.set_random_seed(1234)
 
 
 # ----------------------------------------------------------------------------
@@ -317,10 +305,10 @@ def test_decoder_no_future_leak(cross_attention, dropout):
     x = randn(B, T, D)
     extra = {"encoder_output": randn(B, S, D)} if cross_attention else {}
     block(x, **extra)
-    state = _snapshot(block)
+    state = dropout_state(block)
 
     def run(inputs):
-        _restore(block, state)  # the same dropout masks on every run
+        replay_dropout(block, state)  # the same dropout masks on every run
         return to_np(block(inputs, training=True, **extra))
 
     reference = run(x)
