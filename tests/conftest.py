@@ -1,4 +1,5 @@
-"""Shared pytest setup: quiet TensorFlow, float32 by default, fixed seeds."""
+"""Shared pytest setup: quiet TensorFlow, full-precision float32 matmuls,
+float32 by default, fixed seeds."""
 
 import os
 
@@ -15,6 +16,33 @@ import keras  # noqa: E402
 import pytest  # noqa: E402
 
 SEED = 1337
+
+
+def use_full_float32_matmuls(backend):
+    """Multiply float32 matrices in float32 on every device, for the tests only.
+
+    GPUs (Ampere and later) multiply float32 in TF32 by default, a 10-bit
+    mantissa: about 1e-3 off a float64 reference, where the comparisons here
+    expect about 1e-6. Users keep that speed: the library never sets this.
+    Only the backend in use is configured (and imported).
+    """
+    if backend == "jax":
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", "highest")
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+    elif backend == "torch":
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+
+
+use_full_float32_matmuls(keras.backend.backend())
 
 
 @pytest.fixture(autouse=True)
