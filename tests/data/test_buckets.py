@@ -5,7 +5,7 @@ batches with that bucket's static shape."""
 import numpy as np
 import tensorflow as tf
 
-from zoo.data import divisor_batch_size, interleave, length_buckets
+from zoo.data import bucketed_batches, divisor_batch_size, interleave, length_buckets
 
 
 def test_examples_go_to_the_shortest_bound_that_holds_them():
@@ -50,3 +50,39 @@ def test_divisor_batch_size_keeps_every_example():
     assert divisor_batch_size(872, 64) == 8
     assert divisor_batch_size(1000, 64) == 50
     assert divisor_batch_size(7, 64) == 7
+
+
+def test_bucketed_batches_pads_each_example_to_its_bucket_and_sees_each_once():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 40, size=64).tolist()
+    sentences = [list(range(1, n + 1)) for n in lengths]  # example i holds 1..length
+
+    def pipeline(rows, bound):
+        padded = np.zeros((len(rows), bound), "int32")
+        for row, i in enumerate(rows):
+            padded[row, : min(lengths[i], bound)] = sentences[i][:bound]
+        mask = padded != 0
+        data = ({"token_ids": padded, "padding_mask": mask}, np.asarray(rows, "int32"))
+        return tf.data.Dataset.from_tensor_slices(data).batch(4, drop_remainder=True)
+
+    # max_length 24 drops the bound 32 and makes 24 the last one.
+    stream, steps = bucketed_batches(pipeline, lengths, (8, 16, 32), batch_size=4, max_length=24, seed=1)
+    batches = list(stream.as_numpy_iterator())
+    assert len(batches) == steps
+    seen = []
+    for x, rows in batches:
+        bound = x["token_ids"].shape[1]
+        assert bound in (8, 16, 24)
+        assert x["padding_mask"].dtype == np.int32
+        for row, i in enumerate(rows):
+            # the shortest bound that holds it (or the last, cut), or a larger one when its bucket merged up
+            assert min(lengths[i], 24) <= bound
+            assert x["padding_mask"][row].sum() == min(lengths[i], bound)
+        seen += rows.tolist()
+    assert len(seen) == len(set(seen))
+    groups = length_buckets(lengths, (8, 16, 24), 4)
+    assert steps == sum(len(rows) // 4 for _, rows in groups)
+    # Validation order: the buckets one after another, shortest first.
+    ordered, _ = bucketed_batches(pipeline, lengths, (8, 16, 32), batch_size=4, max_length=24, shuffle=False)
+    shapes = [x["token_ids"].shape[1] for x, _ in ordered.as_numpy_iterator()]
+    assert shapes == sorted(shapes) and len(shapes) == steps

@@ -5,7 +5,7 @@ TensorFlow Datasets and keras-hub are imported only by the functions that
 need them.
 """
 
-from zoo.data.buckets import divisor_batch_size, int32_masks, interleave, length_buckets
+from zoo.data.buckets import bucketed_batches, divisor_batch_size, int32_masks, interleave, length_buckets
 from zoo.data.errors import DataError
 from zoo.data.pipelines import (
     check_token_ids,
@@ -45,6 +45,7 @@ __all__ = [
     "Task",
     "WordVocabulary",
     "check_token_ids",
+    "bucketed_batches",
     "divisor_batch_size",
     "int32_masks",
     "interleave",

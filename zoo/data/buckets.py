@@ -6,16 +6,62 @@ bucket (each padded to its bucket's bound), and interleaves them: a compiled
 train step is traced once per bucket, and a batch of 10-token phrases costs
 a tenth of one padded to 100.
 
+`bucketed_batches` does all three in one call.
+
 Example:
 ```python
-groups = length_buckets(lengths, (16, 32, 64), batch_size=128)
-datasets = [classification_dataset([ids[i] for i in rows], labels[rows], 128, bound, ...)
-            for bound, rows in groups]
-train, steps = interleave(datasets, [len(rows) // 128 for _, rows in groups], seed=0)
+def pipeline(rows, bound):  # one bucket's examples, padded to `bound`
+    return classification_dataset([ids[i] for i in rows], labels[rows], 128, bound, cls_id, sep_id)
+
+train, steps = bucketed_batches(pipeline, lengths, (16, 32, 64), batch_size=128, seed=0)
 ```
 """
 
 import numpy as np
+
+
+def bucketed_batches(pipeline, lengths, bounds, batch_size, max_length=None, shuffle=True, seed=None):
+    """Batches grouped by length: one pipeline per length bucket,
+    interleaved into one stream.
+
+    Args:
+        pipeline: a function `(indices, bound) -> tf.data.Dataset` that
+            batches the examples at `indices` (a list of ints) padded to
+            `bound` tokens, with `batch_size` examples a batch (dropping
+            the last partial one).
+        lengths: N ints, each example's length in tokens (counting any
+            start, end or [CLS]/[SEP] tokens the pipeline adds).
+        bounds: increasing ints, the batch lengths.
+        batch_size: int, examples a batch.
+        max_length: int or None; when given, the bounds above it are
+            dropped and `max_length` becomes the last bound (longer
+            examples are cut by the pipeline).
+        shuffle: bool; True interleaves the buckets at random (training),
+            False chains them in order (validation).
+        seed: int or None, for the random interleaving.
+
+    Returns:
+        `(dataset, steps)`: a finite dataset whose bool tensors are int32
+        (see `int32_masks`), and its number of batches in one pass.
+
+    Example:
+    ```python
+    import numpy as np
+    import tensorflow as tf
+
+    lengths = [3, 5, 12, 14, 4, 13]
+    def pipeline(rows, bound):
+        x = np.zeros((len(rows), bound), "int32")
+        return tf.data.Dataset.from_tensor_slices(x).batch(2, drop_remainder=True)
+    dataset, steps = bucketed_batches(pipeline, lengths, (8, 16), batch_size=2, shuffle=False)
+    [b.shape[1] for b in dataset]  # [8, 16, 16]: steps == 3
+    ```
+    """
+    if max_length is not None:
+        bounds = tuple(b for b in sorted(bounds) if b < max_length) + (int(max_length),)
+    groups = length_buckets(lengths, bounds, batch_size)
+    datasets = [pipeline(rows, bound) for bound, rows in groups]
+    return interleave(datasets, [len(rows) // batch_size for _, rows in groups], seed, shuffle)
 
 
 def length_buckets(lengths, bounds, batch_size):
