@@ -1,11 +1,30 @@
-"""Training helpers shared by the recipes: schedules, optimizers, losses,
-and the run plumbing (flags, output folder, callbacks, strategies, plots).
+"""Training helpers: schedules, optimizers, losses, BLEU, the callbacks
+that let a run die and resume (`checkpoints`), and distribution strategies.
 
 Stands alone: imports neither the models nor the data pipelines.
 """
 
+from zoo.training.bleu import corpus_bleu
+from zoo.training.checkpoints import Backup, BestModel, NonFiniteLossError, ResumableCSVLogger, TerminateOnNonFinite
+from zoo.training.distribution import STRATEGIES, distribution_scope, start_distribution, worker_output
 from zoo.training.losses import MaskedAccuracy, MaskedSparseCrossentropy
 from zoo.training.optimizers import adamw
 from zoo.training.schedules import TransformerSchedule, WarmupCosineDecay
 
-__all__ = ["MaskedAccuracy", "MaskedSparseCrossentropy", "TransformerSchedule", "WarmupCosineDecay", "adamw"]
+__all__ = [
+    "STRATEGIES",
+    "Backup",
+    "BestModel",
+    "MaskedAccuracy",
+    "MaskedSparseCrossentropy",
+    "NonFiniteLossError",
+    "ResumableCSVLogger",
+    "TerminateOnNonFinite",
+    "TransformerSchedule",
+    "WarmupCosineDecay",
+    "adamw",
+    "corpus_bleu",
+    "distribution_scope",
+    "start_distribution",
+    "worker_output",
+]
