@@ -22,10 +22,12 @@ _EXPORTS = {
     "plot": "zoo.factory",
     "generate": "zoo.generation",
     "from_keras_hub": "zoo.convert",
+    "from_pretrained": "zoo.pretrained",
+    "export": "zoo.pretrained",
     "load": "zoo.saving",
     "save": "zoo.saving",
 }
-_SUBMODULES = ("convert", "data", "factory", "generation", "layers", "models", "presets", "saving", "training")
+_SUBMODULES = ("convert", "data", "factory", "generation", "layers", "models", "presets", "pretrained", "saving", "training")
 
 __all__ = sorted(_EXPORTS)
 

@@ -12,6 +12,7 @@ from zoo.models import (
     GPTCausalLM,
 )
 from zoo.presets import PRESETS
+from zoo.pretrained import from_pretrained, is_checkpoint_folder
 
 BACKBONES = {"gpt": GPTBackbone, "bert": BertBackbone, "transformer": EncoderDecoder}
 
@@ -46,7 +47,8 @@ def build(name, task=None, **overrides):
     """Build a zoo model from a preset.
 
     Args:
-        name: a preset name (`zoo.list_presets()`).
+        name: a preset name (`zoo.list_presets()`), or a GPT-2 / BERT checkpoint
+            folder, loaded by `zoo.from_pretrained(name, task, **overrides)`.
         task: None for the backbone, or the family's task: "causal_lm"
             (gpt); "masked_lm", "classifier", "sentence_encoder" (bert);
             "seq2seq" (transformer, the same model as None).
@@ -57,6 +59,8 @@ def build(name, task=None, **overrides):
     Returns:
         A functional `keras.Model`.
     """
+    if name not in PRESETS and is_checkpoint_folder(name):  # a keras-hub preset or Hugging Face folder
+        return from_pretrained(name, task=task, **overrides)
     preset = _preset(name)
     family = preset["family"]
     tasks = TASKS[family]
