@@ -20,10 +20,36 @@ def test_parameter_counts_match_the_published_checkpoints(name):
     assert model.count_params() == PUBLISHED[name]
 
 
-@pytest.mark.parametrize("name, paper", [("transformer-base", 65e6), ("transformer-big", 213e6)])
-def test_transformer_parameter_counts_are_within_5_percent_of_the_paper(name, paper):
-    count = zoo.build(name).count_params()
-    assert abs(count - paper) / paper < 0.05, count
+def encoder_decoder_parameters(vocabulary_size, layers, d, d_ff):
+    """The encoder-decoder's count from its architecture: one shared, tied
+    (V, d) table, sinusoidal positions (no weights), post-LN blocks; every
+    Dense with a bias, every LayerNorm with gamma and beta."""
+    attention = 4 * (d * d + d)  # Q, K, V and output projections
+    feed_forward = (d * d_ff + d_ff) + (d_ff * d + d)
+    norm = 2 * d
+    encoder_block = attention + feed_forward + 2 * norm
+    decoder_block = 2 * attention + feed_forward + 3 * norm  # self- and cross-attention
+    return vocabulary_size * d + layers * (encoder_block + decoder_block)
+
+
+# The README's table (and the architecture formula above) - not the code's own numbers.
+TRANSFORMER = {
+    # name: (vocabulary, layers, d, d_ff, context, parameters, train FLOPs/token)
+    "transformer-base": (37_000, 6, 512, 2048, 256, 63_082_496, 283_705_344),
+    "transformer-big": (37_000, 6, 1024, 4096, 256, 214_245_376, 1_095_892_992),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMER))
+def test_transformer_parameter_counts_and_flops_are_exact(name):
+    vocabulary, layers, d, d_ff, context, parameters, flops = TRANSFORMER[name]
+    assert encoder_decoder_parameters(vocabulary, layers, d, d_ff) == parameters
+    # Kaplan et al.: 6 x non-embedding parameters + 12 layers context width,
+    # counted for both stacks.
+    assert 6 * (parameters - vocabulary * d) + 2 * 12 * layers * context * d == flops
+    info = zoo.describe(name)  # builds the model to count, never runs it
+    assert (info["parameters"], info["non_embedding_parameters"]) == (parameters, parameters - vocabulary * d)
+    assert info["training_flops_per_token"] == flops
 
 
 def test_every_preset_is_listed_and_described():
@@ -34,10 +60,14 @@ def test_every_preset_is_listed_and_described():
     assert set(zoo.list_presets("bert")) <= set(names)
     info = zoo.describe("gpt-nano")
     assert info["family"] == "gpt"
-    assert info["parameters"] == zoo.build("gpt-nano").count_params()
-    # 6 N_non-embedding + 12 L T d (Kaplan et al.)
-    c = info["config"]
-    assert info["training_flops_per_token"] == 6 * info["non_embedding_parameters"] + 12 * c["num_layers"] * c["max_sequence_length"] * c["hidden_dim"]
+    # gpt-nano by hand: token (100, 32) and position (32, 32) tables; two
+    # pre-LN blocks with biases; a final LayerNorm.
+    d, d_ff, layers, vocabulary, context = 32, 64, 2, 100, 32
+    block = 4 * (d * d + d) + (d * d_ff + d_ff) + (d_ff * d + d) + 2 * (2 * d)
+    embeddings = vocabulary * d + context * d
+    assert info["parameters"] == embeddings + layers * block + 2 * d == 21_376
+    assert info["non_embedding_parameters"] == layers * block + 2 * d
+    assert info["training_flops_per_token"] == 6 * (layers * block + 2 * d) + 12 * layers * context * d
 
 
 def test_tasks_are_chosen_by_argument():
