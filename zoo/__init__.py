@@ -3,31 +3,55 @@
     import zoo
     model = zoo.build("gpt2-small", task="causal_lm")
 
-`import zoo` registers the layers and models with Keras' serialization
-(so `keras.saving.load_model` finds them); they need only Keras, so `zoo`'s
-core imports on a backend without TensorFlow. The rest (data pipelines,
-generation, conversion) loads on first use.
+`import zoo` registers everything a file written by the zoo holds with
+Keras' serialization (layers, models, losses, metrics, learning-rate
+schedules, the char and word tokenizers), so that `zoo.load` and
+`keras.saving.load_model` find them in a new process; they need only Keras,
+so `zoo`'s core imports on a backend without TensorFlow. The rest (data
+pipelines, generation, conversion) loads on first use.
+
+A model that carries a tokenizer works on text:
+
+    lm = zoo.load("runs/gpt_char/model.keras")
+    zoo.generate(lm, "ROMEO:", max_length=300)  # text in, text out
 """
 
 import importlib
 
 __version__ = "0.1.0"
 
-from zoo import layers, models  # noqa: E402,F401  (registers serializable classes)
+from zoo import layers, models, training  # noqa: E402,F401  (registers serializable classes)
+from zoo.data import tokenizers as _tokenizers  # noqa: E402,F401  (registers CharTokenizer, WordTokenizer)
 
 _EXPORTS = {
     "build": "zoo.factory",
     "describe": "zoo.factory",
     "list_presets": "zoo.factory",
+    "preset_info": "zoo.factory",
     "plot": "zoo.factory",
-    "generate": "zoo.generation",
+    "generate": "zoo.inference",
+    "translate": "zoo.inference",
+    "classify": "zoo.inference",
+    "embed": "zoo.inference",
     "from_keras_hub": "zoo.convert",
     "from_pretrained": "zoo.pretrained",
     "export": "zoo.pretrained",
     "load": "zoo.saving",
     "save": "zoo.saving",
 }
-_SUBMODULES = ("convert", "data", "factory", "generation", "layers", "models", "presets", "pretrained", "saving", "training")
+_SUBMODULES = (
+    "convert",
+    "data",
+    "factory",
+    "generation",
+    "inference",
+    "layers",
+    "models",
+    "pretrained",
+    "presets",
+    "saving",
+    "training",
+)
 
 __all__ = sorted(_EXPORTS)
 

@@ -35,6 +35,15 @@ def list_presets(family=None):
     return [name for name, p in PRESETS.items() if family is None or p["family"] == family]
 
 
+def preset_info(name):
+    """A preset's family, description and constructor arguments, without
+    building it: `{"name", "family", "description", "config"}` (a copy).
+    An unknown name raises `ValueError` with the closest names."""
+    preset = _preset(name)
+    return {"name": name, "family": preset["family"], "description": preset["description"],
+            "config": dict(preset["config"])}
+
+
 def _preset(name):
     if name not in PRESETS:
         close = difflib.get_close_matches(str(name), PRESETS, n=3, cutoff=0.3)
@@ -55,6 +64,8 @@ def build(name, task=None, **overrides):
         **overrides: constructor arguments of the backbone (e.g.
             `num_layers=2`, `dropout=0.0`, `dtype="mixed_bfloat16"`) or of the
             task (`num_classes`, `pooling`, ...). Unknown names are an error.
+            `tokenizer=` attaches a tokenizer to the model returned (see
+            `ZooModel.tokenizer`).
 
     Returns:
         A functional `keras.Model`.
@@ -62,6 +73,7 @@ def build(name, task=None, **overrides):
     if name not in PRESETS and is_checkpoint_folder(name):  # a keras-hub preset or Hugging Face folder
         return from_pretrained(name, task=task, **overrides)
     preset = _preset(name)
+    tokenizer = overrides.pop("tokenizer", None)
     family = preset["family"]
     tasks = TASKS[family]
     if task not in tasks:
@@ -82,9 +94,10 @@ def build(name, task=None, **overrides):
         task_kwargs["dropout"] = task_kwargs.pop("classifier_dropout")
     config = {**preset["config"], **overrides}
     backbone = backbone_class(**config)
-    if task_class is None:
-        return backbone
-    return task_class(backbone, **task_kwargs)
+    model = backbone if task_class is None else task_class(backbone, **task_kwargs)
+    if tokenizer is not None:
+        model.tokenizer = tokenizer
+    return model
 
 
 def describe(name, **overrides):

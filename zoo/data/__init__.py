@@ -7,14 +7,6 @@ need them.
 
 from zoo.data.buckets import bucketed_batches, divisor_batch_size, int32_masks, interleave, length_buckets
 from zoo.data.errors import DataError
-from zoo.data.pipelines import (
-    check_token_ids,
-    classification_dataset,
-    language_model_eval_batches,
-    language_model_windows,
-    masked_lm_dataset,
-    seq2seq_dataset,
-)
 from zoo.data.sources import read_labelled, read_parallel, read_text
 from zoo.data.synthetic import (
     Task,
@@ -28,7 +20,9 @@ from zoo.data.synthetic import (
 from zoo.data.tokenizers import (
     BYTE_PAIR_RESERVED_TOKENS,
     WORD_PIECE_RESERVED_TOKENS,
+    CharTokenizer,
     CharVocabulary,
+    WordTokenizer,
     WordVocabulary,
     load_word_piece,
     save_vocabulary,
@@ -40,9 +34,11 @@ from zoo.data.tokenizers import (
 __all__ = [
     "BYTE_PAIR_RESERVED_TOKENS",
     "WORD_PIECE_RESERVED_TOKENS",
+    "CharTokenizer",
     "CharVocabulary",
     "DataError",
     "Task",
+    "WordTokenizer",
     "WordVocabulary",
     "check_token_ids",
     "bucketed_batches",
@@ -70,3 +66,22 @@ __all__ = [
     "train_byte_pair",
     "train_word_piece",
 ]
+
+# The tf.data pipelines load TensorFlow: imported on first use, so that
+# `import zoo` (which registers the tokenizers above) does not.
+_PIPELINES = (
+    "check_token_ids",
+    "classification_dataset",
+    "language_model_eval_batches",
+    "language_model_windows",
+    "masked_lm_dataset",
+    "seq2seq_dataset",
+)
+
+
+def __getattr__(name):
+    if name in _PIPELINES:
+        from zoo.data import pipelines
+
+        return getattr(pipelines, name)
+    raise AttributeError(f"module 'zoo.data' has no attribute {name!r}")

@@ -1,13 +1,19 @@
 """Tokenizers: characters, words, and keras-hub's WordPiece and byte-pair.
 
 `CharVocabulary` (nanoGPT's character level) and `WordVocabulary` (for the
-synthetic tasks) are small NumPy classes. Subword tokenizers are keras-hub's
-own layers, `keras_hub.tokenizers.WordPieceTokenizer` and
+synthetic tasks) are small NumPy classes; `CharTokenizer` and
+`WordTokenizer` are the same vocabularies as Keras layers with keras-hub's
+tokenizer surface (`tokenize`, `detokenize`, `vocabulary_size()`, ...), so
+that a model can carry them inside its `.keras` file
+(`zoo.build(..., tokenizer=CharTokenizer.from_text(text))`). Subword
+tokenizers are keras-hub's own layers,
+`keras_hub.tokenizers.WordPieceTokenizer` and
 `keras_hub.tokenizers.BytePairTokenizer`, not written again; this file only
 trains their vocabularies and saves / loads them. keras-hub is imported
 inside the functions that need it, so that `import zoo.data` stays light.
 
-In every vocabulary here the padding token has id 0, so that padded batches,
+In every vocabulary here with a padding token, it has id 0, so that padded
+batches,
 `padding_mask = token_ids != 0` and `ignore_class=0` losses agree.
 
 Example:
@@ -24,6 +30,7 @@ import heapq
 import json
 from pathlib import Path
 
+import keras
 import numpy as np
 
 from zoo.data.errors import DataError
@@ -253,6 +260,204 @@ class WordVocabulary:
             A `WordVocabulary`.
         """
         return cls(_load_json(path, "words"))
+
+
+class _VocabularyTokenizer(keras.layers.Layer):
+    """keras-hub's tokenizer surface over a NumPy vocabulary, as a Keras layer.
+
+    The vocabulary is saved as an asset (`save_assets` / `load_assets`),
+    not in the config, as keras-hub's tokenizers do: inside a model's
+    `.keras` file it travels as a file and comes back when the model loads.
+    Tokenizing runs in NumPy, eagerly; it is not meant for a traced graph.
+    """
+
+    asset_file = None  # the vocabulary file's name inside the assets folder
+    vocabulary_class = None
+
+    def __init__(self, vocabulary=None, **kwargs):
+        kwargs.setdefault("trainable", False)
+        super().__init__(**kwargs)
+        self.vocabulary = None
+        self.set_vocabulary(vocabulary)
+
+    def set_vocabulary(self, vocabulary):
+        """Sets the vocabulary: a `vocabulary_class` instance, what its
+        constructor takes, a path to the file its `save` wrote, or None."""
+        if vocabulary is None or isinstance(vocabulary, self.vocabulary_class):
+            self.vocabulary = vocabulary
+        elif isinstance(vocabulary, Path) or (isinstance(vocabulary, str) and vocabulary.endswith(".json")):
+            self.vocabulary = self.vocabulary_class.load(vocabulary)
+        else:
+            self.vocabulary = self.vocabulary_class(vocabulary)
+
+    def _checked(self):
+        if self.vocabulary is None:
+            raise ValueError(
+                f"{type(self).__name__} has no vocabulary yet; pass `vocabulary=` or call `set_vocabulary`."
+            )
+        return self.vocabulary
+
+    def tokenize(self, inputs):
+        """Text to ids.
+
+        Args:
+            inputs: a str, or a list of str.
+
+        Returns:
+            For a str, an int32 array (T,); for a list, a list of them.
+        """
+        vocabulary = self._checked()
+        if isinstance(inputs, bytes):
+            inputs = inputs.decode("utf-8")
+        if isinstance(inputs, str):
+            return np.asarray(vocabulary.encode(inputs), dtype=np.int32)
+        return [self.tokenize(text) for text in _strings(inputs)]
+
+    def call(self, inputs):
+        return self.tokenize(inputs)
+
+    def __call__(self, inputs, *args, **kwargs):
+        # Strings are not tensors: tokenize directly, without Keras' call machinery.
+        return self.tokenize(inputs)
+
+    def detokenize(self, inputs):
+        """Ids to text.
+
+        Args:
+            inputs: one sequence of ids (a list or a 1-D array), or several
+                (a list of lists or a 2-D array).
+
+        Returns:
+            A str for one sequence, a list of str for several.
+        """
+        vocabulary = self._checked()
+        if hasattr(inputs, "to_list"):  # a tf.RaggedTensor
+            inputs = inputs.to_list()
+        if not isinstance(inputs, (list, tuple)):
+            inputs = keras.ops.convert_to_numpy(inputs)
+        if isinstance(inputs, np.ndarray) and inputs.ndim <= 1:
+            return vocabulary.decode(inputs)
+        if isinstance(inputs, np.ndarray) or (len(inputs) and not np.isscalar(inputs[0])):
+            return [vocabulary.decode(np.asarray(row, dtype=np.int64)) for row in inputs]
+        return vocabulary.decode(np.asarray(inputs, dtype=np.int64))
+
+    def vocabulary_size(self):
+        """int. The number of token ids."""
+        return self._checked().vocabulary_size
+
+    def get_vocabulary(self):
+        """The tokens, a list of str in id order."""
+        return list(self._tokens())
+
+    def id_to_token(self, id):
+        """The token of an id."""
+        tokens = self._tokens()
+        if not 0 <= int(id) < len(tokens):
+            raise ValueError(f"id {id} is out of range; expected an id in [0, {len(tokens)}).")
+        return tokens[int(id)]
+
+    def token_to_id(self, token):
+        """The id of a token."""
+        tokens = self._tokens()
+        if token not in tokens:
+            raise ValueError(f"token {token!r} is not in the vocabulary of {len(tokens)} tokens.")
+        return tokens.index(token)
+
+    def save_assets(self, dir_path):
+        self._checked().save(Path(dir_path) / self.asset_file)
+
+    def load_assets(self, dir_path):
+        self.vocabulary = self.vocabulary_class.load(Path(dir_path) / self.asset_file)
+
+    def get_config(self):
+        config = super().get_config()
+        config["vocabulary"] = None  # saved as an asset
+        return config
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class CharTokenizer(_VocabularyTokenizer):
+    """A character tokenizer (nanoGPT's), as a Keras layer a model can carry.
+
+    The same ids as `CharVocabulary`, with keras-hub's tokenizer methods.
+    Saved inside a model's `.keras` file as the asset `chars.json`.
+
+    Args:
+        vocabulary: a `CharVocabulary`, a str or sequence of distinct
+            characters in id order, a path to a `chars.json` written by
+            `CharVocabulary.save`, or None (set later, e.g. when loading).
+
+    Example:
+    ```python
+    tokenizer = CharTokenizer.from_text("hello world")
+    tokenizer("hold")  # array([3, 6, 4, 2], dtype=int32)
+    tokenizer.detokenize([3, 6, 4, 2])  # "hold"
+    lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
+    ```
+    """
+
+    asset_file = "chars.json"
+    vocabulary_class = CharVocabulary
+
+    @classmethod
+    def from_text(cls, text, **kwargs):
+        """The tokenizer of the sorted characters of `text`."""
+        return cls(CharVocabulary.from_text(text), **kwargs)
+
+    def _tokens(self):
+        return self._checked().characters
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class WordTokenizer(_VocabularyTokenizer):
+    """A whitespace word tokenizer, as a Keras layer a model can carry.
+
+    The same ids as `WordVocabulary` (`[PAD]` 0, `[START]` 1, `[END]` 2,
+    `[UNK]` 3, then the words); `detokenize` skips `[PAD]` and `[START]`
+    and stops at `[END]`, as `WordVocabulary.decode`. Saved inside a
+    model's `.keras` file as the asset `vocabulary.json`.
+
+    Args:
+        vocabulary: a `WordVocabulary`, a sequence of distinct words (the
+            special tokens are added in front), a path to a JSON file
+            written by `WordVocabulary.save`, or None.
+
+    Example:
+    ```python
+    tokenizer = WordTokenizer.from_texts(["the cat danced", "the dog"])
+    tokenizer("the dog danced")  # array([7, 6, 5], dtype=int32)
+    tokenizer.detokenize([1, 7, 6, 2, 0])  # "the dog"
+    ```
+    """
+
+    asset_file = "vocabulary.json"
+    vocabulary_class = WordVocabulary
+    pad_token_id, start_token_id, end_token_id, unk_token_id = 0, 1, 2, 3
+    pad_token, start_token, end_token, unk_token = WordVocabulary.SPECIAL_TOKENS
+
+    @classmethod
+    def from_texts(cls, texts, **kwargs):
+        """The tokenizer of the sorted words of `texts`."""
+        return cls(WordVocabulary.from_texts(texts), **kwargs)
+
+    def _tokens(self):
+        return self._checked().tokens
+
+
+def _strings(inputs):
+    """A list of Python str from a list, tuple or array of str or bytes."""
+    if hasattr(inputs, "numpy"):
+        inputs = inputs.numpy()
+    if isinstance(inputs, np.ndarray):
+        inputs = inputs.reshape(-1).tolist()
+    texts = []
+    for text in inputs:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        if not isinstance(text, str):
+            raise TypeError(f"expected text (a str or a list of str); got an element of type {type(text).__name__}.")
+        texts.append(text)
+    return texts
 
 
 def train_word_piece(

@@ -4,6 +4,13 @@ A zoo model is a functional Keras model (`keras.Model(inputs, outputs)`)
 built inside `__init__`; nothing overrides `call`. Saving stores the
 constructor arguments, loading calls the constructor again, so the `.keras`
 format round-trips with `safe_mode=True`.
+
+Every zoo model may carry the tokenizer it was trained with, as keras-hub's
+tasks carry their preprocessor: `tokenizer=` in any constructor, or
+`model.tokenizer = tokenizer` later. It is saved inside the `.keras` file
+(its vocabulary as an asset) and comes back with the model, so that the
+text-level functions (`zoo.generate` on text, `zoo.translate`,
+`zoo.classify`, `zoo.embed`) need nothing else.
 """
 
 import inspect
@@ -16,14 +23,36 @@ from zoo.layers.token_embedding import eager_values, first_out_of_range
 class ZooModel(keras.Model):
     """Base class: records constructor arguments and rebuilds from them."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, tokenizer=None, **kwargs):
         super().__init__(*args, **kwargs)
         self._initialized = True
+        self.tokenizer = tokenizer
+
+    @property
+    def tokenizer(self):
+        """The tokenizer the model carries, or None: a keras-hub tokenizer
+        (`WordPieceTokenizer`, `BytePairTokenizer` and their subclasses) or
+        `zoo.data.CharTokenizer` / `zoo.data.WordTokenizer`."""
+        return getattr(self, "_tokenizer", None)
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer):
+        if tokenizer is not None:
+            check_tokenizer(tokenizer, self)
+        self._tokenizer = tokenizer
+
+    @property
+    def layers(self):
+        # The tokenizer is not part of the graph: keep it out of the layers and summary (as keras-hub's Task).
+        layers = super().layers
+        tokenizer = self.tokenizer
+        return [layer for layer in layers if layer is not tokenizer] if tokenizer is not None else layers
 
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, dict) and isinstance(self._inputs_struct, dict):
             expected = set(self._inputs_struct)
-            missing, unexpected = sorted(expected - set(inputs)), sorted(set(inputs) - expected)
+            optional = set(getattr(self, "optional_inputs", ()))  # inputs that may be left out
+            missing, unexpected = sorted(expected - optional - set(inputs)), sorted(set(inputs) - expected)
             if missing or unexpected:
                 raise ValueError(
                     f"{type(self).__name__} takes the inputs {sorted(expected)}; "
@@ -32,9 +61,22 @@ class ZooModel(keras.Model):
                     + (f"unexpected {unexpected}" if unexpected else "")
                     + "."
                 )
+            inputs = self._with_optional_inputs(inputs)
         if isinstance(inputs, dict):
             self._check_values(inputs)
         return super().__call__(inputs, *args, **kwargs)
+
+    def call(self, inputs, *args, **kwargs):
+        # `fit` on JAX calls `call` directly (`stateless_call`), not `__call__`.
+        return super().call(self._with_optional_inputs(inputs), *args, **kwargs)
+
+    def _with_optional_inputs(self, inputs):
+        """A dict of inputs with each left-out optional input (the model's
+        `optional_inputs`) set to None: Keras wants every key."""
+        optional = getattr(self, "optional_inputs", ())
+        if not optional or not isinstance(inputs, dict) or not isinstance(self._inputs_struct, dict):
+            return inputs
+        return {**{name: None for name in optional if name in self._inputs_struct}, **inputs}
 
     def __setattr__(self, name, value):
         # Subclasses assign their layers before the functional `__init__`
@@ -62,12 +104,16 @@ class ZooModel(keras.Model):
             config[key] = value
         if getattr(self, "_lora", None):
             config["lora"] = dict(self._lora)
+        if self.tokenizer is not None:  # its vocabulary travels as an asset of the .keras file
+            config["tokenizer"] = keras.saving.serialize_keras_object(self.tokenizer)
         return config
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         lora = config.pop("lora", None)
+        if isinstance(config.get("tokenizer"), dict):
+            config["tokenizer"] = deserialize_tokenizer(config["tokenizer"])
         for key in cls._nested_models():
             if key in config and isinstance(config[key], dict):
                 config[key] = keras.saving.deserialize_keras_object(config[key])
@@ -109,6 +155,46 @@ class ZooModel(keras.Model):
         """The constructor arguments a preset or an override may set."""
         parameters = inspect.signature(cls.__init__).parameters
         return tuple(name for name in parameters if name not in ("self", "kwargs", "name", "dtype"))
+
+
+def deserialize_tokenizer(config):
+    """A tokenizer from its serialized config; keras-hub is imported only
+    when the config names one of its classes (it registers them)."""
+    if str(config.get("module", "")).startswith("keras_hub") or str(config.get("registered_name", "")).startswith(
+        "keras_hub>"
+    ):
+        import keras_hub  # noqa: F401
+    return keras.saving.deserialize_keras_object(config)
+
+
+def check_tokenizer(tokenizer, model=None):
+    """Raises unless `tokenizer` has a tokenizer's surface and (when both
+    are known) no more token ids than `model` embeds."""
+    missing = [name for name in ("tokenize", "detokenize", "vocabulary_size") if not callable(getattr(tokenizer, name, None))]
+    if missing or not isinstance(tokenizer, keras.layers.Layer):
+        raise TypeError(
+            f"tokenizer: expected a keras-hub tokenizer (e.g. keras_hub.tokenizers.WordPieceTokenizer) or "
+            f"zoo.data.CharTokenizer / WordTokenizer, a Keras layer with tokenize, detokenize and "
+            f"vocabulary_size; got {type(tokenizer).__name__}."
+        )
+    try:
+        size = int(tokenizer.vocabulary_size())
+    except Exception:  # no vocabulary yet: it comes with the assets when a file loads
+        return
+    embedded = _embedded_vocabulary_size(model)
+    if embedded is not None and size > embedded:
+        raise ValueError(
+            f"tokenizer: it has {size} token ids but {type(model).__name__} embeds only {embedded}; "
+            "expected the tokenizer the model was trained with."
+        )
+
+
+def _embedded_vocabulary_size(model):
+    for owner in (model, getattr(model, "backbone", None)):
+        size = getattr(owner, "vocabulary_size", None)
+        if isinstance(size, int):
+            return size
+    return None
 
 
 def check_positive(**values):

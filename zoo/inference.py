@@ -1,0 +1,478 @@
+"""Text in, text out: the models that carry a tokenizer, used on strings.
+
+    lm = zoo.load("runs/gpt_char/model.keras")  # a GPTCausalLM with its CharTokenizer
+    zoo.generate(lm, "ROMEO:", max_length=300, sampler="top_k", k=40, seed=0)  # str
+    zoo.translate(transformer, ["ein hund läuft .", "zwei männer"])  # list of str
+    zoo.classify(classifier, ["a gripping film"]).probabilities  # (N, C)
+    zoo.embed(encoder, ["a sentence", "another one"])  # (N, d)
+
+A model carries its tokenizer as `model.tokenizer` (see `zoo.models.base`),
+saved inside its `.keras` file. These functions tokenize, call the
+token-id level (`zoo.generation.generate` and the models themselves) and
+decode; token-id calls of `zoo.generate` are passed through unchanged.
+
+Shape letters: N sentences, B batch, C the model's context length
+(`max_sequence_length`), V vocabulary, d width.
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+
+from zoo import generation
+from zoo.data.tokenizers import token_id_lists
+from zoo.models import BertClassifier, BertSentenceEncoder, EncoderDecoder, GPTBackbone, GPTCausalLM
+
+# The default of `stop_token_ids`: the tokenizer's end token for text (as
+# keras-hub's CausalLM), none for token ids (as `zoo.generation.generate`).
+AUTO = "auto"
+SAMPLERS = ("greedy", "temperature", "top_k", "top_p", "beam")
+
+
+def generate(
+    model,
+    prompt,
+    max_new_tokens=None,
+    sampler="greedy",
+    stop_token_ids=AUTO,
+    seed=None,
+    *,
+    max_length=None,
+    temperature=1.0,
+    k=50,
+    p=0.9,
+    **kwargs,
+):
+    """Continue text, or token ids, with a decoder-only model.
+
+    On text (a str or a list of str) the model's tokenizer encodes the
+    prompts and decodes the result, and generation goes on past the
+    model's context window C as nanoGPT's `sample.py` does: every new token
+    is predicted from the last C tokens at most. Up to C tokens come from
+    one cached call of `zoo.generation.generate`; each token after that
+    from one forward pass over the last C tokens (a fixed (B, C) shape, so
+    it compiles once).
+
+    On token ids (a list of lists or a (B, T) array) this is
+    `zoo.generation.generate(model, prompt, max_new_tokens, ...)` and
+    returns its `GenerationOutput`.
+
+    Args:
+        model: a `GPTCausalLM` (or a `GPTBackbone`); for text it must carry
+            a tokenizer (`model.tokenizer`).
+        prompt: a str, a list of str, or token ids.
+        max_new_tokens: the most new tokens per prompt (required for token
+            ids; for text, give this or `max_length`).
+        sampler: "greedy", "temperature", "top_k", "top_p" or "beam" (beam
+            search only within the context window).
+        stop_token_ids: ids that end a sequence. `"auto"`: for text, the
+            tokenizer's end token if it has one (`end_token_id`, e.g.
+            GPT-2's `<|endoftext|>`, `[END]` of a `WordTokenizer`), none
+            for a `CharTokenizer`; for token ids, none.
+        seed: an int makes sampling reproducible.
+        max_length: for text, the most tokens of prompt plus continuation,
+            as keras-hub's `CausalLM.generate`.
+        temperature, k, p: the samplers' settings (see
+            `zoo.generation.generate`).
+        **kwargs: passed to `zoo.generation.generate` (`num_beams`,
+            `length_penalty`, `padding_mask`, ...).
+
+    Returns:
+        For a str, the str of prompt and continuation (the tokenizer's
+        decoding of all the ids); for a list of str, a list of them; for
+        token ids, a `zoo.generation.GenerationOutput`.
+
+    Example:
+
+    ```python
+    import zoo
+    from zoo.data import CharTokenizer
+
+    tokenizer = CharTokenizer.from_text("ROMEO: JULIET: abcdefghijklmnopqrstuvwxyz\\n")
+    lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
+    text = zoo.generate(lm, "ROMEO:", max_length=100, sampler="top_k", k=5, seed=0)  # 100 characters
+    ```
+    """
+    if _is_text(prompt):
+        return _generate_text(
+            model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, k, p, kwargs
+        )
+    if max_length is not None:
+        raise ValueError(
+            "`max_length` counts the tokens of a text prompt and its continuation; for token-id prompts "
+            "pass `max_new_tokens`."
+        )
+    if max_new_tokens is None:
+        raise ValueError("zoo.generate on token ids needs `max_new_tokens`, the most new tokens per prompt.")
+    return generation.generate(
+        model,
+        prompt,
+        max_new_tokens,
+        sampler=sampler,
+        stop_token_ids=None if _is_auto(stop_token_ids) else stop_token_ids,
+        seed=seed,
+        temperature=temperature,
+        k=k,
+        p=p,
+        **kwargs,
+    )
+
+
+def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6, batch_size=128):
+    """Translate sentences with an encoder-decoder that carries its tokenizer.
+
+    As the translate and demo recipes decode: each source is tokenized (no
+    start or end token) and cut to the model's context C, the decoder starts
+    from `[START]` and stops at `[END]` (the tokenizer's `start_token_id`
+    / `end_token_id`, or those tokens of its vocabulary), and the tokens
+    before `[END]` are detokenized. Sentences are decoded in order of
+    length, `batch_size` at a time, so a batch's compiled search is shared
+    by sentences of similar length.
+
+    Args:
+        model: an `EncoderDecoder` carrying a tokenizer (source and target
+            share it).
+        sentences: a list of str.
+        max_length: the most target tokens of a translation (`[END]`
+            included); by default the longest source of the batch plus 10,
+            at most C - 1.
+        num_beams: beam search with this many beams; 1 is greedy decoding.
+        length_penalty: beam score `log_prob / length ** length_penalty`.
+        batch_size: sentences per call.
+
+    Returns:
+        A list of str, one translation per sentence.
+
+    Example:
+
+    ```python
+    import zoo
+    from zoo.data import WordTokenizer
+
+    tokenizer = WordTokenizer.from_texts(["a dog runs", "ein hund läuft"])
+    model = zoo.build("transformer-tiny", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
+    zoo.translate(model, ["a dog runs"], num_beams=2)  # a list of one str
+    ```
+    """
+    if not isinstance(model, EncoderDecoder):
+        raise ValueError(
+            f"zoo.translate needs an EncoderDecoder; got a {type(model).__name__} "
+            "(use zoo.generate for a GPTCausalLM, zoo.classify for a BertClassifier)."
+        )
+    tokenizer = _tokenizer_of(model, "zoo.translate")
+    sentences = _sentences(sentences, "zoo.translate")
+    for name, value in (("num_beams", num_beams), ("batch_size", batch_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
+    context = model.max_sequence_length
+    if max_length is not None and not (isinstance(max_length, int) and 1 <= max_length <= context - 1):
+        raise ValueError(
+            f"`max_length` must be an integer in [1, {context - 1}] (the model's context {context} minus the "
+            f"start token); got {max_length!r}."
+        )
+    start, end = _special_id(tokenizer, "start"), _special_id(tokenizer, "end")
+    sources = [ids[:context] for ids in token_id_lists(tokenizer, sentences)]
+    _check_not_empty(sources, sentences)
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    outputs = [None] * len(sources)
+    for first in range(0, len(order), batch_size):
+        rows = order[first : first + batch_size]
+        chunk = [sources[i] for i in rows]
+        result = generation.generate(
+            model,
+            [[start]] * len(chunk),
+            max_length or min(max(map(len, chunk)) + 10, context - 1),
+            sampler="beam" if num_beams > 1 else "greedy",
+            stop_token_ids=[end],
+            source=chunk,
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+        )
+        for i, tokens in zip(rows, result.sequences):
+            tokens = [int(t) for t in tokens]
+            outputs[i] = _decode(tokenizer, tokens[: tokens.index(end)] if end in tokens else tokens)
+    return outputs
+
+
+@dataclasses.dataclass(frozen=True)
+class Classification:
+    """What `classify` returns.
+
+    Attributes:
+        labels: N predicted classes: ints, or the names given.
+        probabilities: (N, num_classes) float32, the softmax of the logits.
+    """
+
+    labels: list
+    probabilities: np.ndarray
+
+
+def classify(model, sentences, label_names=None, batch_size=32):
+    """Classify sentences with a `BertClassifier` that carries its tokenizer.
+
+    Each sentence is packed as the bert_classify recipe trains:
+    `[CLS] tokens [SEP]`, cut to the model's context, segment ids 0,
+    padded with `[PAD]` (id 0) behind a padding mask.
+
+    Args:
+        model: a `BertClassifier` carrying a WordPiece tokenizer.
+        sentences: a list of str.
+        label_names: optional names of the classes, in class order.
+        batch_size: sentences per forward pass.
+
+    Returns:
+        A `Classification`: `labels` and `probabilities` (N, num_classes).
+
+    Example:
+
+    ```python
+    result = zoo.classify(classifier, ["a gripping film", "dull"], label_names=["negative", "positive"])
+    result.labels  # e.g. ["positive", "negative"]
+    ```
+    """
+    if not isinstance(model, BertClassifier):
+        raise ValueError(f"zoo.classify needs a BertClassifier; got a {type(model).__name__}.")
+    if label_names is not None and len(label_names) != model.num_classes:
+        raise ValueError(
+            f"`label_names` has {len(label_names)} names but the model has {model.num_classes} classes."
+        )
+    logits = _bert_outputs(model, sentences, batch_size, "zoo.classify").astype("float64")
+    logits -= logits.max(axis=-1, keepdims=True)
+    probabilities = np.exp(logits)
+    probabilities /= probabilities.sum(axis=-1, keepdims=True)
+    classes = probabilities.argmax(axis=-1).tolist()
+    labels = [label_names[c] for c in classes] if label_names is not None else classes
+    return Classification(labels, probabilities.astype("float32"))
+
+
+def embed(model, sentences, batch_size=32):
+    """Sentence embeddings from a `BertSentenceEncoder` that carries its
+    tokenizer, packed as `classify` packs them.
+
+    Args:
+        model: a `BertSentenceEncoder`.
+        sentences: a list of str.
+        batch_size: sentences per forward pass.
+
+    Returns:
+        (N, d) float32 NumPy array (unit vectors if the encoder normalizes).
+
+    Example:
+
+    ```python
+    vectors = zoo.embed(encoder, ["a dog runs", "a dog is running"])
+    float(vectors[0] @ vectors[1])  # cosine similarity
+    ```
+    """
+    if not isinstance(model, BertSentenceEncoder):
+        raise ValueError(f"zoo.embed needs a BertSentenceEncoder; got a {type(model).__name__}.")
+    return _bert_outputs(model, sentences, batch_size, "zoo.embed").astype("float32")
+
+
+# --- Text generation -------------------------------------------------------------
+
+
+def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, k, p, kwargs):
+    if isinstance(model, EncoderDecoder):
+        raise ValueError("zoo.generate on text takes a decoder-only model; for an EncoderDecoder use zoo.translate.")
+    if not isinstance(model, (GPTCausalLM, GPTBackbone)):
+        raise ValueError(f"zoo.generate on text needs a GPTCausalLM; got a {type(model).__name__}.")
+    tokenizer = _tokenizer_of(model, "zoo.generate")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"Unknown sampler {sampler!r}; expected one of {', '.join(map(repr, SAMPLERS))}.")
+    if (max_new_tokens is None) == (max_length is None):
+        raise ValueError(
+            "zoo.generate on text needs one of `max_length` (prompt plus new tokens) or `max_new_tokens`."
+        )
+    texts = [prompt] if isinstance(prompt, str) else list(prompt)
+    rows = token_id_lists(tokenizer, texts)
+    _check_not_empty(rows, texts)
+    budgets = [max_new_tokens if max_new_tokens is not None else max_length - len(row) for row in rows]
+    for row, budget in zip(rows, budgets):
+        if not isinstance(budget, (int, np.integer)) or budget < 1:
+            limit = "max_new_tokens" if max_new_tokens is not None else "max_length"
+            raise ValueError(
+                f"`{limit}`={max_new_tokens if max_new_tokens is not None else max_length} leaves no new token "
+                f"after a prompt of {len(row)} tokens; expected max_length > prompt length or max_new_tokens >= 1."
+            )
+    stops = _auto_stop_ids(tokenizer) if _is_auto(stop_token_ids) else stop_token_ids
+    context = (model.backbone if isinstance(model, GPTCausalLM) else model).max_sequence_length
+    longest = max(map(len, rows))
+    cached = min(max(budgets), context - longest)  # new tokens the cached call can give every row
+    if sampler == "beam" and max(len(r) + b for r, b in zip(rows, budgets)) > context:
+        raise ValueError(
+            f"sampler='beam' generates within the model's context of {context} tokens only; ask for fewer "
+            "tokens or use 'greedy', 'temperature', 'top_k' or 'top_p'."
+        )
+    options = dict(sampler=sampler, stop_token_ids=stops, seed=seed, temperature=temperature, k=k, p=p, **kwargs)
+    sequences = [list(row) for row in rows]
+    done = [False] * len(rows)
+    if cached > 0:
+        result = generation.generate(model, rows, int(cached), **options)
+        for i, new in enumerate(result.sequences):
+            new = [int(t) for t in new][: budgets[i]]
+            sequences[i] += new
+            done[i] = len(new) == budgets[i] or (bool(new) and stops is not None and new[-1] in _as_set(stops))
+    if not all(done):
+        _slide(model, sequences, budgets, [len(r) for r in rows], done, context, stops, options)
+    decoded = [_decode(tokenizer, row) for row in sequences]
+    return decoded[0] if isinstance(prompt, str) else decoded
+
+
+def _slide(model, sequences, budgets, prompt_lengths, done, context, stops, options):
+    """nanoGPT's sampling past the context: each token from a forward pass
+    over the last `context` tokens of its row (right-padded to a fixed
+    (B, C) shape: the model is causal, so padding after a row's last token
+    changes nothing before it)."""
+    from keras_hub import samplers  # lazily, as zoo.generation
+
+    stop_set = _as_set(stops)
+    name = options["sampler"]
+    seed, temperature = options["seed"], options["temperature"]
+    if name == "greedy":
+        sample = None
+    elif name == "temperature":
+        sample = samplers.RandomSampler(temperature=temperature, seed=seed)
+    elif name == "top_k":
+        sample = samplers.TopKSampler(k=options["k"], temperature=temperature, seed=seed)
+    else:
+        sample = samplers.TopPSampler(p=options["p"], temperature=temperature, seed=seed)
+    batch = len(sequences)
+    while not all(done):
+        ids = np.zeros((batch, context), "int32")
+        mask = np.zeros((batch, context), "int32")
+        last = np.zeros(batch, "int64")
+        for i, row in enumerate(sequences):
+            window = row[-context:]
+            ids[i, : len(window)] = window
+            mask[i, : len(window)] = 1
+            last[i] = len(window) - 1
+        logits = _last_logits(model, ids, mask, last)  # (B, V)
+        if sample is None:
+            tokens = logits.argmax(axis=-1)
+        else:
+            tokens = keras.ops.convert_to_numpy(sample.get_next_token(sample.compute_probabilities(logits)))
+        for i, token in enumerate(tokens.tolist()):
+            if done[i]:
+                continue
+            sequences[i].append(int(token))
+            done[i] = len(sequences[i]) - prompt_lengths[i] >= budgets[i] or int(token) in stop_set
+
+
+def _last_logits(model, ids, mask, last):
+    """(B, V) float32 logits at position `last[b]` of each row."""
+    outputs = model.predict_on_batch({"token_ids": ids, "padding_mask": mask})  # (B, C, V) or (B, C, d)
+    picked = np.asarray(outputs)[np.arange(len(last)), last]  # (B, V) or (B, d)
+    if isinstance(model, GPTBackbone):  # the logits of a bare backbone come from its tied embedding
+        picked = keras.ops.convert_to_numpy(model.embedding(picked[:, None, :], reverse=True))[:, 0]
+    return picked.astype("float32")
+
+
+# --- BERT inputs -------------------------------------------------------------------
+
+
+def _bert_outputs(model, sentences, batch_size, what):
+    """The model's outputs for `[CLS] tokens [SEP]`, as bert_classify packs them."""
+    tokenizer = _tokenizer_of(model, what)
+    sentences = _sentences(sentences, what)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer; got {batch_size!r}.")
+    cls_id, sep_id = _special_id(tokenizer, "cls"), _special_id(tokenizer, "sep")
+    context = model.backbone.max_sequence_length
+    packed = [([cls_id] + ids[: context - 2] + [sep_id])[:context] for ids in token_id_lists(tokenizer, sentences)]
+    length = max(map(len, packed))
+    token_ids = np.zeros((len(packed), length), "int32")  # [PAD] is id 0
+    for i, row in enumerate(packed):
+        token_ids[i, : len(row)] = row
+    inputs = {
+        "token_ids": token_ids,
+        "segment_ids": np.zeros_like(token_ids),
+        "padding_mask": (np.arange(length)[None, :] < np.array([len(r) for r in packed])[:, None]).astype("int32"),
+    }
+    return np.asarray(model.predict(inputs, batch_size=batch_size, verbose=0))
+
+
+# --- Tokenizers --------------------------------------------------------------------
+
+_SPECIAL = {
+    "start": ("start_token_id", "[START]"),
+    "end": ("end_token_id", "[END]"),
+    "cls": ("cls_token_id", "[CLS]"),
+    "sep": ("sep_token_id", "[SEP]"),
+}
+
+
+def _tokenizer_of(model, what):
+    for owner in (model, getattr(model, "backbone", None)):
+        tokenizer = getattr(owner, "tokenizer", None)
+        if tokenizer is not None:
+            return tokenizer
+    raise ValueError(
+        f"{what}: the {type(model).__name__} carries no tokenizer; pass token ids or attach one with "
+        "model.tokenizer = ... (a keras-hub tokenizer, zoo.data.CharTokenizer or zoo.data.WordTokenizer)."
+    )
+
+
+def _special_id(tokenizer, kind):
+    """The id of a special token: the tokenizer's `<kind>_token_id`, else its
+    vocabulary's `[KIND]` token."""
+    attribute, token = _SPECIAL[kind]
+    value = getattr(tokenizer, attribute, None)
+    if value is not None:
+        return int(value)
+    vocabulary = tokenizer.get_vocabulary()
+    if token in vocabulary:
+        return vocabulary.index(token)
+    raise ValueError(
+        f"the tokenizer ({type(tokenizer).__name__}) has no {token} token; expected one in its vocabulary "
+        f"(or a `{attribute}`), as the recipes' tokenizers have."
+    )
+
+
+def _auto_stop_ids(tokenizer):
+    end = getattr(tokenizer, "end_token_id", None)
+    return None if end is None else [int(end)]
+
+
+def _decode(tokenizer, ids):
+    """A tokenizer's text for one sequence of ids, as a Python str."""
+    if not len(ids):
+        return ""
+    text = tokenizer.detokenize([list(ids)])
+    if not isinstance(text, (str, list, tuple)):
+        text = keras.ops.convert_to_numpy(text)
+    text = text if isinstance(text, str) else text[0]
+    if isinstance(text, np.ndarray):
+        text = text.item()
+    return text.decode("utf-8") if isinstance(text, bytes) else str(text)
+
+
+def _is_text(prompt):
+    if isinstance(prompt, str):
+        return True
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(isinstance(t, str) for t in prompt)
+
+
+def _is_auto(value):
+    return isinstance(value, str) and value == AUTO
+
+
+def _as_set(stops):
+    if stops is None:
+        return set()
+    return {int(stops)} if isinstance(stops, (int, np.integer)) else {int(t) for t in stops}
+
+
+def _sentences(sentences, what):
+    if isinstance(sentences, str):
+        raise ValueError(f"{what} takes a list of sentences; got one str (wrap it: [sentence]).")
+    if not isinstance(sentences, (list, tuple)) or not sentences or not all(isinstance(s, str) for s in sentences):
+        raise ValueError(f"{what} takes a non-empty list of str; got {type(sentences).__name__}.")
+    return list(sentences)
+
+
+def _check_not_empty(rows, texts):
+    for i, (row, text) in enumerate(zip(rows, texts)):
+        if not row:
+            raise ValueError(f"text {i} ({text!r}) has no tokens; expected at least one.")
