@@ -219,7 +219,8 @@ def _from_keras_hub_preset(folder, task, num_classes, dtype):
                 pass
         except OSError as error:
             raise CheckpointError(f"{file}: unreadable weights file, truncated or corrupted ({error}).") from None
-    tokenizer = _keras_hub_tokenizer(folder) if (folder / "tokenizer.json").is_file() else None
+    _require(folder, "tokenizer.json", why="the preset's tokenizer (save_to_preset of a task with a preprocessor)")
+    tokenizer = _keras_hub_tokenizer(folder)
 
     task = _resolve_task(family, task, head, folder)
     try:
@@ -232,10 +233,9 @@ def _from_keras_hub_preset(folder, task, num_classes, dtype):
             hub_backbone = keras_hub.models.Backbone.from_preset(str(folder))
     except Exception as error:  # keras-hub's own message, with the folder
         raise CheckpointError(f"{folder}: keras-hub could not load the preset: {type(error).__name__}: {error}") from None
-    if tokenizer is not None:
-        _check_vocabulary(
-            tokenizer.vocabulary_size(), hub_backbone.vocabulary_size, folder / "assets" / "tokenizer", weights_files[0]
-        )
+    _check_vocabulary(
+        tokenizer.vocabulary_size(), hub_backbone.vocabulary_size, folder / "assets" / "tokenizer", weights_files[0]
+    )
     backbone = from_keras_hub(hub_backbone, dtype=dtype)
 
     if task == "classifier":
@@ -254,8 +254,7 @@ def _from_keras_hub_preset(folder, task, num_classes, dtype):
             model.classifier.bias.assign(np.asarray(hub_task.output_dense.bias.numpy()))
         else:
             _copy_masked_lm_head(model, hub_task.masked_lm_head)
-    if tokenizer is not None:
-        model.tokenizer = tokenizer
+    model.tokenizer = tokenizer
     return model
 
 
@@ -506,7 +505,7 @@ def _from_huggingface(folder, task, num_classes, dtype):
                 f"{tensors.file(renamed[entry.name])}: tensor {renamed[entry.name]!r} has shape {tuple(found)}; "
                 f"expected {entry.hf_shape()} from config.json."
             )
-    unexpected = [n for n in renamed if n not in wanted and not _ignorable(n, family, prefix, task)]
+    unexpected = [n for n in renamed if n not in wanted and not _ignorable(n, family)]
     if unexpected:
         raise CheckpointError(
             f"{weights_file}: {len(unexpected)} tensor(s) that {architecture} does not have, e.g. "
@@ -539,18 +538,12 @@ def _head_names(model, task):
     return []
 
 
-def _ignorable(name, family, prefix, task):
+def _ignorable(name, family):
     """Buffers and tied copies transformers writes, and heads the task does not use."""
     if family == "gpt":
         return name.endswith((".attn.bias", ".attn.masked_bias")) or name == "lm_head.weight"
-    return (
-        name.endswith("embeddings.position_ids")
-        or name in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
-        or name.startswith("cls.seq_relationship.")
-        or (task != "masked_lm" and name.startswith("cls.predictions."))
-        or (task != "classifier" and name.startswith("classifier."))
-        or name.startswith(f"{prefix}pooler.")  # a BertForMaskedLM with a pooler: unused, kept out
-    )
+    # A head is in the table when it is mapped; one that is not (another task, another class count) is unused.
+    return name.endswith("embeddings.position_ids") or name.startswith(("cls.", "classifier."))
 
 
 def _check_tied(tensors, renamed, family, prefix, values):
@@ -580,9 +573,10 @@ def export(model, path, format="huggingface", overwrite=False):
             `BertBackbone`, typically from `from_pretrained` or fine-tuned
             here. Its `tokenizer` (keras-hub's GPT2Tokenizer /
             BytePairTokenizer, BertTokenizer / WordPieceTokenizer) is
-            written beside the weights; a model without one gets weights and
-            config only, and a warning says the tokenizer files were not
-            written.
+            written beside the weights. A model without one (or with
+            another kind) gets weights and config only, and a warning says
+            the tokenizer files were not written: other tools can load
+            the weights, `from_pretrained` needs the tokenizer files added.
         path: the folder to write (created; an existing non-empty folder
             only with `overwrite=True`).
         format: "huggingface": `config.json` with transformers' keys,
@@ -818,7 +812,6 @@ def _export_keras_hub(model, folder, tokenizer):
             hub_tokenizer, sequence_length=backbone.max_sequence_length
         )
         hub = models.BertMaskedLM(hub_backbone, preprocessor=preprocessor)
-        hub.masked_lm_head.build((None, None, backbone.hidden_dim))
         head = hub.masked_lm_head
         _copy_dense(head._intermediate_dense, model.transform.dense)
         _copy_norm(head._intermediate_layer_norm, model.transform.norm)
