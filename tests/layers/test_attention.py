@@ -197,7 +197,6 @@ def test_fused_attention_matches_reference(mask_kind):
     "dropout, call_kwargs, fused",
     [
         (0.0, {}, True),
-        (0.0, {"return_attention_scores": True}, False),  # the weights are needed
         (0.1, {}, False),  # dropout acts on the weights
     ],
 )
@@ -213,6 +212,70 @@ def test_multi_head_attention_takes_the_fused_path_only_where_it_can(monkeypatch
     layer = make_mha(H, dropout=dropout)
     layer(randn(B, T, D), use_causal_mask=True, **call_kwargs)
     assert bool(calls) == fused
+    calls.clear()
+    layer.call_with_attention_scores(randn(B, T, D), use_causal_mask=True)  # the weights are needed
+    assert not calls
+
+
+def _spy_dot_product_attention(monkeypatch):
+    calls = []
+    original = ops.dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append({"is_causal": kwargs.get("is_causal", False), "mask": kwargs.get("mask")})
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "dot_product_attention", spy)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "mask_kind, causal_kernel",
+    [
+        ("causal", True),
+        ("none", False),
+        ("causal_and_padding", False),
+        ("causal_and_attention", False),
+        ("causal_and_keras_mask", False),
+        ("padding", False),
+    ],
+)
+def test_causal_kernel_is_taken_exactly_when_the_mask_is_causal_only(monkeypatch, mask_kind, causal_kernel):
+    """`dot_product_attention(is_causal=True)` without a dense mask (the
+    backend's causal flash kernel) exactly when no mask but the causal one
+    applies; its output is the float64 reference's either way."""
+    x = randn(B, T, D)
+    pad = padding([3, 5], T)
+    attn = RNG.random((B, T, T)) > 0.3
+    layer = make_mha(H)
+    kwargs, mask = {
+        "causal": ({"use_causal_mask": True}, np.broadcast_to(np_causal(T), (B, T, T))),
+        "none": ({}, None),
+        "causal_and_padding": (
+            {"use_causal_mask": True, "padding_mask": pad},
+            pad[:, None, :] & np_causal(T)[None],
+        ),
+        "causal_and_attention": ({"use_causal_mask": True, "attention_mask": attn}, attn & np_causal(T)[None]),
+        "causal_and_keras_mask": (
+            {"use_causal_mask": True, "query_mask": pad},
+            pad[:, None, :] & pad[:, :, None] & np_causal(T)[None],
+        ),
+        "padding": ({"padding_mask": pad}, np.broadcast_to(pad[:, None, :], (B, T, T))),
+    }[mask_kind]
+    calls = _spy_dot_product_attention(monkeypatch)
+    out = to_np(layer(x, **kwargs))
+    assert len(calls) == 1
+    assert calls[0]["is_causal"] == causal_kernel
+    if causal_kernel:
+        assert calls[0]["mask"] is None
+    expected, _ = np_mha(layer, x, mask=mask)  # a padded query attends to nothing
+    np.testing.assert_allclose(out, expected, atol=ATOL)
+
+
+def test_fused_attention_refuses_a_mask_with_is_causal():
+    q = ops.convert_to_tensor(randn(B, T, H, D // H))
+    with pytest.raises(ValueError, match="not both"):
+        fused_attention(q, q, q, mask=np.ones((B, 1, T, T), bool), is_causal=True)
 
 
 def test_query_and_key_widths_must_match():
@@ -279,7 +342,7 @@ def test_self_attention_matches_reference(mask_kind):
         ),
         "fully_masked_row": ({"attention_mask": _with_empty_row(attn)}, _with_empty_row(attn)),
     }[mask_kind]
-    out, scores = layer(x, return_attention_scores=True, **kwargs)
+    out, scores = layer.call_with_attention_scores(x, **kwargs)
     expected, expected_scores = np_mha(layer, x, mask=mask)
     np.testing.assert_allclose(to_np(out), expected, atol=ATOL)
     np.testing.assert_allclose(to_np(scores), expected_scores, atol=ATOL)
@@ -330,16 +393,20 @@ def test_cross_attention_matches_reference(mask_kind):
     if mask_kind == "implicit_and_explicit":
         memory[1, 5:] = 0.0  # Masking hides source positions 5 and 6 of row 1
         memory_in = keras.layers.Masking(0.0)(memory)
-        out, scores = layer(x, memory_in, padding_mask=pad, return_attention_scores=True)
+        out = layer(x, memory_in, padding_mask=pad)  # Keras fills `key_value_mask`
         keys = pad & np.any(memory != 0.0, -1)
         mask = np.broadcast_to(keys[:, None, :], (B, T, S))
+        same, scores = layer.call_with_attention_scores(
+            x, memory, padding_mask=pad, key_value_mask=np.any(memory != 0.0, -1)
+        )
+        np.testing.assert_allclose(to_np(same), to_np(out), atol=ATOL)
     else:
         kwargs, mask = {
             "none": ({}, None),
             "padding_mask": ({"padding_mask": pad}, np.broadcast_to(pad[:, None, :], (B, T, S))),
             "attention_mask": ({"attention_mask": attn}, attn),
         }[mask_kind]
-        out, scores = layer(x, memory, return_attention_scores=True, **kwargs)
+        out, scores = layer.call_with_attention_scores(x, memory, **kwargs)
     assert tuple(out.shape) == (B, T, D) and tuple(scores.shape) == (B, H, T, S)
     expected, expected_scores = np_mha(layer, x, memory, mask=mask)
     np.testing.assert_allclose(to_np(out), expected, atol=ATOL)
@@ -379,7 +446,7 @@ def test_causal_scores_are_exactly_zero_above_the_diagonal(dropout):
     layer = make_mha(H, dropout=dropout)
     x = randn(B, T, D)
     for training in (False, True):
-        out, scores = layer(x, use_causal_mask=True, return_attention_scores=True, training=training)
+        out, scores = layer.call_with_attention_scores(x, use_causal_mask=True, training=training)
         scores = to_np(scores)
         above = np.triu(np.ones((T, T), bool), 1)
         assert np.all(scores[..., above] == 0.0)
@@ -421,7 +488,7 @@ def test_fully_masked_row_gives_zeros_not_nan_in_mixed_bfloat16(dropout):
     for training in (False, True):
         plain = to_np(ops.cast(layer(x, padding_mask=pad, training=training), "float32"))
         assert np.all(np.isfinite(plain))
-        out, scores = layer(x, padding_mask=pad, return_attention_scores=True, training=training)
+        out, scores = layer.call_with_attention_scores(x, padding_mask=pad, training=training)
         assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
         out, scores = to_np(ops.cast(out, "float32")), to_np(ops.cast(scores, "float32"))
         assert np.all(np.isfinite(out)) and np.all(np.isfinite(scores))
@@ -452,7 +519,7 @@ def test_cached_attention_equals_full_causal_pass(index_as_tensor):
     outputs = []
     for start, end in steps:
         index = ops.convert_to_tensor(start, "int32") if index_as_tensor else start
-        out, cache = layer(x[:, start:end], use_causal_mask=True, cache=cache, cache_index=index)
+        out, cache = layer.call_with_cache(x[:, start:end], cache, index)
         assert tuple(cache.shape) == (B, 2, H, s_max, D // H)
         outputs.append(to_np(out))
     np.testing.assert_allclose(np.concatenate(outputs, axis=1), full, atol=ATOL)
@@ -475,21 +542,15 @@ def test_cached_decoder_block_equals_full_pass(norm_first, cross_attention):
         extra = {"encoder_output": randn(B, S, D), "encoder_padding_mask": padding([4, 7], S)}
     full = to_np(block(x, **extra))
     self_cache = _empty_cache(B, T, H, D)
-    cross_cache = None
+    cross = {}
+    if cross_attention:
+        cross_cache = block.compute_cross_attention_cache(extra["encoder_output"])
+        assert tuple(cross_cache.shape) == (B, 2, H, S, D // H)
+        cross = {"cross_attention_cache": cross_cache, "encoder_padding_mask": extra["encoder_padding_mask"]}
     outputs = []
     for t in range(T):
-        out, self_cache, cross_cache = block(
-            x[:, t : t + 1],
-            self_attention_cache=self_cache,
-            cross_attention_cache=cross_cache,
-            cache_index=t,
-            **extra,
-        )
+        out, self_cache = block.call_with_cache(x[:, t : t + 1], self_cache, t, **cross)
         outputs.append(to_np(out))
-        if cross_attention:
-            assert tuple(cross_cache.shape) == (B, 2, H, S, D // H)
-        else:
-            assert cross_cache is None
     np.testing.assert_allclose(np.concatenate(outputs, axis=1), full, atol=ATOL)
 
 
@@ -572,12 +633,12 @@ def test_self_and_cross_attention_arguments_are_checked():
         (
             {"num_heads": H},
             {"query": randn(B, T, D), "attention_mask": RNG.random((B, T, T)) > 0.2},
-            {"return_attention_scores": True},
-            ((B, T, D), (B, H, T, T)),
+            {},
+            (B, T, D),
             4,
         ),
     ],
-    ids=["self_causal_padding", "cross", "scores"],
+    ids=["self_causal_padding", "cross", "attention_mask"],
 )
 def test_multi_head_attention_harness(
     init_kwargs, input_data, call_kwargs, expected_shape, num_weights, tmp_path

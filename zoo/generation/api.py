@@ -1,14 +1,19 @@
 """`zoo.generate` and `zoo.generation.beam_search`: autoregressive decoding
 with a key/value cache for decoder-only and encoder-decoder zoo models.
 
-How a call runs, all inside one compiled function per input shape:
-1. (encoder-decoder) the encoder runs once on the source; each decoder
-   block's cross-attention keys and values are projected once.
-2. The right-padded prompts fill the self-attention cache in one pass.
-3. A `while_loop` then feeds one position per step through the same
-   decoder blocks (`index` is the position whose logits are computed):
-   each block writes that position's keys and values into its cache in
-   place (`ops.slice_update`) and attends to the positions before it.
+A model generates through the cached step it owns (see
+`zoo.generation.interface`). How a call runs: this module checks the
+arguments and pads the prompts (`zoo.generation.prompts`), `compiled` traces
+and caches one function per input shape, and inside it (`loop`, `beam`):
+1. (encoder-decoder) `model.start` runs the encoder once on the source
+   and projects each decoder block's cross-attention keys and values once.
+2. `model.call_with_cache` on the right-padded prompts fills the
+   self-attention cache in one pass.
+3. A `while_loop` then feeds one position per step through
+   `model.call_with_cache` (`index` is the position whose logits are
+   computed): each block writes that position's keys and values into its
+   cache in place (`ops.slice_update`) and attends to the positions before
+   it.
    Inside a row's prompt the prompt token is kept, after it the sampler's
    token is written, so every row sees exactly the positions it would see
    if it were generated alone (keras-hub's scheme: right padding, one
@@ -27,11 +32,11 @@ source, K beams.
 import dataclasses
 
 import numpy as np
-from keras import ops
+from keras import ops, tree
 
 from zoo.generation import compiled, loop, prompts
 from zoo.generation.beam import BeamSearch
-from zoo.generation.decoders import decoder_for
+from zoo.generation.interface import check_model
 
 SAMPLERS = ("greedy", "temperature", "top_k", "top_p", "beam")
 
@@ -95,9 +100,8 @@ def generate(
     """Continue each prompt by up to `max_new_tokens` tokens.
 
     Args:
-        model: a decoder-only zoo model (`GPTCausalLM`, or a `GPTBackbone`
-            whose logits come from its tied embedding) or an
-            `EncoderDecoder`.
+        model: a model with a cached step (`zoo.generation.interface`):
+            a decoder-only `GPTCausalLM` or an `EncoderDecoder`.
         prompt: B token-id sequences, as a list of lists of different
             lengths, or a (B, T) array with `padding_mask`. For an
             encoder-decoder, the decoder's start (e.g. [[bos]] * B).
@@ -154,10 +158,10 @@ def generate(
             sequences=[row[0] for row in beams.sequences],
         )
     request = _Request(model, prompt, max_new_tokens, stop_token_ids, padding_mask, source, source_padding_mask)
-    config = _sampler_config(sampler, temperature, k, p, request.decoder.vocabulary_size)
+    config = _sampler_config(sampler, temperature, k, p, model.vocabulary_size)
     key = (config, request.static)
     run, keras_hub_sampler = compiled.get_or_compile(
-        model, key, lambda model_ref: _build_sampling(model_ref, request.static, config)
+        model, key, lambda model_ref: _sampling_function(model_ref, request.static, config)
     )
     _reset_seed(keras_hub_sampler, seed)
     (raw,) = run(*request.arrays)
@@ -199,12 +203,12 @@ def beam_search(
         raise ValueError(f"`length_penalty` must be a number; got {length_penalty!r}.")
     _check_temperature(temperature)
     request = _Request(model, prompt, max_new_tokens, stop_token_ids, padding_mask, source, source_padding_mask)
-    if request.decoder.vocabulary_size < 2:
+    if model.vocabulary_size < 2:
         raise ValueError("Beam search needs a vocabulary of at least 2 tokens.")
     config = ("beam", num_beams, float(length_penalty), float(temperature))
     key = (config, request.static)
     run, _ = compiled.get_or_compile(
-        model, key, lambda model_ref: _build_beam_search(model_ref, request.static, config)
+        model, key, lambda model_ref: _beam_search_function(model_ref, request.static, config)
     )
     raw, scores = run(*request.arrays)
     token_ids, lengths, sequences = prompts.trim(
@@ -217,34 +221,34 @@ class _Request:
     """Checked, padded inputs of one call and the static shapes they fix."""
 
     def __init__(self, model, prompt, max_new_tokens, stop_token_ids, padding_mask, source, source_padding_mask):
-        self.decoder = decoder = decoder_for(model)
+        check_model(model)
         if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
             raise ValueError(f"`max_new_tokens` must be an integer >= 1; got {max_new_tokens!r}.")
         self.max_new_tokens = max_new_tokens = int(max_new_tokens)
         batch = prompts.as_batch(prompt, padding_mask, "prompt")
-        prompts.check_token_range(batch, decoder.vocabulary_size, "prompt")
+        prompts.check_token_range(batch, model.vocabulary_size, "prompt")
         self.prompt_lengths = np.array([len(row) for row in batch], dtype="int32")
         longest = int(self.prompt_lengths.max())
-        limit = decoder.max_sequence_length
+        limit = model.max_sequence_length
         if longest + max_new_tokens > limit:
             raise ValueError(
                 f"The longest prompt ({longest} tokens) plus max_new_tokens ({max_new_tokens}) is "
                 f"{longest + max_new_tokens} positions, more than the model's maximum sequence length "
                 f"{limit}; shorten the prompt or ask for at most {max(limit - longest, 0)} new tokens."
             )
-        self.stop_token_ids = _stop_tokens(stop_token_ids, decoder.vocabulary_size)
+        self.stop_token_ids = _stop_tokens(stop_token_ids, model.vocabulary_size)
         length = longest + max_new_tokens
         ids, mask = prompts.right_pad(batch, length, 0)
         self.arrays = (ids, mask)
         self.shapes = (len(batch), longest, length)
-        if decoder.is_encoder_decoder:
+        if model.is_encoder_decoder:
             if source is None:
                 raise ValueError(
                     f"{type(model).__name__} is an encoder-decoder: pass the encoder input as `source` "
                     "(and `prompt` as the decoder's start tokens)."
                 )
             sources = prompts.as_batch(source, source_padding_mask, "source")
-            prompts.check_token_range(sources, decoder.source_vocabulary_size, "source")
+            prompts.check_token_range(sources, model.source_vocabulary_size, "source")
             if len(sources) != len(batch):
                 raise ValueError(f"`source` has {len(sources)} sequences but `prompt` has {len(batch)}.")
             source_length = max(len(row) for row in sources)
@@ -326,42 +330,18 @@ def _reset_seed(sampler, seed):
         variable.assign(ops.convert_to_tensor([int(seed), 0], dtype=variable.dtype))
 
 
-def _prefill(decoder, static, ids, source_ids=None, source_mask=None):
-    """Encode once and fill the first stage's cache with the padded prompts."""
-    batch, longest = static.shapes[:2]
-    context = decoder.start(source_ids, source_mask) if decoder.is_encoder_decoder else None
-    cache = decoder.empty_cache(batch, static.stages[0])
-    cache = decoder.prefill(ids[:, :longest], cache, context)
-    return context, cache
-
-
-def _next_function(decoder, context):
-    """keras-hub's `next(token_ids, cache, index)`: the logits for position
-    `index`, from the token at index - 1 (which is written to the cache)."""
-
-    def next(token_ids, cache, index):
-        previous = ops.slice(token_ids, [0, index - 1], [token_ids.shape[0], 1])  # (B, 1)
-        logits, cache = decoder.step(previous, cache, index - 1, context)
-        return logits, None, cache
-
-    return next
-
-
-def _lengths(mask):
-    return ops.sum(ops.cast(mask, "int32"), axis=1)  # (B,)
-
-
-def _build_sampling(model_ref, static, config):
+def _sampling_function(model_ref, static, config):
+    """The traced function of one `generate` configuration, and the
+    keras-hub sampler whose random state it updates."""
     sampler = _keras_hub_sampler(config)
 
     def run(ids, mask, *source):
         model = model_ref()
-        decoder = decoder_for(model)
-        context, cache = _prefill(decoder, static, ids, *source)
-        lengths = _lengths(mask)
+        lengths = ops.sum(ops.cast(mask, "int32"), axis=1)  # (B,)
+        context, cache = loop.prefill(model, static.shapes, static.stages[0], ids, *source)
         token_ids = loop.sample(
             sampler,
-            _next_function(decoder, context),
+            loop.next_function(model, context),
             ids,
             cache,
             ops.min(lengths),  # the first position to predict
@@ -376,20 +356,22 @@ def _build_sampling(model_ref, static, config):
     return run, sampler
 
 
-def _build_beam_search(model_ref, static, config):
+def _beam_search_function(model_ref, static, config):
+    """The traced function of one `beam_search` configuration."""
     _, num_beams, length_penalty, temperature = config
     sampler = BeamSearch(num_beams, length_penalty, temperature)
 
     def run(ids, mask, *source):
-        decoder = decoder_for(model_ref())
-        context, cache = _prefill(decoder, static, ids, *source)
+        model = model_ref()
+        context, cache = loop.prefill(model, static.shapes, static.stages[0], ids, *source)
+        # Each row's context is shared by its beams.
         if context is not None:
-            context = decoder.repeat_context(context, num_beams)  # shared by each row's beams
+            context = tree.map_structure(lambda x: ops.repeat(x, num_beams, axis=0), context)
         return sampler(
-            _next_function(decoder, context),
+            loop.next_function(model, context),
             ids,
             cache,
-            ops.min(_lengths(mask)),
+            ops.min(ops.sum(ops.cast(mask, "int32"), axis=1)),
             mask,
             static.max_new_tokens,
             static.stages,

@@ -18,6 +18,30 @@ from keras import ops, tree
 FIRST_STAGE = 64
 
 
+def prefill(model, shapes, cache_length, ids, source_ids=None, source_padding_mask=None):
+    """Encode once (an encoder-decoder) and fill a cache of `cache_length`
+    positions with the right-padded prompts, through the model's own
+    cached step. `shapes` is (B, P, ...) -> (context, cache)."""
+    batch, longest = shapes[:2]
+    context = model.start(source_ids, source_padding_mask) if model.is_encoder_decoder else None
+    cache = model.empty_cache(batch, cache_length)
+    _, cache = model.call_with_cache(ids[:, :longest], cache, 0, context)
+    return context, cache
+
+
+def next_function(model, context):
+    """keras-hub's `next(token_ids, cache, index)`: the (B, V) logits for
+    position `index`, from the token at index - 1 (which is written to the
+    cache)."""
+
+    def next(token_ids, cache, index):
+        previous = ops.slice(token_ids, [0, index - 1], [token_ids.shape[0], 1])  # (B, 1)
+        logits, cache = model.call_with_cache(previous, cache, index - 1, context)
+        return ops.cast(logits[:, 0], "float32"), None, cache
+
+    return next
+
+
 def stage_lengths(prompt_length, length):
     """Cache lengths of the stages, e.g. (8, 1032) -> (64, 128, 256, 512,
     1032): doubling from `FIRST_STAGE` (at least the prompt), the last one

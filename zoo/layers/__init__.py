@@ -5,7 +5,11 @@ from zoo.layers.attention import attention_weights, fused_attention, merge_masks
 from zoo.layers.decoder_block import DecoderBlock
 from zoo.layers.encoder_block import EncoderBlock
 from zoo.layers.feed_forward import FeedForward
+from zoo.layers.l2_normalize import L2Normalize
+from zoo.layers.masked_lm_transform import MaskedLMTransform
+from zoo.layers.mean_pooling import MeanPooling
 from zoo.layers.multi_head_attention import MultiHeadAttention
+from zoo.layers.output_bias import OutputBias
 from zoo.layers.position_embedding import PositionEmbedding
 from zoo.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from zoo.layers.token_and_position_embedding import TokenAndPositionEmbedding
@@ -16,7 +20,11 @@ __all__ = [
     "DecoderBlock",
     "EncoderBlock",
     "FeedForward",
+    "L2Normalize",
+    "MaskedLMTransform",
+    "MeanPooling",
     "MultiHeadAttention",
+    "OutputBias",
     "PositionEmbedding",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",

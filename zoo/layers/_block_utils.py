@@ -1,7 +1,14 @@
-"""What the encoder and decoder blocks share: argument checks and masks."""
+"""What the encoder and decoder blocks share: argument checks and the
+Keras mask they carry.
+
+A block's output carries a Keras mask (what `mask_zero` embeddings start),
+so that the next layer sees the padding without being told: the block's
+`padding_mask` when one is given, otherwise its input's Keras mask. Keras
+itself attaches it: a block's `__call__` passes the padding mask on as
+Keras' `mask` argument, which `Layer.__call__` hands to `compute_mask`.
+"""
 
 import keras
-from keras.src.backend.common.masking import get_keras_mask, set_keras_mask
 
 
 def check_block_args(num_heads, intermediate_dim, dropout):
@@ -13,13 +20,25 @@ def check_block_args(num_heads, intermediate_dim, dropout):
         raise ValueError(f"`dropout` must be in [0, 1); got {dropout!r}.")
 
 
-def propagate_padding_mask(outputs, inputs, padding_mask):
-    """Let the next block see the padding mask as the Keras implicit mask."""
-    if padding_mask is None or get_keras_mask(inputs) is not None:
-        return outputs
-    mask = keras.ops.cast(padding_mask, "bool")
-    try:
-        set_keras_mask(outputs, mask)
-    except AttributeError:  # backend arrays that cannot carry attributes
-        pass
-    return outputs
+def padding_as_keras_mask(padding_mask, kwargs):
+    """`Layer.__call__` kwargs with `padding_mask` as Keras' `mask`, which
+    Keras attaches (through `compute_mask`) to the block's output."""
+    if padding_mask is not None and kwargs.get("mask") is None:
+        kwargs = dict(kwargs, mask=padding_mask)
+    return kwargs
+
+
+def input_keras_mask(padding_mask, mask, x_mask):
+    """The Keras mask of a block's input x (B, T), or None.
+
+    Keras fills `mask` when x is the only tensor argument and `x_mask` when
+    there are several; with a `padding_mask`, `mask` is that padding mask
+    (see `padding_as_keras_mask`), not x's.
+    """
+    if x_mask is not None or padding_mask is not None:
+        return x_mask
+    return mask
+
+
+def output_keras_mask(previous_mask):
+    return None if previous_mask is None else keras.ops.cast(previous_mask, "bool")

@@ -81,7 +81,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, scale=None):
     return ops.matmul(weights, value)
 
 
-def fused_attention(query, key, value, mask=None, scale=None):
+def fused_attention(query, key, value, mask=None, scale=None, is_causal=False):
     """`scaled_dot_product_attention` through `keras.ops.dot_product_attention`.
 
     The same function in that op's (B, T, h, k) layout, so that each backend
@@ -98,15 +98,32 @@ def fused_attention(query, key, value, mask=None, scale=None):
         mask: optional boolean broadcastable to (B, h, T, S); False means
             "may not attend".
         scale: 1/sqrt(k) by default.
+        is_causal: the causal mask (query t attends to keys s <= t, T = S)
+            and no other: the backend builds it inside its causal kernel
+            (cuDNN's causal flash attention with JAX on a GPU) instead of
+            reading a dense (T, S) mask. Not combined with `mask`.
 
     Returns:
         (B, T, h, k); a query whose keys are all masked outputs 0, as in
         `scaled_dot_product_attention` (Keras' op would give it the mean of
         the values).
+
+    Example:
+
+    ```python
+    q = k = v = keras.random.normal((2, 5, 4, 8))  # (B, T, h, k)
+    out = fused_attention(q, k, v, is_causal=True)  # (2, 5, 4, 8)
+    ```
+
+    References:
+        Vaswani et al. 2017, section 3.2.1 (eq. 1); Dao et al. 2022
+        (FlashAttention), the kernel a GPU backend may run.
     """
+    if is_causal and mask is not None:
+        raise ValueError("`is_causal=True` is the only mask: pass `mask` or `is_causal`, not both.")
     if scale is None:
         scale = 1.0 / math.sqrt(_static_dim(key, -1) or ops.shape(key)[-1])
-    out = ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
+    out = ops.dot_product_attention(query, key, value, mask=mask, scale=scale, is_causal=is_causal)
     if mask is None:
         return out
     any_key = ops.any(mask, axis=-1, keepdims=True)  # (B, 1|h, T, 1)
@@ -140,10 +157,14 @@ def merge_masks(
     padding_mask=None,
     attention_mask=None,
     query_mask=None,
+    key_mask=None,
     use_causal_mask=False,
     query_start=0,
 ):
     """Merge every kind of attention mask into one boolean (B, T, S) mask.
+
+    The one place where masks meet: every layer of `zoo.layers` passes its
+    masks, by role, to this function.
 
     Args:
         query: (B, T, ...) the queries (only the shape is used).
@@ -153,6 +174,9 @@ def merge_masks(
         query_mask: (B, T), False for padded queries: their rows attend to
             nothing and output 0. This is where Keras' implicit mask of the
             query lands.
+        key_mask: (B, S), False for padded keys; Keras' implicit mask of the
+            keys (the query's own in self-attention), AND-ed with
+            `padding_mask`.
         use_causal_mask: query t may attend to key s only if s <= t.
         query_start: the absolute position of the first query (the cache
             index during cached decoding), so the causal mask holds there too.
@@ -160,26 +184,41 @@ def merge_masks(
     Returns:
         A boolean tensor broadcastable to (B, T, S), or None if no mask
         applies.
+
+    Example:
+
+    ```python
+    query, key = np.zeros((2, 3, 8)), np.zeros((2, 3, 8))
+    mask = merge_masks(query, key, padding_mask=[[1, 1, 0], [1, 1, 1]], use_causal_mask=True)
+    mask.shape  # (2, 3, 3): row t of batch 0 sees keys 0..min(t, 1)
+    ```
+
+    References:
+        Vaswani et al. 2017, section 3.2.3 (masking out illegal
+        connections in the decoder).
     """
     batch, q_len, k_len = _static_dim(query, 0), _static_dim(query, 1), _static_dim(key, 1)
-    merged = None
-
-    def _and(a, b):
-        return b if a is None else ops.logical_and(a, b)
-
+    masks = []
     if padding_mask is not None:
         _check_mask_shape("padding_mask", padding_mask, (batch, k_len))
-        merged = _and(merged, ops.cast(padding_mask, "bool")[:, None, :])
+        masks.append(ops.cast(padding_mask, "bool")[:, None, :])
+    if key_mask is not None:
+        _check_mask_shape("key mask", key_mask, (batch, k_len))
+        masks.append(ops.cast(key_mask, "bool")[:, None, :])
     if query_mask is not None:
         _check_mask_shape("query mask", query_mask, (batch, q_len))
-        merged = _and(merged, ops.cast(query_mask, "bool")[:, :, None])
+        masks.append(ops.cast(query_mask, "bool")[:, :, None])
     if attention_mask is not None:
         _check_mask_shape("attention_mask", attention_mask, (batch, q_len, k_len))
-        merged = _and(merged, ops.cast(attention_mask, "bool"))
+        masks.append(ops.cast(attention_mask, "bool"))
     if use_causal_mask:
         t, s = ops.shape(query)[1], ops.shape(key)[1]
         query_positions = ops.arange(t) + ops.cast(query_start, "int32")
         key_positions = ops.arange(s)
-        causal = key_positions[None, :] <= query_positions[:, None]  # (T, S)
-        merged = _and(merged, causal[None, :, :])
+        masks.append((key_positions[None, :] <= query_positions[:, None])[None, :, :])  # (1, T, S)
+    if not masks:
+        return None
+    merged = masks[0]
+    for mask in masks[1:]:
+        merged = ops.logical_and(merged, mask)
     return merged

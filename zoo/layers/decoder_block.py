@@ -6,9 +6,8 @@ h heads, k = d / h.
 
 import keras
 
-from zoo.layers._block_utils import check_block_args, propagate_padding_mask
+from zoo.layers._block_utils import check_block_args, input_keras_mask, output_keras_mask, padding_as_keras_mask
 from zoo.layers.add_norm import AddNorm
-from zoo.layers.encoder_block import _and
 from zoo.layers.feed_forward import FeedForward
 from zoo.layers.multi_head_attention import MultiHeadAttention
 
@@ -38,20 +37,35 @@ class DecoderBlock(keras.layers.Layer):
         encoder_padding_mask: (B, S), False at padded source positions.
         attention_mask: (B, T, T) for the self-attention.
         use_causal_mask: True (the default) hides future positions.
-        self_attention_cache: (B, 2, h, S_max, k) keys and values of the
-            positions decoded so far; the new ones are written at
-            `cache_index`. With a cache, `padding_mask` must be None: the
-            causal mask over absolute positions is what hides the empty
-            slots, and prompts are right-padded, so no real position ever
-            attends to padding (as keras-hub's cached decoding).
-        cross_attention_cache: (B, 2, h, S, k) the projected encoder output;
-            computed from `encoder_output` when not given.
-        cache_index: position of the first query in the cache.
 
     Returns:
-        (B, T, d); with `self_attention_cache`, the tuple
-        `(output, self_attention_cache, cross_attention_cache)` (the last is
-        None without cross-attention), as keras-hub's TransformerDecoder.
+        (B, T, d), carrying the padding mask (or the input's Keras mask) as
+        its Keras mask.
+
+    Two more entry points run the same sub-layers (`_sublayers`):
+    `call_with_cache` (cached decoding, `(output, self_attention_cache)`)
+    and `call_with_attention_scores` (`(output, {"self": ..., "cross":
+    ...})`).
+
+    Example:
+
+    ```python
+    block = DecoderBlock(num_heads=2, intermediate_dim=32, cross_attention=True)
+    x = np.random.rand(2, 5, 8).astype("float32")  # (B, T, d) target
+    memory = np.random.rand(2, 7, 8).astype("float32")  # (B, S, d) encoder output
+    y = block(x, memory)  # (2, 5, 8), causal self-attention then cross-attention
+
+    # Cached decoding gives the same outputs one position at a time.
+    cache = np.zeros((2, 2, 2, 5, 4), "float32")  # (B, 2, h, T, k)
+    cross_cache = block.compute_cross_attention_cache(memory)
+    first, cache = block.call_with_cache(x[:, :1], cache, 0, cross_cache)
+    np.testing.assert_allclose(first, y[:, :1], atol=1e-5)
+    ```
+
+    References:
+        Vaswani et al. 2017, section 3.1 ("Decoder"), Figure 1 (right);
+        Radford et al. 2018 (GPT-1, post-LN), 2019 (GPT-2, pre-LN, section
+        2.3).
     """
 
     def __init__(
@@ -131,32 +145,15 @@ class DecoderBlock(keras.layers.Layer):
         self.built = True
 
     def __call__(self, x, *args, padding_mask=None, **kwargs):
-        outputs = super().__call__(x, *args, padding_mask=padding_mask, **kwargs)
-        if isinstance(outputs, tuple):
-            return outputs
-        return propagate_padding_mask(outputs, x, padding_mask)
+        kwargs = padding_as_keras_mask(padding_mask, kwargs)
+        return super().__call__(x, *args, padding_mask=padding_mask, **kwargs)
 
-    def call(
-        self,
-        x,
-        encoder_output=None,
-        padding_mask=None,
-        encoder_padding_mask=None,
-        attention_mask=None,
-        use_causal_mask=True,
-        self_attention_cache=None,
-        cross_attention_cache=None,
-        cache_index=None,
-        training=None,
-        mask=None,
-        x_mask=None,
-        encoder_output_mask=None,
-    ):
-        if self.cross_attention and encoder_output is None and cross_attention_cache is None:
+    def _check_encoder_output(self, x, encoder_output, has_cross_cache=False):
+        if self.cross_attention and encoder_output is None and not has_cross_cache:
             raise ValueError(
                 "This DecoderBlock has cross-attention: pass `encoder_output` (B, S, d)."
             )
-        if not self.cross_attention and encoder_output is not None:
+        if not self.cross_attention and (encoder_output is not None or has_cross_cache):
             raise ValueError(
                 "This DecoderBlock has no cross-attention and takes no `encoder_output`; "
                 "build it with `cross_attention=True`."
@@ -167,83 +164,154 @@ class DecoderBlock(keras.layers.Layer):
                     f"Decoder batch size {x.shape[0]} differs from encoder batch size "
                     f"{encoder_output.shape[0]}; they must match."
                 )
-        implicit = x_mask if x_mask is not None else mask
-        cached = self_attention_cache is not None
-        if cached and padding_mask is not None:
-            raise ValueError(
-                "`padding_mask` is not used with a `self_attention_cache`: the causal mask "
-                "over absolute positions hides the cache's empty slots. Right-pad the "
-                "prompts and pass padding_mask=None."
-            )
-        if cached and not use_causal_mask:
-            raise ValueError("Cached decoding needs `use_causal_mask=True`: the empty cache slots must stay hidden.")
 
-        # 1. Causal self-attention.
-        h = self.self_attention_add_norm.sublayer_input(x)
-        a = self.self_attention(
-            h,
-            padding_mask=None if cached else _and(padding_mask, implicit),
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-            cache=self_attention_cache,
-            cache_index=cache_index,
-            training=training,
-        )
-        if cached:
-            a, self_attention_cache = a
-        x = self.self_attention_add_norm(x, a, training=training)
+    def call(
+        self,
+        x,
+        encoder_output=None,
+        padding_mask=None,
+        encoder_padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=True,
+        training=None,
+        mask=None,
+        x_mask=None,
+        encoder_output_mask=None,
+    ):
+        self._check_encoder_output(x, encoder_output)
+        implicit = input_keras_mask(padding_mask, mask, x_mask)
 
-        # 2. Cross-attention to every position of the encoder output.
-        if self.cross_attention:
-            if cached and cross_attention_cache is None:
-                cross_attention_cache = self.cross_attention_layer.compute_key_value(encoder_output)
-            h = self.cross_attention_add_norm.sublayer_input(x)
-            c = self.cross_attention_layer(
+        def self_attention(h):
+            return self.self_attention(
                 h,
-                encoder_output,
-                padding_mask=_and(encoder_padding_mask, encoder_output_mask),
-                cache=cross_attention_cache if cached else None,
+                padding_mask=padding_mask,
+                attention_mask=attention_mask,
+                use_causal_mask=use_causal_mask,
+                query_mask=implicit,
                 training=training,
             )
-            if cached:
-                c = c[0]
-            x = self.cross_attention_add_norm(x, c, training=training)
 
-        # 3. Feed-forward.
-        h = self.feed_forward_add_norm.sublayer_input(x)
-        x = self.feed_forward_add_norm(x, self.feed_forward(h, training=training), training=training)
-        if cached:
-            return x, self_attention_cache, cross_attention_cache
-        return x
+        def cross_attention(h):
+            return self.cross_attention_layer(
+                h,
+                encoder_output,
+                padding_mask=encoder_padding_mask,
+                query_mask=implicit,
+                key_value_mask=encoder_output_mask,
+                training=training,
+            )
+
+        return self._sublayers(x, self_attention, cross_attention, training)
+
+    def compute_cross_attention_cache(self, encoder_output):
+        """The encoder output (B, S, d) projected once to this block's
+        cross-attention keys and values, (B, 2, h, S, k): the
+        `cross_attention_cache` of `call_with_cache`."""
+        self._check_encoder_output(encoder_output, encoder_output)
+        if not self.built:
+            self.build(tuple(encoder_output.shape), tuple(encoder_output.shape))
+        return self.cross_attention_layer.compute_key_value(encoder_output)
+
+    def call_with_cache(self, x, self_attention_cache, cache_index, cross_attention_cache=None, encoder_padding_mask=None):
+        """One cached-decoding call of the block (the same sub-layers as
+        `call`, in inference mode).
+
+        Args:
+            x: (B, T, d) the new positions, the first at `cache_index`.
+            self_attention_cache: (B, 2, h, S_max, k) keys and values of
+                the positions decoded so far; the new ones are written at
+                `cache_index`. The causal mask over absolute positions hides
+                the empty slots, so no padding mask is taken: prompts are
+                right-padded and no real position ever attends to padding
+                (keras-hub's cached decoding).
+            cache_index: the absolute position of x's first row.
+            cross_attention_cache: (B, 2, h, S, k) from
+                `compute_cross_attention_cache`; required with
+                cross-attention.
+            encoder_padding_mask: (B, S), False at padded source positions.
+
+        Returns:
+            `(output (B, T, d), self_attention_cache)`.
+        """
+        self._check_encoder_output(x, None, has_cross_cache=cross_attention_cache is not None)
+        if not self.built:
+            self.build(tuple(x.shape))
+        caches = []
+
+        def self_attention(h):
+            out, cache = self.self_attention.call_with_cache(h, self_attention_cache, cache_index)
+            caches.append(cache)
+            return out
+
+        def cross_attention(h):
+            return self.cross_attention_layer.call_with_cross_cache(
+                h, cross_attention_cache, padding_mask=encoder_padding_mask
+            )
+
+        x = self._sublayers(x, self_attention, cross_attention, training=False)
+        return x, caches[0]
+
+    def call_with_attention_scores(
+        self,
+        x,
+        encoder_output=None,
+        padding_mask=None,
+        encoder_padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=True,
+        training=None,
+    ):
+        """The block's call that also returns its attention weights:
+        `(output (B, T, d), {"self": (B, h, T, T), "cross": (B, h, T, S)})`
+        ("cross" only with cross-attention). Explicit masks only."""
+        self._check_encoder_output(x, encoder_output)
+        scores = {}
+
+        def self_attention(h):
+            out, scores["self"] = self.self_attention.call_with_attention_scores(
+                h,
+                padding_mask=padding_mask,
+                attention_mask=attention_mask,
+                use_causal_mask=use_causal_mask,
+                training=training,
+            )
+            return out
+
+        def cross_attention(h):
+            out, scores["cross"] = self.cross_attention_layer.call_with_attention_scores(
+                h, encoder_output, padding_mask=encoder_padding_mask, training=training
+            )
+            return out
+
+        x = self._sublayers(x, self_attention, cross_attention, training)
+        return x, scores
 
     def attention_scores(self, x, encoder_output=None, padding_mask=None, encoder_padding_mask=None):
-        """The (B, h, T, T) self-attention weights, and with cross-attention
-        also the (B, h, T, S) cross-attention weights, for plots. Runs the
-        block's own layers; returns a dict keyed "self" and "cross"."""
+        """The attention weights of `call_with_attention_scores`, a dict
+        keyed "self" (and "cross")."""
+        return self.call_with_attention_scores(x, encoder_output, padding_mask, encoder_padding_mask)[1]
+
+    def _sublayers(self, x, self_attention, cross_attention, training):
+        """The block: Add & Norm around `self_attention(h)`, around
+        `cross_attention(h)` (with cross-attention), then around the
+        feed-forward network. Every entry point runs this, passing its own
+        attention calls."""
         h = self.self_attention_add_norm.sublayer_input(x)
-        a, self_scores = self.self_attention(
-            h, padding_mask=padding_mask, use_causal_mask=True, return_attention_scores=True
-        )
-        scores = {"self": self_scores}
+        x = self.self_attention_add_norm(x, self_attention(h), training=training)
         if self.cross_attention:
-            x = self.self_attention_add_norm(x, a)
             h = self.cross_attention_add_norm.sublayer_input(x)
-            _, scores["cross"] = self.cross_attention_layer(
-                h, encoder_output, padding_mask=encoder_padding_mask, return_attention_scores=True
-            )
-        return scores
+            x = self.cross_attention_add_norm(x, cross_attention(h), training=training)
+        h = self.feed_forward_add_norm.sublayer_input(x)
+        return self.feed_forward_add_norm(x, self.feed_forward(h, training=training), training=training)
 
     def compute_output_shape(self, input_shape, *args, **kwargs):
         return input_shape
 
-    def compute_output_spec(self, x, *args, self_attention_cache=None, cross_attention_cache=None, **kwargs):
-        out = keras.KerasTensor(x.shape, dtype=self.compute_dtype)
-        if self_attention_cache is None:
-            return out
-        return out, self_attention_cache, cross_attention_cache
+    def compute_output_spec(self, x, *args, **kwargs):
+        return keras.KerasTensor(x.shape, dtype=self.compute_dtype)
 
     def compute_mask(self, inputs, previous_mask):
-        return previous_mask
+        return output_keras_mask(previous_mask)
 
     def get_config(self):
         config = super().get_config()

@@ -5,7 +5,7 @@ Shape letters: B batch, T length, d width.
 
 import keras
 
-from zoo.layers._block_utils import check_block_args, propagate_padding_mask
+from zoo.layers._block_utils import check_block_args, input_keras_mask, output_keras_mask, padding_as_keras_mask
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import FeedForward
 from zoo.layers.multi_head_attention import MultiHeadAttention
@@ -35,7 +35,22 @@ class EncoderBlock(keras.layers.Layer):
         attention_mask: (B, T, T), False where a query may not attend.
 
     Returns:
-        (B, T, d), carrying the padding mask as its Keras mask.
+        (B, T, d), carrying the padding mask (or the input's Keras mask) as
+        its Keras mask. `call_with_attention_scores` returns `(output,
+        weights (B, h, T, T))`.
+
+    Example:
+
+    ```python
+    block = EncoderBlock(num_heads=2, intermediate_dim=32)
+    x = np.random.rand(2, 5, 8).astype("float32")  # (B, T, d)
+    padding_mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    y = block(x, padding_mask=padding_mask)  # (2, 5, 8)
+    ```
+
+    References:
+        Vaswani et al. 2017, section 3.1 ("Encoder") and Figure 1 (left);
+        Devlin et al. 2019 (BERT), section 3; Xiong et al. 2020 (pre-LN).
     """
 
     def __init__(
@@ -98,35 +113,53 @@ class EncoderBlock(keras.layers.Layer):
         self.built = True
 
     def __call__(self, x, *args, padding_mask=None, **kwargs):
-        outputs = super().__call__(x, *args, padding_mask=padding_mask, **kwargs)
-        return propagate_padding_mask(outputs, x, padding_mask)
+        kwargs = padding_as_keras_mask(padding_mask, kwargs)
+        return super().__call__(x, *args, padding_mask=padding_mask, **kwargs)
 
     def call(self, x, padding_mask=None, attention_mask=None, training=None, mask=None, x_mask=None):
-        implicit = x_mask if x_mask is not None else mask
-        h = self.self_attention_add_norm.sublayer_input(x)
-        a = self.self_attention(
-            h,
-            padding_mask=_and(padding_mask, implicit),
-            attention_mask=attention_mask,
-            training=training,
-        )
-        x = self.self_attention_add_norm(x, a, training=training)
-        h = self.feed_forward_add_norm.sublayer_input(x)
-        return self.feed_forward_add_norm(x, self.feed_forward(h, training=training), training=training)
+        def self_attention(h):
+            return self.self_attention(
+                h,
+                padding_mask=padding_mask,
+                attention_mask=attention_mask,
+                query_mask=input_keras_mask(padding_mask, mask, x_mask),
+                training=training,
+            )
+
+        return self._sublayers(x, self_attention, training)
+
+    def call_with_attention_scores(self, x, padding_mask=None, attention_mask=None, training=None):
+        """The block's call that also returns its (B, h, T, T) self-attention
+        weights: `(output, weights)`. Explicit masks only."""
+        scores = []
+
+        def self_attention(h):
+            out, weights = self.self_attention.call_with_attention_scores(
+                h, padding_mask=padding_mask, attention_mask=attention_mask, training=training
+            )
+            scores.append(weights)
+            return out
+
+        return self._sublayers(x, self_attention, training), scores[0]
 
     def attention_scores(self, x, padding_mask=None, attention_mask=None):
         """The (B, h, T, T) self-attention weights this block computes for x."""
+        return self.call_with_attention_scores(x, padding_mask, attention_mask)[1]
+
+    def _sublayers(self, x, self_attention, training):
+        """The block: Add & Norm around `self_attention(h)`, then around the
+        feed-forward network. `call` and `call_with_attention_scores` differ
+        only in the attention call they pass."""
         h = self.self_attention_add_norm.sublayer_input(x)
-        _, scores = self.self_attention(
-            h, padding_mask=padding_mask, attention_mask=attention_mask, return_attention_scores=True
-        )
-        return scores
+        x = self.self_attention_add_norm(x, self_attention(h), training=training)
+        h = self.feed_forward_add_norm.sublayer_input(x)
+        return self.feed_forward_add_norm(x, self.feed_forward(h, training=training), training=training)
 
     def compute_output_shape(self, input_shape, *args, **kwargs):
         return input_shape
 
     def compute_mask(self, inputs, previous_mask):
-        return previous_mask
+        return output_keras_mask(previous_mask)
 
     def get_config(self):
         config = super().get_config()
@@ -145,10 +178,3 @@ class EncoderBlock(keras.layers.Layer):
         )
         return config
 
-
-def _and(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return keras.ops.logical_and(keras.ops.cast(a, "bool"), keras.ops.cast(b, "bool"))

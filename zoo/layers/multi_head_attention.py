@@ -19,6 +19,20 @@ class MultiHeadAttention(keras.layers.Layer):
     query sequence and K, V from another sequence, with one fused product for
     K and V.
 
+    Three entry points, each with one result shape, all through the same
+    code (`_attend`):
+    `layer(query, ...)` returns the (B, T, d) output;
+    `layer.call_with_attention_scores(query, ...)` returns `(output,
+    weights)` with the (B, h, T, S) attention weights (for plots);
+    `layer.call_with_cache(query, cache, cache_index)` returns `(output,
+    cache)` for cached decoding.
+
+    When the only mask is the causal one (no padding, attention or Keras
+    mask, no cache, no dropout on the weights), the attention runs as
+    `keras.ops.dot_product_attention(..., is_causal=True)`: the backend's
+    causal kernel (cuDNN's causal flash attention with JAX on a GPU) rather
+    than a dense mask.
+
     Args:
         num_heads: h. The query width d must be divisible by it.
         dropout: dropout rate on the attention weights.
@@ -29,6 +43,7 @@ class MultiHeadAttention(keras.layers.Layer):
         output_kernel_initializer: initializer of the output projection
             (GPT-2 scales it down by sqrt(2 * layers)); defaults to
             `kernel_initializer`.
+        bias_initializer: initializer of the biases.
 
     Call arguments:
         query: (B, T, d).
@@ -36,21 +51,28 @@ class MultiHeadAttention(keras.layers.Layer):
         padding_mask: (B, S), False (or 0) at padded keys.
         attention_mask: (B, T, S), False where a query may not attend.
         use_causal_mask: query t attends to keys s <= t only.
-        cache: for cached decoding. Self-attention: (B, 2, h, S_max, k), the
-            keys and values of all positions so far, head-major (each of K
-            and V is the (B, h, S, k) operand of the attention product, so
-            no step transposes the whole cache); the new positions are
-            written at `cache_index` and the updated cache is returned.
-            Cross-attention: the (B, 2, h, S, k) projected keys/values of
-            `key_value` (from `compute_key_value`), returned unchanged.
-        cache_index: the position of the first query in the cache.
-        return_attention_scores: also return the (B, h, T, S) weights.
         training: enables dropout.
+        query_mask, key_value_mask: Keras' implicit masks of `query` and
+            `key_value` (filled in by Keras); in self-attention the query's
+            mask also hides padded keys.
 
     Returns:
-        (B, T, d); or `(output, scores)` with `return_attention_scores`; or
-        `(output, cache)` when a cache is given - the convention of
-        keras-hub's cached attention.
+        (B, T, d).
+
+    Example:
+
+    ```python
+    layer = MultiHeadAttention(num_heads=2)
+    x = np.random.rand(2, 5, 8).astype("float32")  # (B, T, d)
+    out = layer(x, use_causal_mask=True)  # (2, 5, 8)
+    out, weights = layer.call_with_attention_scores(x, use_causal_mask=True)
+    weights.shape  # (2, 2, 5, 5): (B, h, T, S)
+    ```
+
+    References:
+        Vaswani et al. 2017, section 3.2.2 (multi-head attention) and
+        section 3.2.3 (its three uses: encoder self-attention, masked
+        decoder self-attention, encoder-decoder attention).
     """
 
     def __init__(
@@ -136,20 +158,121 @@ class MultiHeadAttention(keras.layers.Layer):
         padding_mask=None,
         attention_mask=None,
         use_causal_mask=False,
-        cache=None,
-        cache_index=None,
-        return_attention_scores=False,
         training=None,
         mask=None,
         query_mask=None,
         key_value_mask=None,
     ):
-        if cache is not None and return_attention_scores:
-            raise ValueError("`return_attention_scores` cannot be combined with a cache.")
         # Keras' implicit masks: `mask` when the query is the only tensor
         # argument, `query_mask` / `key_value_mask` otherwise.
-        if query_mask is None:
-            query_mask = mask
+        out, _, _ = self._attend(
+            query,
+            key_value,
+            padding_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            query_mask=query_mask if query_mask is not None else mask,
+            key_value_mask=key_value_mask,
+            training=training,
+        )
+        return out
+
+    def call_with_attention_scores(
+        self,
+        query,
+        key_value=None,
+        padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        training=None,
+        query_mask=None,
+        key_value_mask=None,
+    ):
+        """The layer's call that also returns its attention weights.
+
+        Arguments as `call` (Keras' implicit masks are not read here: pass
+        them as `query_mask` / `key_value_mask`).
+
+        Returns:
+            `(output (B, T, d), weights (B, h, T, S))`, the weights after
+            the softmax (and dropout, when training).
+        """
+        self._build_for(query, key_value)
+        out, weights, _ = self._attend(
+            query,
+            key_value,
+            padding_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            query_mask=query_mask,
+            key_value_mask=key_value_mask,
+            training=training,
+            return_weights=True,
+        )
+        return out, weights
+
+    def call_with_cache(self, query, cache, cache_index):
+        """One cached-decoding call: the queries at positions `cache_index`
+        onwards attend to every position cached so far.
+
+        Args:
+            query: (B, T, d) the new positions (T = 1 for one decoding step,
+                the padded prompts for the prefill).
+            cache: self-attention: (B, 2, h, S_max, k), the keys and values
+                of all positions so far, head-major (each of K and V is the
+                (B, h, S, k) operand of the attention product, so no step
+                transposes the whole cache); the new positions' keys and
+                values are written at `cache_index` and the causal mask over
+                absolute positions hides the empty slots. Cross-attention:
+                the (B, 2, h, S, k) projected keys and values of the
+                attended sequence (from `compute_key_value`), read only; a
+                padded source is hidden by the `padding_mask` of
+                `call_with_cross_cache`.
+            cache_index: the absolute position of the first query.
+
+        Returns:
+            `(output (B, T, d), cache)`, the cache with the new positions
+            written (the same cache for cross-attention).
+        """
+        if self.cross_attention:
+            raise ValueError(
+                "A cross-attention layer reads its cache without writing it: call "
+                "`call_with_cross_cache(query, key_value_cache, padding_mask)`."
+            )
+        self._build_for(query)
+        out, _, cache = self._attend(query, use_causal_mask=True, cache=cache, cache_index=cache_index)
+        return out, cache
+
+    def call_with_cross_cache(self, query, key_value_cache, padding_mask=None):
+        """Cross-attention to keys and values projected once (by
+        `compute_key_value`): (B, T, d) -> (B, T, d). The cached decoding
+        step of a cross-attention layer; `padding_mask` (B, S) hides padded
+        source positions."""
+        if not self.cross_attention:
+            raise ValueError("`call_with_cross_cache` is for cross-attention; self-attention uses `call_with_cache`.")
+        out, _, _ = self._attend(query, padding_mask=padding_mask, cache=key_value_cache)
+        return out
+
+    def _build_for(self, query, key_value=None):
+        # The methods besides `call` bypass `Layer.__call__`, which builds.
+        if not self.built:
+            self.build(tuple(query.shape), None if key_value is None else tuple(key_value.shape))
+
+    def _attend(
+        self,
+        query,
+        key_value=None,
+        padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        query_mask=None,
+        key_value_mask=None,
+        cache=None,
+        cache_index=None,
+        training=None,
+        return_weights=False,
+    ):
+        """The one forward pass -> (output, weights or None, cache or None)."""
         if self.cross_attention:
             if key_value is None and cache is None:
                 raise ValueError(
@@ -157,11 +280,9 @@ class MultiHeadAttention(keras.layers.Layer):
                     "sequence to attend to as `key_value`."
                 )
             q = self._heads(self.query_dense(query))  # (B, T, h, k)
-            if cache is None:
-                kv = self.compute_key_value(key_value)  # (B, 2, h, S, k)
-            else:
-                kv = cache
-            key_padding = key_value_mask
+            kv = self.compute_key_value(key_value) if cache is None else cache  # (B, 2, h, S, k)
+            key, value = kv[:, 0], kv[:, 1]  # (B, h, S, k)
+            key_mask = key_value_mask
         else:
             if key_value is not None:
                 raise ValueError(
@@ -183,60 +304,48 @@ class MultiHeadAttention(keras.layers.Layer):
                 start = [0, 0, 0, ops.cast(cache_index, "int32"), 0]
                 cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
                 key, value = cache[:, 0], cache[:, 1]  # (B, h, S, k)
-            key_padding = query_mask if cache is None else None
-        if self.cross_attention:
-            key, value = kv[:, 0], kv[:, 1]  # (B, h, S, k)
+            key_mask = query_mask if cache is None else None
 
-        key_shape = key[:, 0]  # (B, S, k): merge_masks reads only the shape of the keys
         attend_mask = merge_masks(
             query,
-            key_shape,
+            key[:, 0],  # (B, S, k): only the shape of the keys is read
             padding_mask=padding_mask,
             attention_mask=attention_mask,
             query_mask=query_mask,
+            key_mask=key_mask,
             use_causal_mask=use_causal_mask,
             query_start=0 if cache_index is None else cache_index,
         )
-        if key_padding is not None:
-            # Merged separately, so that `padding_mask` is shape-checked first.
-            key_mask = merge_masks(query, key_shape, padding_mask=key_padding)
-            attend_mask = key_mask if attend_mask is None else ops.logical_and(attend_mask, key_mask)
-        if attend_mask is not None:
-            attend_mask = attend_mask[:, None, :, :]  # (B, 1, T, S)
-
-        if cache is None and not return_attention_scores and self.dropout == 0:
+        weights = None
+        if cache is None and not return_weights and self.dropout == 0:
             # Neither the weights nor dropout on them are needed: the
             # backend's fused attention (flash attention on a GPU), as in
-            # Keras' MultiHeadAttention. The cached step keeps the explicit
-            # form, whose one-query product reads the cache in place.
+            # Keras' MultiHeadAttention; with the causal mask alone, its
+            # causal kernel. The cached step keeps the explicit form, whose
+            # one-query product reads the cache in place.
+            causal_only = use_causal_mask and all(
+                m is None for m in (padding_mask, attention_mask, query_mask, key_mask)
+            )
             key, value = ops.swapaxes(key, 1, 2), ops.swapaxes(value, 1, 2)  # (B, S, h, k)
-            out = fused_attention(q, key, ops.cast(value, q.dtype), mask=attend_mask)  # (B, T, h, k)
+            out = fused_attention(
+                q,
+                key,
+                ops.cast(value, q.dtype),
+                mask=None if causal_only or attend_mask is None else attend_mask[:, None],  # (B, 1, T, S)
+                is_causal=causal_only,
+            )  # (B, T, h, k)
         else:
             q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
-            weights = attention_weights(q, key, mask=attend_mask)  # (B, h, T, S)
+            mask = None if attend_mask is None else attend_mask[:, None]  # (B, 1, T, S)
+            weights = attention_weights(q, key, mask=mask)  # (B, h, T, S)
             dropped = self.dropout_layer(weights, training=training)
             out = ops.matmul(dropped, ops.cast(value, dropped.dtype))  # (B, h, T, k)
             out = ops.transpose(out, (0, 2, 1, 3))  # (B, T, h, k)
         out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.model_dim))
-        out = self.output_dense(out)  # (B, T, d)
+        return self.output_dense(out), weights, cache  # (B, T, d)
 
-        if cache is not None:
-            return out, cache
-        if return_attention_scores:
-            return out, weights
-        return out
-
-    def compute_output_spec(self, query, key_value=None, cache=None, return_attention_scores=False, **kwargs):
-        out = keras.KerasTensor(query.shape, dtype=self.compute_dtype)
-        if cache is not None:
-            return out, keras.KerasTensor(cache.shape, dtype=cache.dtype)
-        if return_attention_scores:
-            s = (key_value if key_value is not None else query).shape[1]
-            scores = keras.KerasTensor(
-                (query.shape[0], self.num_heads, query.shape[1], s), dtype=self.compute_dtype
-            )
-            return out, scores
-        return out
+    def compute_output_spec(self, query, *args, **kwargs):
+        return keras.KerasTensor(query.shape, dtype=self.compute_dtype)
 
     def compute_mask(self, inputs, previous_mask):
         return previous_mask

@@ -4,9 +4,8 @@ Shape letters: B batch, T length, P masked positions, d width, V vocabulary.
 """
 
 import keras
-from keras import ops
 
-from zoo.layers import EncoderBlock, TokenAndPositionEmbedding
+from zoo.layers import EncoderBlock, L2Normalize, MaskedLMTransform, MeanPooling, OutputBias, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel, check_index_range, check_positive
 
 
@@ -146,77 +145,6 @@ class BertBackbone(ZooModel):
 
 
 @keras.saving.register_keras_serializable(package="zoo")
-class MaskedLMTransform(keras.layers.Layer):
-    """The first half of BERT's masked-LM head: gather the masked positions,
-    then Dense + gelu and LayerNorm. The logits follow through the tied token
-    table (`embedding(h, reverse=True)`) and an `OutputBias`.
-
-    Call arguments:
-        hidden: (B, T, d) sequence output.
-        mask_positions: (B, P) int32 indices of the masked tokens.
-    Returns (B, P, d).
-    """
-
-    def __init__(self, activation="gelu", layer_norm_epsilon=1e-12, initializer_range=0.02, **kwargs):
-        super().__init__(**kwargs)
-        self.supports_masking = True
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.initializer_range = initializer_range
-
-    def build(self, hidden_shape, mask_positions_shape=None):
-        d = hidden_shape[-1]
-        approximate = self.activation == "gelu_approximate"
-        self.dense = keras.layers.Dense(
-            d,
-            activation=lambda x: keras.activations.gelu(x, approximate=approximate),
-            kernel_initializer=bert_initializer(self.initializer_range),
-            dtype=self.dtype_policy,
-            name="dense",
-        )
-        self.dense.build(hidden_shape)
-        self.norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
-        )
-        self.norm.build(hidden_shape)
-        self.built = True
-
-    def compute_mask(self, hidden, previous_mask):
-        return None
-
-    def call(self, hidden, mask_positions):
-        positions = ops.cast(mask_positions, "int32")[:, :, None]  # (B, P, 1)
-        gathered = ops.take_along_axis(hidden, positions, axis=1)  # (B, P, d)
-        return self.norm(self.dense(gathered))
-
-    def compute_output_shape(self, hidden_shape, mask_positions_shape):
-        return (hidden_shape[0], mask_positions_shape[1], hidden_shape[-1])
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "activation": self.activation,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "initializer_range": self.initializer_range,
-            }
-        )
-        return config
-
-
-@keras.saving.register_keras_serializable(package="zoo")
-class OutputBias(keras.layers.Layer):
-    """Adds a learned bias over the vocabulary to tied-embedding logits."""
-
-    def build(self, input_shape):
-        self.bias = self.add_weight(name="bias", shape=(input_shape[-1],), initializer="zeros")
-        self.built = True
-
-    def call(self, logits):
-        return logits + ops.cast(self.bias, logits.dtype)
-
-
-@keras.saving.register_keras_serializable(package="zoo")
 class BertMaskedLM(ZooModel):
     """Masked-LM pretraining: logits (B, P, V) at `mask_positions` only,
     through a head tied to the token embedding.
@@ -286,35 +214,6 @@ class BertClassifier(ZooModel):
         # === Config ===
         self.num_classes = num_classes
         self._record_config(backbone=backbone, num_classes=num_classes, dropout=dropout)
-
-
-@keras.saving.register_keras_serializable(package="zoo")
-class MeanPooling(keras.layers.Layer):
-    """Mean of the (B, T, d) vectors over non-padded positions -> (B, d)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.supports_masking = True
-
-    def compute_mask(self, sequence, previous_mask):
-        return None
-
-    def call(self, sequence, padding_mask):
-        weights = ops.cast(padding_mask, sequence.dtype)[:, :, None]  # (B, T, 1)
-        total = ops.sum(sequence * weights, axis=1)
-        count = ops.maximum(ops.sum(weights, axis=1), 1.0)
-        return total / count
-
-    def compute_output_shape(self, sequence_shape, padding_mask_shape):
-        return (sequence_shape[0], sequence_shape[-1])
-
-
-@keras.saving.register_keras_serializable(package="zoo")
-class L2Normalize(keras.layers.Layer):
-    """Unit-length vectors, so that a dot product is a cosine similarity."""
-
-    def call(self, x):
-        return x / ops.maximum(ops.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 @keras.saving.register_keras_serializable(package="zoo")

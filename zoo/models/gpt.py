@@ -35,9 +35,28 @@ class GPTBackbone(ZooModel):
         use_bias: whether the projections and LayerNorms have biases; True
             for GPT-2, False for nanoGPT's `bias=False`.
 
-    Inputs: `token_ids` (B, T) int32, `padding_mask` (B, T) int32 (1 for
-    tokens, 0 for padding).
+    Inputs: `token_ids` (B, T) int32 and, optionally, `padding_mask`
+    (B, T) int32 (1 for tokens, 0 for padding). Without a padding mask
+    (language-model batches of full windows need none) the only mask is the
+    causal one, and attention runs the backend's causal kernel.
+
+    Example:
+
+    ```python
+    backbone = GPTBackbone(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=32)
+    token_ids = np.array([[5, 6, 7, 8]])
+    hidden = backbone({"token_ids": token_ids})  # (1, 4, 16)
+    scores = backbone.attention_scores({"token_ids": token_ids})
+    scores["self"].shape  # (2, 1, 2, 4, 4): (N, B, h, T, T)
+    ```
+
+    References:
+        Radford et al. 2018 (GPT-1), section 3.1; Radford et al. 2019
+        (GPT-2), section 2.3 (pre-LN, final LayerNorm, scaled init).
     """
+
+    is_encoder_decoder = False
+    optional_inputs = ("padding_mask",)
 
     def __init__(
         self,
@@ -103,12 +122,11 @@ class GPTBackbone(ZooModel):
 
         # === Functional model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        x = self.embeddings_dropout(self.embedding(token_ids))
-        for block in self.blocks:
-            x = block(x, padding_mask=padding_mask)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
+        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask", optional=True)
+        x, _ = self._stack(
+            self.embed(token_ids),
+            lambda i, block, x: (block(x, padding_mask=padding_mask), None),
+        )
         super().__init__(
             inputs={"token_ids": token_ids, "padding_mask": padding_mask},
             outputs=x,
@@ -140,33 +158,70 @@ class GPTBackbone(ZooModel):
             use_bias=use_bias,
         )
 
-    def hidden_states(self, x, padding_mask=None, cache=None, cache_index=None, training=False):
-        """Run the blocks and final norm on embedded inputs x (B, T, d).
+    def embed(self, token_ids, start_index=0, training=None):
+        """(B, T) token ids at positions start_index.. -> (B, T, d)."""
+        x = self.embedding(token_ids, start_index=start_index)
+        return self.embeddings_dropout(x, training=training)
 
-        The same layers as the functional graph; with `cache`
-        (B, N, 2, h, S_max, k) every block reads and writes its keys and
-        values at `cache_index`, and the updated cache is returned as
-        `(hidden, cache)`. Used by `zoo.generate`. The cache may also be a
-        tuple of N per-layer (B, 2, h, S_max, k) caches, returned as a
-        tuple: a compiled decoding loop then updates each in place instead
-        of re-stacking the whole cache every step.
+    def _stack(self, x, run_block):
+        """The stack, written once: x (B, T, d) through every block
+        (`run_block(i, block, x) -> (x, per_block)`), then the final norm.
+
+        The functional graph, the cached step and `attention_scores` differ
+        only in how they call a block. Returns (hidden, tuple of per_block).
         """
-        if cache is None:
-            for block in self.blocks:
-                x = block(x, padding_mask=padding_mask, training=training)
-            return self.final_norm(x) if self.final_norm is not None else x
-        per_layer = isinstance(cache, (list, tuple))
-        updated = []
+        per_block = []
         for i, block in enumerate(self.blocks):
-            x, layer_cache, _ = block(
-                x,
-                self_attention_cache=cache[i] if per_layer else cache[:, i],
-                cache_index=cache_index,
-                training=training,
-            )
-            updated.append(layer_cache)
-        x = self.final_norm(x) if self.final_norm is not None else x
-        return x, tuple(updated) if per_layer else keras.ops.stack(updated, axis=1)
+            x, extra = run_block(i, block, x)
+            per_block.append(extra)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, tuple(per_block)
+
+    def hidden_states_with_cache(self, token_ids, cache, cache_index):
+        """The cached forward pass: (B, T) token ids at positions
+        cache_index.. -> ((B, T, d) hidden states, cache), in inference mode.
+
+        Args:
+            token_ids: (B, T) int32.
+            cache: N per-block (B, 2, h, S_max, k) self-attention caches
+                (`empty_cache`); the new positions are written at
+                `cache_index`.
+            cache_index: the absolute position of the first token.
+        """
+        x = self.embed(token_ids, start_index=cache_index, training=False)
+        return self._stack(
+            x, lambda i, block, x: block.call_with_cache(x, cache[i], cache_index)
+        )
+
+    def call_with_cache(self, token_ids, cache, cache_index, context=None):
+        """The cached step with the logits of the tied token embedding
+        (what `GPTCausalLM` computes): -> ((B, T, V) float32 logits, cache).
+        So a bare backbone generates too."""
+        hidden, cache = self.hidden_states_with_cache(token_ids, cache, cache_index)
+        return keras.ops.cast(self.embedding(hidden, reverse=True), "float32"), cache
+
+    def empty_cache(self, batch_size, length):
+        """N per-block (B, 2, h, length, k) zero caches (head-major keys and
+        values), a tuple rather than one stacked tensor, so that a compiled
+        loop updates each in place."""
+        shape = (batch_size, 2, self.num_heads, length, self.hidden_dim // self.num_heads)
+        return tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in self.blocks)
+
+    def attention_scores(self, inputs):
+        """The attention weights of every block and head for `inputs` (the
+        model's input dict; `padding_mask` optional), computed by the
+        blocks' own layers in inference mode.
+
+        Returns:
+            {"self": (N, B, h, T, T)}: `scores["self"][i]` is block i's.
+        """
+        padding_mask = inputs.get("padding_mask")
+        _, scores = self._stack(
+            self.embed(inputs["token_ids"], training=False),
+            lambda i, block, x: block.call_with_attention_scores(x, padding_mask=padding_mask),
+        )
+        return {"self": keras.ops.stack([s["self"] for s in scores])}
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -174,25 +229,73 @@ class GPTCausalLM(ZooModel):
     """A GPT backbone with its language-model head tied to the token
     embedding. Outputs float32 logits (B, T, V) for the next token.
 
+    It owns its cached decoding step, what `zoo.generate` calls:
+    `empty_cache(batch_size, length)` and `call_with_cache(token_ids,
+    cache, cache_index) -> (logits, cache)`, through the backbone's own
+    blocks.
+
     Args:
         backbone: a `GPTBackbone`.
+
+    Inputs: as the backbone's (`padding_mask` optional).
+
+    Example:
+
+    ```python
+    backbone = GPTBackbone(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=32)
+    lm = GPTCausalLM(backbone)
+    logits = lm({"token_ids": np.array([[5, 6, 7]])})  # (1, 3, 50)
+    out = zoo.generate(lm, [[5, 6, 7]], max_new_tokens=4)
+    len(out.sequences[0])  # 4
+    ```
+
+    References:
+        Radford et al. 2018 (GPT-1), section 3.1 (the language-modelling
+        objective, the output head tied to the token embedding).
     """
+
+    is_encoder_decoder = False
+    optional_inputs = ("padding_mask",)
 
     def __init__(self, backbone, **kwargs):
         # === Layers ===
         self.backbone = backbone
-        self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
+        self.logits_cast = keras.layers.Activation("linear", dtype=backbone.dtype_policy, name="logits")
         # === Functional model ===
         inputs = {
             "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),
-            "padding_mask": keras.Input(shape=(None,), dtype="int32", name="padding_mask"),
+            "padding_mask": keras.Input(shape=(None,), dtype="int32", name="padding_mask", optional=True),
         }
         hidden = backbone(inputs)
-        logits = self.logits_cast(backbone.embedding(hidden, reverse=True))
+        logits = self.logits(hidden)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         # === Config ===
         self._record_config(backbone=backbone)
 
+    @property
+    def vocabulary_size(self):
+        return self.backbone.vocabulary_size
+
+    @property
+    def max_sequence_length(self):
+        return self.backbone.max_sequence_length
+
     def logits(self, hidden):
         """(B, T, d) final hidden states -> (B, T, V) float32 logits."""
         return self.logits_cast(self.backbone.embedding(hidden, reverse=True))
+
+    def empty_cache(self, batch_size, length):
+        """The zero key/value cache of `call_with_cache`: N per-block
+        (B, 2, h, length, k) tensors."""
+        return self.backbone.empty_cache(batch_size, length)
+
+    def call_with_cache(self, token_ids, cache, cache_index, context=None):
+        """The cached step: (B, T) token ids at positions cache_index.. ->
+        ((B, T, V) float32 logits, cache with those positions written).
+        `context` is unused (decoder-only models have no encoder)."""
+        hidden, cache = self.backbone.hidden_states_with_cache(token_ids, cache, cache_index)
+        return self.logits(hidden), cache
+
+    def attention_scores(self, inputs):
+        """The backbone's `attention_scores`: {"self": (N, B, h, T, T)}."""
+        return self.backbone.attention_scores(inputs)

@@ -39,7 +39,37 @@ class EncoderDecoder(ZooModel):
     `decoder_token_ids` (B, T), `decoder_padding_mask` (B, T), int32.
     Output: float32 logits (B, T, V). Trained with teacher forcing: the
     decoder input is the target shifted right behind a start token.
+
+    It owns its cached decoding step, what `zoo.generate` calls:
+    `start(source_ids, source_padding_mask)` runs the encoder once and
+    projects each decoder block's cross-attention keys and values;
+    `empty_cache(batch_size, length)` and `call_with_cache(token_ids, cache,
+    cache_index, context) -> (logits, cache)` then decode through the same
+    blocks as the functional graph.
+
+    Example:
+
+    ```python
+    model = EncoderDecoder(vocabulary_size=40, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    inputs = {
+        "encoder_token_ids": np.array([[4, 5, 6, 0]]),
+        "encoder_padding_mask": np.array([[1, 1, 1, 0]]),
+        "decoder_token_ids": np.array([[1, 7, 8]]),
+        "decoder_padding_mask": np.array([[1, 1, 1]]),
+    }
+    logits = model(inputs)  # (1, 3, 40)
+    scores = model.attention_scores(inputs)
+    scores["cross"].shape  # (2, 1, 2, 3, 4): (N, B, h, T, S)
+    out = zoo.generate(model, [[1]], max_new_tokens=3, source=[[4, 5, 6]])
+    ```
+
+    References:
+        Vaswani et al. 2017, section 3 and Figure 1 (the architecture),
+        section 3.4 (shared, scaled embeddings), section 3.5 (sinusoidal
+        positions).
     """
+
+    is_encoder_decoder = True
 
     def __init__(
         self,
@@ -128,14 +158,18 @@ class EncoderDecoder(ZooModel):
             "decoder_padding_mask": keras.Input(shape=(None,), dtype="int32", name="decoder_padding_mask"),
         }
         encoded = self.encode(inputs["encoder_token_ids"], inputs["encoder_padding_mask"])
-        x = self.decoder_embeddings_dropout(self.decoder_embedding(inputs["decoder_token_ids"]))
-        for block in self.decoder_blocks:
-            x = block(
-                x,
-                encoded,
-                padding_mask=inputs["decoder_padding_mask"],
-                encoder_padding_mask=inputs["encoder_padding_mask"],
-            )
+        x, _ = self._decoder_stack(
+            self.embed_target(inputs["decoder_token_ids"]),
+            lambda i, block, x: (
+                block(
+                    x,
+                    encoded,
+                    padding_mask=inputs["decoder_padding_mask"],
+                    encoder_padding_mask=inputs["encoder_padding_mask"],
+                ),
+                None,
+            ),
+        )
         logits = self.logits(x)
         super().__init__(inputs=inputs, outputs=logits, dtype=dtype, **kwargs)
 
@@ -167,33 +201,99 @@ class EncoderDecoder(ZooModel):
     def encode(self, encoder_token_ids, encoder_padding_mask, training=None):
         """(B, S) source ids -> (B, S, d) final encoder output. The same
         layers serve the functional graph and `zoo.generate`."""
-        x = self.encoder_embeddings_dropout(self.encoder_embedding(encoder_token_ids), training=training)
-        for block in self.encoder_blocks:
-            x = block(x, padding_mask=encoder_padding_mask, training=training)
-        return self.encoder_norm(x) if self.encoder_norm is not None else x
+        x, _ = self._encoder_stack(
+            encoder_token_ids,
+            lambda i, block, x: (block(x, padding_mask=encoder_padding_mask, training=training), None),
+            training,
+        )
+        return x
 
-    def decode_step(self, x, encoder_padding_mask, cache, cache_index, cross_cache, training=False):
-        """Embedded decoder inputs (B, T, d) through every decoder block with
-        a key/value cache: `cache` (B, N, 2, h, S_max, k) for
-        self-attention, `cross_cache` (B, N, 2, h, S, k) the projected
-        encoder output. Returns (hidden, cache). Either cache may also be a
-        tuple of N per-layer (B, 2, h, ..., k) caches; `cache` then comes
-        back as a tuple (updated in place in a compiled loop, not
-        re-stacked)."""
-        per_layer = isinstance(cache, (list, tuple))
-        cross_per_layer = isinstance(cross_cache, (list, tuple))
-        updated = []
+    def _encoder_stack(self, encoder_token_ids, run_block, training=None):
+        """The encoder, written once: embedding, every block
+        (`run_block(i, block, x) -> (x, per_block)`), the final norm.
+        Returns (encoder output, tuple of per_block)."""
+        x = self.encoder_embeddings_dropout(self.encoder_embedding(encoder_token_ids), training=training)
+        per_block = []
+        for i, block in enumerate(self.encoder_blocks):
+            x, extra = run_block(i, block, x)
+            per_block.append(extra)
+        return (self.encoder_norm(x) if self.encoder_norm is not None else x), tuple(per_block)
+
+    def embed_target(self, decoder_token_ids, start_index=0, training=None):
+        """(B, T) target ids at positions start_index.. -> (B, T, d)."""
+        x = self.decoder_embedding(decoder_token_ids, start_index=start_index)
+        return self.decoder_embeddings_dropout(x, training=training)
+
+    def _decoder_stack(self, x, run_block):
+        """The decoder's block loop, written once: embedded targets
+        (B, T, d) through every decoder block (`run_block(i, block, x) ->
+        (x, per_block)`); the final norm is part of `logits`. The
+        functional graph, the cached step and `attention_scores` differ
+        only in how they call a block."""
+        per_block = []
         for i, block in enumerate(self.decoder_blocks):
-            x, layer_cache, _ = block(
-                x,
-                encoder_padding_mask=encoder_padding_mask,
-                self_attention_cache=cache[i] if per_layer else cache[:, i],
-                cross_attention_cache=cross_cache[i] if cross_per_layer else cross_cache[:, i],
-                cache_index=cache_index,
-                training=training,
-            )
-            updated.append(layer_cache)
-        return x, tuple(updated) if per_layer else keras.ops.stack(updated, axis=1)
+            x, extra = run_block(i, block, x)
+            per_block.append(extra)
+        return x, tuple(per_block)
+
+    def start(self, source_ids, source_padding_mask):
+        """Encode the source once for cached decoding -> the `context` of
+        `call_with_cache`: (N per-block (B, 2, h, S, k) cross-attention keys
+        and values, the (B, S) source padding mask). Every tensor in it has
+        the batch on axis 0."""
+        encoded = self.encode(source_ids, source_padding_mask, training=False)  # (B, S, d)
+        cross_caches = tuple(block.compute_cross_attention_cache(encoded) for block in self.decoder_blocks)
+        return cross_caches, source_padding_mask
+
+    def empty_cache(self, batch_size, length):
+        """N per-block (B, 2, h, length, k) zero self-attention caches, a
+        tuple rather than one stacked tensor, so that a compiled loop
+        updates each in place."""
+        shape = (batch_size, 2, self.num_heads, length, self.hidden_dim // self.num_heads)
+        return tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in self.decoder_blocks)
+
+    def call_with_cache(self, token_ids, cache, cache_index, context):
+        """The cached step: (B, T) target ids at positions cache_index.. ->
+        ((B, T, V) float32 logits, cache with those positions written), in
+        inference mode. `context` comes from `start`."""
+        cross_caches, source_padding_mask = context
+        x, cache = self._decoder_stack(
+            self.embed_target(token_ids, start_index=cache_index, training=False),
+            lambda i, block, x: block.call_with_cache(
+                x, cache[i], cache_index, cross_caches[i], encoder_padding_mask=source_padding_mask
+            ),
+        )
+        return self.logits(x), cache
+
+    def attention_scores(self, inputs):
+        """The attention weights of every block and head for `inputs` (the
+        model's input dict), computed by the blocks' own layers in inference
+        mode.
+
+        Returns:
+            {"encoder": (N, B, h, S, S), "self": (N, B, h, T, T), "cross":
+            (N, B, h, T, S)}: the encoder's self-attention, the decoder's
+            causal self-attention and its cross-attention; index 0 is the
+            first block.
+        """
+        source_mask = inputs["encoder_padding_mask"]
+        encoded, encoder_scores = self._encoder_stack(
+            inputs["encoder_token_ids"],
+            lambda i, block, x: block.call_with_attention_scores(x, padding_mask=source_mask),
+            training=False,
+        )
+        _, decoder_scores = self._decoder_stack(
+            self.embed_target(inputs["decoder_token_ids"], training=False),
+            lambda i, block, x: block.call_with_attention_scores(
+                x, encoded, padding_mask=inputs["decoder_padding_mask"], encoder_padding_mask=source_mask
+            ),
+        )
+        stack = keras.ops.stack
+        return {
+            "encoder": stack(encoder_scores),
+            "self": stack([s["self"] for s in decoder_scores]),
+            "cross": stack([s["cross"] for s in decoder_scores]),
+        }
 
     def logits(self, hidden):
         """(B, T, d) decoder output -> (B, T, V) float32 logits."""

@@ -1,0 +1,51 @@
+"""What generation needs from a model: a cached step the model owns.
+
+`zoo.generate` and `beam_search` talk to a model only through these
+attributes and methods (as keras-hub's `generate_step` calls only its
+task's `call_with_cache`), so a new family plugs in without touching the
+decoding loop:
+
+    model.vocabulary_size       # V, an int
+    model.max_sequence_length   # the most positions a sequence may have
+    model.is_encoder_decoder    # True: `generate` takes a `source`
+    model.empty_cache(batch_size, length)
+        # -> the zero key/value cache: a tuple (or any nested structure)
+        #    of tensors with the batch on axis 0 and the position on axis 3,
+        #    e.g. N per-layer (B, 2, h, length, k) tensors
+    model.call_with_cache(token_ids, cache, cache_index, context)
+        # token_ids (B, T) int32 at positions cache_index..cache_index+T-1
+        # -> ((B, T, V) logits, the cache with those positions written)
+
+and, for an encoder-decoder (`is_encoder_decoder = True`), also
+
+    model.source_vocabulary_size
+    model.start(source_ids, source_padding_mask)
+        # -> the `context` every step reads (e.g. the projected encoder
+        #    output): a nested structure of tensors, batch on axis 0
+
+A decoder-only model gets `context=None`. The loop first calls
+`call_with_cache` on the right-padded prompts at index 0 (the prefill),
+then once per new position with one token. Rows of different prompt
+lengths share positions: a model must see position i of every row at
+`cache_index` i, and its causal mask over absolute positions must hide the
+cache slots not written yet.
+
+Shape letters: B batch, T new positions, V vocabulary.
+"""
+
+METHODS = ("empty_cache", "call_with_cache")
+ATTRIBUTES = ("vocabulary_size", "max_sequence_length", "is_encoder_decoder")
+
+
+def check_model(model):
+    """Raise one clear ValueError if `model` lacks the cached step."""
+    missing = [name for name in METHODS + ATTRIBUTES if not hasattr(model, name)]
+    if getattr(model, "is_encoder_decoder", False):
+        missing += [name for name in ("start", "source_vocabulary_size") if not hasattr(model, name)]
+    if missing:
+        raise ValueError(
+            f"{type(model).__name__} has no cached step (it lacks {', '.join(missing)}), so `generate` "
+            f"cannot run it: encoder-only models (such as BERT's) cannot generate, and a bare "
+            "GPTBackbone must be wrapped in GPTCausalLM (`zoo.models.GPTCausalLM(backbone)`). "
+            "See `zoo.generation.interface` for the methods a model needs."
+        )
