@@ -1,0 +1,278 @@
+"""Fine-tune a pretrained GPT-2 on a text file, with GPT-2's own byte-pair tokenizer.
+
+    python -m recipes.gpt_finetune --pretrained gpt2 --output runs/gpt_finetune
+
+--pretrained is a GPT-2 checkpoint folder: a keras-hub preset
+(`keras_hub.models.GPT2CausalLM.from_preset("gpt2_base_en").save_to_preset("gpt2_base_en")`)
+or a Hugging Face folder (`huggingface-cli download gpt2 --local-dir gpt2`),
+loaded by `zoo.from_pretrained` with its tokenizer. The text (Tiny
+Shakespeare by default) is encoded with that tokenizer, split 90/10, and
+trained on in random windows of --sequence-length tokens, with AdamW (a
+linear warm-up, then cosine decay to a tenth of the peak rate, weight decay
+on the matrices, global clipping 1.0). The validation loss (nats per
+token) is estimated on --eval-batches fixed random windows of the last 10%,
+before and after, and a sample continues --prompt.
+
+Writes to --output: `model.keras` (the fine-tuned GPTCausalLM carrying its
+tokenizer; `zoo sample RUN "prompt"` continues text with it),
+`history.csv`, `curves.png`, `logs/` (TensorBoard), `samples.txt` and
+`run.json`. The last two lines are `run folder: RUN` and `val_loss=...`.
+`zoo.export(zoo.load(RUN / "model.keras"), DIR, format="huggingface")`
+writes the result as a checkpoint folder again.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import re  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+# --- Defaults: a short fine-tuning run of GPT-2 small (124M) on one CPU or GPU.
+DEFAULTS = dict(
+    data=str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare" / "input.txt"),
+    preset=None,  # the model is --pretrained's
+    pretrained=None,  # required: a keras-hub preset or Hugging Face GPT-2 folder
+    steps=300,
+    batch_size=8,
+    sequence_length=256,  # tokens per window (at most the checkpoint's context, 1024 for GPT-2)
+    learning_rate=6e-5,  # peak; fine-tuning rates are 10-100x below pretraining's
+    min_learning_rate_fraction=0.1,
+    warmup_steps=30,
+    weight_decay=0.01,
+    beta_2=0.99,
+    clipnorm=1.0,
+    train_fraction=0.9,
+    steps_per_epoch=50,  # one point of the learning curves
+    epoch_eval_batches=8,  # validation batches per epoch, for the curves
+    eval_batches=40,  # validation batches of the final estimate
+    prompt="ROMEO:",
+    sample_length=100,  # new tokens of the sample
+    jit_compile="auto",
+    output="runs/gpt_finetune",
+    seed=1337,
+)
+
+
+def encode_text(tokenizer, text):
+    """The whole text as one (N,) int32 array of token ids.
+
+    The text is cut after each blank line and the pieces are encoded as one
+    batch (GPT-2's pre-tokenizer splits at whitespace, so the pieces
+    tokenize as the whole would, up to how a blank line's newlines group).
+    """
+    import numpy as np
+
+    pieces = [p for p in re.split(r"(?<=\n\n)", text) if p]
+    rows = tokenizer(pieces)
+    rows = rows.to_list() if hasattr(rows, "to_list") else rows
+    return np.concatenate([np.asarray(r, "int32").reshape(-1) for r in rows]) if rows else np.zeros(0, "int32")
+
+
+def split_ids(ids, source, train_fraction, sequence_length):
+    """The first and last parts of the token stream, or a DataError when
+    either is too short for one window."""
+    from zoo.data import DataError
+
+    n = int(train_fraction * len(ids))
+    train, val = ids[:n], ids[n:]
+    if min(len(train), len(val)) < sequence_length + 1:
+        need = int((sequence_length + 1) / min(train_fraction, 1 - train_fraction)) + 1
+        raise DataError(
+            f"{source}: the text is {len(ids)} tokens, too short for one window of {sequence_length + 1} "
+            f"tokens in both the training ({train_fraction:.0%}) and validation parts; expected at least "
+            f"{need} tokens (or a smaller --sequence-length)"
+        )
+    return train, val
+
+
+def windows(ids, batch_size, sequence_length, seed):
+    """Endless random windows as the model's named inputs."""
+    import tensorflow as tf
+
+    from zoo.data import language_model_windows
+
+    def named(x, y):
+        return {"token_ids": x, "padding_mask": tf.ones_like(x)}, y
+
+    stream = language_model_windows(ids, batch_size, sequence_length, seed=seed)
+    return stream.map(named, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def eval_windows(ids, batch_size, sequence_length, num_batches, seed=0):
+    """Fixed random windows: (inputs, targets) arrays."""
+    import numpy as np
+
+    from zoo.data import language_model_eval_batches
+
+    x, y = language_model_eval_batches(ids, batch_size, sequence_length, num_batches, seed=seed)
+    return {"token_ids": x, "padding_mask": np.ones_like(x)}, y
+
+
+def evaluate(folder, data=None, split="val", model=None):
+    """The run's validation loss (mean cross-entropy per token, nats) on
+    `split` of `data`, as the recipe printed it last.
+
+    Args:
+        folder: the run folder.
+        data: a text file; None is the run's own --data.
+        split: "val" (the last 10% of the tokens) or "train" (the first 90%).
+        model: the loaded model, or None to load `folder/model.keras`.
+
+    Returns:
+        `("val_loss", float)`.
+    """
+    from zoo.data import DataError, read_text
+
+    from recipes.common import load_model, mean_cross_entropy, read_run
+
+    args = read_run(folder)["args"]
+    if split not in ("train", "val"):
+        raise DataError(f"--split {split}: gpt_finetune splits its text 90/10; expected 'train' or 'val'")
+    model = model or load_model(folder)
+    data = data or args["data"]
+    ids = encode_text(model.tokenizer, read_text(data))
+    train, val = split_ids(ids, data, DEFAULTS["train_fraction"], args["sequence_length"])
+    x, y = eval_windows(train if split == "train" else val, args["batch_size"], args["sequence_length"], args["eval_batches"])
+    return "val_loss", mean_cross_entropy(model, x, y, args["batch_size"])
+
+
+def sample(model, prompt="ROMEO:", length=100, temperature=0.8, top_p=None, top_k=None, seed=None):
+    """`prompt` and `length` new tokens of it, decoded, from `zoo.generate`.
+
+    Example:
+    ```python
+    lm = zoo.load("runs/gpt_finetune/model.keras")
+    print(sample(lm, "ROMEO:", 50, seed=0))
+    ```
+    """
+    import zoo
+
+    sampler = {"sampler": "temperature"}
+    if top_p is not None:
+        sampler = {"sampler": "top_p", "p": top_p}
+    elif top_k is not None:
+        sampler = {"sampler": "top_k", "k": top_k}
+    return zoo.generate(model, prompt, max_new_tokens=length, temperature=temperature, seed=seed, **sampler)
+
+
+def main(argv=None):
+    import keras
+
+    from zoo.data import read_text
+    from zoo.training import WarmupCosineDecay, adamw, distribution_scope, start_distribution
+
+    from recipes.common import (
+        MODEL,
+        OutputFolder,
+        callbacks,
+        finish,
+        jit_compile_flag,
+        mean_cross_entropy,
+        recipe_parser,
+        run_config,
+        set_precision,
+        size_overrides,
+        write_curves,
+    )
+
+    parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train gpt_finetune")
+    parser.add_argument("--pretrained", required=True,
+                        help="a GPT-2 checkpoint folder: keras-hub preset or Hugging Face (config.json + model.safetensors)")
+    parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"], help="tokens per window")
+    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"], help="linear warm-up steps")
+    parser.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"], help="AdamW, matrices only")
+    parser.add_argument("--steps-per-epoch", type=int, default=DEFAULTS["steps_per_epoch"],
+                        help="steps between two validation points (one row of history.csv)")
+    parser.add_argument("--eval-batches", type=int, default=DEFAULTS["eval_batches"],
+                        help="fixed random validation batches of the final val_loss")
+    parser.add_argument("--prompt", default=DEFAULTS["prompt"], help="the text the sample continues")
+    parser.add_argument("--sample-length", type=int, default=DEFAULTS["sample_length"],
+                        help="new tokens of the sample printed at the end (0: none)")
+    args = parser.parse_args(argv)
+    if args.preset is not None:
+        parser.error("--preset: gpt_finetune's model is the --pretrained checkpoint; leave --preset out")
+    sizes = size_overrides(args)
+    if sizes:
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in sorted(sizes))
+        parser.error(f"{flags}: the sizes come from the --pretrained checkpoint; leave them out")
+    if args.sequence_length < 1 or args.steps < 1:
+        parser.error("--sequence-length and --steps: expected positive integers")
+    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
+    jit_compile = jit_compile_flag(args)
+
+    # 1. Checkpoint and data, checked before anything is written.
+    import zoo
+
+    set_precision(args.mixed_precision)
+    with distribution_scope(args.strategy):
+        model = zoo.from_pretrained(args.pretrained, task="causal_lm")
+    context = model.backbone.max_sequence_length
+    if args.sequence_length > context:
+        parser.error(f"--sequence-length {args.sequence_length}: the checkpoint's context is {context} tokens")
+    text = read_text(args.data)
+    ids = encode_text(model.tokenizer, text)
+    train_ids, val_ids = split_ids(ids, args.data, DEFAULTS["train_fraction"], args.sequence_length)
+    print(
+        f"gpt_finetune: {args.pretrained} ({model.count_params():,} parameters), {len(ids):,} tokens of "
+        f"{Path(args.data).name}, windows of {args.sequence_length}",
+        flush=True,
+    )
+    config = run_config("gpt_finetune", args, args.pretrained)
+    folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
+
+    # 2. Optimizer, pipelines, the loss before fine-tuning.
+    keras.utils.set_random_seed(args.seed)
+    schedule = WarmupCosineDecay(
+        args.learning_rate, args.warmup_steps, args.steps, args.learning_rate * DEFAULTS["min_learning_rate_fraction"]
+    )
+    with distribution_scope(args.strategy):
+        model.compile(
+            optimizer=adamw(schedule, weight_decay=args.weight_decay, beta_2=DEFAULTS["beta_2"],
+                            global_clipnorm=DEFAULTS["clipnorm"], model=model),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=jit_compile,
+        )
+    steps_per_epoch = min(args.steps_per_epoch, args.steps)
+    epochs = -(-args.steps // steps_per_epoch)
+    train = windows(train_ids, args.batch_size, args.sequence_length, args.seed).skip(
+        folder.resumed_epoch * steps_per_epoch
+    )
+    epoch_val = eval_windows(val_ids, args.batch_size, args.sequence_length, DEFAULTS["epoch_eval_batches"], seed=1)
+    x_val, y_val = eval_windows(val_ids, args.batch_size, args.sequence_length, args.eval_batches, seed=0)
+    before = mean_cross_entropy(model, x_val, y_val, args.batch_size)
+    print(f"val_loss before fine-tuning: {before:.4f}", flush=True)
+
+    # 3. Fine-tune; model.keras is the final model, with its tokenizer.
+    start = time.perf_counter()
+    model.fit(
+        train,
+        steps_per_epoch=steps_per_epoch,
+        epochs=epochs,
+        validation_data=epoch_val,
+        validation_batch_size=args.batch_size,
+        callbacks=callbacks(folder, save_best=False),
+        shuffle=False,  # the windows are already random
+        verbose=2 if os.environ.get("CI") else 1,
+    )
+    train_seconds = time.perf_counter() - start
+    zoo.save(model, folder / MODEL)
+    val_loss = mean_cross_entropy(model, x_val, y_val, args.batch_size)
+
+    # 4. Curves and a sample.
+    write_curves(folder, model, title=f"GPT-2 fine-tuned on {Path(args.data).name}")
+    if args.sample_length > 0:
+        text = sample(model, args.prompt, args.sample_length, seed=args.seed)
+        (folder / "samples.txt").write_text(text, encoding="utf-8")
+        print(text)
+    tokens = args.steps * args.batch_size * args.sequence_length
+    print(f"fine-tuned {args.steps} steps in {train_seconds:.1f} s ({tokens / train_seconds:,.0f} tokens/s)")
+    finish(folder, "val_loss", val_loss, val_loss_before=before, train_seconds=train_seconds)
+    return val_loss
+
+
+if __name__ == "__main__":
+    from recipes.common import run_recipe
+
+    run_recipe(main)
