@@ -1,20 +1,25 @@
 """Fine-tune a small BERT on SST-2 sentiment through its [CLS] token.
 
-    python -m recipes.bert_classify --pretrained runs/bert_pretrain --output runs/bert_classify
+    python -m recipes.bert_classify --pretrained runs/bert_pretrain   # or: zoo train bert_classify
 
-With --pretrained, the backbone (its constructor arguments, weights and
-WordPiece vocabulary) comes from a `recipes.bert_pretrain` output folder;
-without it, the same recipe trains from scratch with a vocabulary trained
-on the training sentences, for the comparison. The classifier is BERT's:
-pooled [CLS] output -> dropout -> Dense(num_classes), AdamW with a linear
-warm-up and cosine decay.
+With --pretrained, the backbone and its WordPiece vocabulary come from a
+`recipes.bert_pretrain` run folder, or (through `zoo.from_pretrained`) from
+a keras-hub preset or Hugging Face BERT folder; without it, the same recipe
+trains from scratch with a vocabulary trained on the training sentences,
+for the comparison. The classifier is BERT's: pooled [CLS] output ->
+dropout -> Dense(num_classes), AdamW with a linear warm-up and cosine
+decay.
 
-Writes to --output: best.keras (by dev accuracy), vocabulary.txt,
-history.csv, TensorBoard logs, learning_curves.png. The last line printed is
-`val_accuracy=...`: the best model's accuracy on every dev sentence.
+The run folder (--output, `runs/bert_classify`): `model.keras` (the best
+epoch by dev accuracy), `vocabulary.txt`, `history.csv`, `curves.png`,
+`logs/`, `run.json`. The last lines printed are `run folder: RUN` and
+`val_accuracy=...`: the saved model's accuracy on every dev sentence.
+After training:
+
+    zoo classify runs/bert_classify "a gripping, funny film" "a dull mess"
+    zoo eval runs/bert_classify --split dev
 """
 
-import json
 import os
 import time
 from pathlib import Path
@@ -22,32 +27,38 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 
 import zoo  # noqa: E402
 from zoo.data import (  # noqa: E402
     DataError,
+    bucketed_batches,
     classification_dataset,
-    load_word_piece,
+    divisor_batch_size,
     read_labelled,
     save_vocabulary,
     train_word_piece,
     token_id_lists,
 )
 from zoo.models import BertClassifier  # noqa: E402
-from zoo.saving import load_weights  # noqa: E402
-from zoo.training import WarmupCosineDecay, adamw  # noqa: E402
-from zoo.data.buckets import divisor_batch_size, interleave, length_buckets  # noqa: E402
-from zoo.training.run import (  # noqa: E402
+from zoo.training import WarmupCosineDecay, adamw, distribution_scope, start_distribution  # noqa: E402
+
+from recipes.common import (  # noqa: E402
+    load_model,
+    SIZE_FLAGS,
     OutputFolder,
     callbacks,
-    distribution_scope,
-    start_distribution,
-    final_line,
+    check_preset,
+    finish,
+    is_run_folder,
     jit_compile_flag,
-    plot_history,
+    read_run,
     recipe_parser,
+    run_config,
     set_precision,
     size_overrides,
+    startup_line,
+    write_curves,
 )
 
 # --- Defaults ------------------------------------------------------------------
@@ -70,32 +81,95 @@ DEFAULTS = dict(
 )
 
 
+VOCABULARY = "vocabulary.txt"
+
+
+def make_parser():
+    """The recipe's flags (`zoo train bert_classify -h`)."""
+    parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train bert_classify")
+    parser.add_argument(
+        "--pretrained", default=None,
+        help="a bert_pretrain run folder, or a keras-hub preset / Hugging Face BERT folder; none: from scratch",
+    )
+    parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"],
+                        help="WordPieces of the vocabulary trained on the sentences (from scratch only)")
+    parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"],
+                        help="longest [CLS] ... [SEP] in tokens (longer sentences are cut)")
+    parser.add_argument("--warmup-fraction", type=float, default=DEFAULTS["warmup_fraction"],
+                        help="share of the steps in the linear warm-up")
+    parser.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"], help="AdamW weight decay")
+    parser.add_argument("--classifier-dropout", type=float, default=DEFAULTS["classifier_dropout"],
+                        help="dropout before the classifier's Dense layer")
+    return parser
+
+
 def parse(argv):
-    parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS)
-    parser.add_argument("--pretrained", default=None, help="a bert_pretrain output folder; none: from scratch")
-    parser.add_argument("--intermediate-dim", type=int, default=DEFAULTS["intermediate_dim"])
-    parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"])
-    parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"])
-    parser.add_argument("--warmup-fraction", type=float, default=DEFAULTS["warmup_fraction"])
-    parser.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"])
-    parser.add_argument("--classifier-dropout", type=float, default=DEFAULTS["classifier_dropout"])
-    parser.set_defaults(hidden_dim=DEFAULTS["hidden_dim"])
-    return parser.parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    check_preset(parser, args.preset, "bert")
+    if args.pretrained:
+        changed = [n for n in SIZE_FLAGS if n != "dropout" and getattr(args, n, None) != DEFAULTS.get(n)]
+        if changed:
+            flags = ", ".join("--" + n.replace("_", "-") for n in changed)
+            parser.error(f"{flags}: the sizes are the pretrained backbone's with --pretrained; drop {flags}")
+    return args
 
 
-def pretrained_parts(folder):
-    """(backbone constructor arguments, tokenizer, weights path) of a
-    bert_pretrain run, or a DataError naming what is missing."""
+def pretrained_parts(folder, num_classes):
+    """(backbone, tokenizer, where) of --pretrained: a bert_pretrain run
+    folder, or a keras-hub / Hugging Face folder through
+    `zoo.from_pretrained`; a `DataError` names what is missing."""
     folder = Path(folder)
-    for name in ("backbone.json", "backbone.weights.h5", "vocabulary.txt"):
-        if not (folder / name).is_file():
-            raise DataError(f"{folder / name}: does not exist; expected the output of recipes.bert_pretrain")
-    config = json.loads((folder / "backbone.json").read_text())
-    return config, load_word_piece(folder / "vocabulary.txt"), folder / "backbone.weights.h5"
+    if is_run_folder(folder):
+        record = read_run(folder)
+        if record.get("recipe") != "bert_pretrain":
+            raise DataError(
+                f"{folder}: a {record.get('recipe')} run; expected a bert_pretrain run folder for --pretrained"
+            )
+        model = load_model(folder)
+        return model.backbone, model.tokenizer, f"the bert_pretrain run {folder}"
+    if not folder.is_dir():
+        raise DataError(
+            f"{folder}: does not exist; expected a bert_pretrain run folder (run.json, model.keras), "
+            "or a keras-hub preset or Hugging Face BERT folder"
+        )
+    from_pretrained = getattr(zoo, "from_pretrained", None)
+    if from_pretrained is None:
+        raise DataError(
+            f"{folder}: not a zoo run folder (no run.json and model.keras); loading keras-hub or Hugging Face "
+            "folders needs `zoo.from_pretrained`, which this installation lacks"
+        )
+    model = from_pretrained(folder, task="classifier", num_classes=num_classes)
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        raise DataError(f"{folder}: the checkpoint has no tokenizer files; expected its WordPiece vocabulary")
+    return model.backbone, tokenizer, f"the checkpoint {folder}"
+
+
+def evaluate(folder, data=None, split="dev", model=None):
+    """The saved model's accuracy on every sentence of `split`: the
+    recipe's last step and `zoo eval` both call this.
+
+    Args:
+        folder: the run folder.
+        data: a labelled TSV folder or tfds:NAME; None is the run's own --data.
+        split: "dev" (the run's validation split), "train", "test", ...
+        model: the loaded model, or None to load `folder/model.keras`.
+
+    Returns:
+        `("val_accuracy", float)`.
+    """
+    args = read_run(folder)["args"]
+    split = "dev" if split == "val" else split
+    sentences, labels = read_labelled(data or args["data"], split)
+    model = model or load_model(folder)
+    predicted = np.asarray(zoo.classify(model, sentences, batch_size=args["batch_size"]).labels)
+    return "val_accuracy", float(np.mean(predicted == np.asarray(labels)))
 
 
 def main(argv=None):
     args = parse(argv)
+    overrides = size_overrides(args)
     start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
     started = time.time()
     keras.utils.set_random_seed(args.seed)
@@ -106,19 +180,20 @@ def main(argv=None):
     dev_text, dev_labels = read_labelled(args.data, "dev")
     num_classes = max(2, int(max(train_labels.max(), dev_labels.max())) + 1)
     if args.pretrained:
-        config, tokenizer, weights = pretrained_parts(args.pretrained)
+        pretrained, tokenizer, source = pretrained_parts(args.pretrained, num_classes)
+        length = min(args.sequence_length, pretrained.max_sequence_length)
+        overrides = {k: v for k, v in overrides.items() if k == "dropout"}  # the sizes are the backbone's
     else:
-        config, weights = None, None
+        pretrained, source = None, "from scratch"
         tokenizer = train_word_piece(train_text, args.vocabulary_size)
+        length = args.sequence_length
     vocabulary = tokenizer.get_vocabulary()
     ids = {token: i for i, token in enumerate(vocabulary)}
-    length = min(args.sequence_length, (config or {}).get("max_sequence_length", args.sequence_length))
     train_ids, dev_ids = token_id_lists(tokenizer, train_text), token_id_lists(tokenizer, dev_text)
 
     def batches(token_ids, labels, batch_size, buckets, shuffle):
-        groups = length_buckets([len(row) + 2 for row in token_ids], buckets, batch_size)
-        datasets = [
-            classification_dataset(
+        def pipeline(rows, bound):
+            return classification_dataset(
                 [token_ids[r] for r in rows],
                 labels[rows],
                 batch_size,
@@ -128,39 +203,33 @@ def main(argv=None):
                 shuffle=shuffle,
                 seed=args.seed,
             )
-            for bound, rows in groups
-        ]
-        return interleave(datasets, [len(rows) // batch_size for _, rows in groups], args.seed, shuffle)
 
-    buckets = tuple(b for b in DEFAULTS["buckets"] if b < length) + (length,)
-    train, steps = batches(train_ids, train_labels, args.batch_size, buckets, True)
+        lengths = [len(row) + 2 for row in token_ids]
+        return bucketed_batches(pipeline, lengths, buckets, batch_size, max_length=length, shuffle=shuffle, seed=args.seed)
+
+    train, steps = batches(train_ids, train_labels, args.batch_size, DEFAULTS["buckets"], True)
     # Dev: one length, a batch size that divides it, so every sentence counts.
     dev, dev_steps = batches(dev_ids, dev_labels, divisor_batch_size(len(dev_ids), args.batch_size), (length,), False)
     print(
         f"{len(train_ids):,} training sentences, {len(dev_ids):,} dev sentences, "
-        f"vocabulary {len(vocabulary):,}, {steps} steps an epoch, "
-        + (f"backbone from {args.pretrained}" if args.pretrained else "from scratch"),
+        f"vocabulary {len(vocabulary):,}, {steps} steps an epoch, backbone: {source}",
         flush=True,
     )
-
-    folder = OutputFolder(args.output, args.overwrite, config=vars(args), strategy=args.strategy)
-    save_vocabulary(tokenizer, folder / "vocabulary.txt")
+    print(startup_line("bert_classify", args.preset if pretrained is None else source, overrides), flush=True)
+    config = run_config("bert_classify", args, args.preset, overrides, pretrained=args.pretrained)
+    folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
+    save_vocabulary(tokenizer, folder / VOCABULARY)
 
     # --- Model -------------------------------------------------------------------
     with distribution_scope(args.strategy):
-        if config is not None:
-            dropout = {k: v for k, v in size_overrides(args).items() if k == "dropout"}  # sizes are the run's
-            backbone = zoo.build(args.preset, **{**config, **dropout})
-            load_weights(backbone, weights)
+        if pretrained is not None:
+            skip = ("name", "trainable", "tokenizer")
+            backbone_config = {k: v for k, v in pretrained.get_config().items() if k not in skip}
+            backbone = type(pretrained).from_config({**backbone_config, **overrides})
+            backbone.set_weights(pretrained.get_weights())
         else:
-            backbone = zoo.build(
-                args.preset,
-                vocabulary_size=len(vocabulary),
-                max_sequence_length=length,
-                intermediate_dim=args.intermediate_dim,
-                **size_overrides(args),
-            )
-        model = BertClassifier(backbone, num_classes=num_classes, dropout=args.classifier_dropout)
+            backbone = zoo.build(args.preset, vocabulary_size=len(vocabulary), max_sequence_length=length, **overrides)
+        model = BertClassifier(backbone, num_classes=num_classes, dropout=args.classifier_dropout, tokenizer=tokenizer)
         total = steps * args.epochs
         schedule = WarmupCosineDecay(args.learning_rate, int(args.warmup_fraction * total), total, 0.0)
         model.compile(
@@ -171,8 +240,8 @@ def main(argv=None):
         )
     print(f"BERT classifier: {model.count_params():,} parameters", flush=True)
 
-    # --- Train -------------------------------------------------------------------
-    history = model.fit(
+    # --- Train: model.keras is the best epoch by dev accuracy ------------------
+    model.fit(
         train.repeat(),
         steps_per_epoch=steps,
         epochs=args.epochs,
@@ -180,18 +249,15 @@ def main(argv=None):
         validation_steps=dev_steps,
         callbacks=callbacks(folder, monitor="val_accuracy", mode="max"),
     )
-    plot_history(history.history, folder / "learning_curves.png", title="SST-2 [CLS] fine-tuning")
-    if (folder / "best.keras").exists():
-        load_weights(model, folder / "best.keras")
-    accuracy = float(model.evaluate(dev, steps=dev_steps, verbose=0, return_dict=True)["accuracy"])
+    write_curves(folder, model, title="SST-2 [CLS] fine-tuning")
+    _, accuracy = evaluate(folder.path)
     seconds = time.time() - started
     print(f"total {seconds / 60:.1f} min", flush=True)
-    folder.finish(val_accuracy=accuracy, total_seconds=seconds, pretrained=args.pretrained)
-    final_line("val_accuracy", accuracy)
+    finish(folder, "val_accuracy", accuracy, total_seconds=seconds, pretrained=args.pretrained)
     return accuracy
 
 
 if __name__ == "__main__":
-    from zoo.training.run import run_recipe
+    from recipes.common import run_recipe
 
     run_recipe(main)

@@ -1,6 +1,6 @@
 """Pretrain a small BERT with the masked language model objective.
 
-    python -m recipes.bert_pretrain --data ../shared/data/sst2 --output runs/bert_pretrain
+    python -m recipes.bert_pretrain --data ../shared/data/sst2   # or: zoo train bert_pretrain
 
 Devlin et al. (2019) at CPU size: a WordPiece vocabulary trained on the
 text, 15% of the tokens selected (80% [MASK], 10% random, 10% kept, keras-hub's
@@ -10,14 +10,14 @@ sentences of a labelled TSV folder (`--data`, labels ignored; SST-2's train
 split by default) plus any `--text` files (one sentence a line, e.g. the
 English side of Multi30k).
 
-Writes to --output: backbone.weights.h5, backbone.json (its constructor
-arguments) and vocabulary.txt (what
-`recipes.bert_classify --pretrained` loads), best.keras (the whole masked LM),
-history.csv, TensorBoard logs, learning_curves.png. The last line printed is
-`val_loss=...`, the masked-LM loss on held-out sentences.
+The run folder (--output, `runs/bert_pretrain`): `model.keras` (the masked
+LM, best epoch by held-out loss; `bert_classify --pretrained RUN` starts
+from its backbone), `vocabulary.txt`, `history.csv`, `curves.png`, `logs/`,
+`run.json`. The last lines printed are `run folder: RUN` and `val_loss=...`,
+the masked-LM loss on the held-out sentences, with masks drawn once from
+--seed (so `zoo eval RUN` prints it again).
 """
 
-import json
 import os
 import time
 
@@ -28,6 +28,8 @@ import numpy as np  # noqa: E402
 
 import zoo  # noqa: E402
 from zoo.data import (  # noqa: E402
+    DataError,
+    bucketed_batches,
     masked_lm_dataset,
     read_labelled,
     read_text,
@@ -35,21 +37,23 @@ from zoo.data import (  # noqa: E402
     train_word_piece,
     token_id_lists,
 )
-from zoo.files import write_text  # noqa: E402
-from zoo.saving import load_weights, save_weights  # noqa: E402
-from zoo.training import WarmupCosineDecay, adamw  # noqa: E402
-from zoo.data.buckets import interleave, length_buckets  # noqa: E402
-from zoo.training.run import (  # noqa: E402
+from zoo.training import WarmupCosineDecay, adamw, distribution_scope, start_distribution  # noqa: E402
+
+from recipes.common import (  # noqa: E402
+    load_model,
     OutputFolder,
     callbacks,
-    distribution_scope,
-    start_distribution,
-    final_line,
+    check_preset,
+    finish,
     jit_compile_flag,
-    plot_history,
+    mean_cross_entropy,
+    read_run,
     recipe_parser,
+    run_config,
     set_precision,
     size_overrides,
+    startup_line,
+    write_curves,
 )
 
 # --- Defaults ------------------------------------------------------------------
@@ -73,35 +77,54 @@ DEFAULTS = dict(
 )
 
 
-def parse(argv):
-    parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS)
+VOCABULARY = "vocabulary.txt"
+MASK_RATE = 0.15  # BERT: 15% of the tokens selected; of those 80% [MASK], 10% random, 10% kept
+
+
+def make_parser():
+    """The recipe's flags (`zoo train bert_pretrain -h`)."""
+    parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train bert_pretrain")
     parser.add_argument("--text", nargs="*", default=[], help="more UTF-8 text files, one sentence a line")
     parser.add_argument("--split", default=DEFAULTS["split"], help="the TSV split whose sentences are read")
-    parser.add_argument("--intermediate-dim", type=int, default=DEFAULTS["intermediate_dim"])
-    parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"])
-    parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"])
-    parser.add_argument("--warmup-fraction", type=float, default=DEFAULTS["warmup_fraction"])
-    parser.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"])
-    parser.add_argument("--held-out", type=int, default=DEFAULTS["held_out"])
-    parser.set_defaults(hidden_dim=DEFAULTS["hidden_dim"])
-    return parser.parse_args(argv)
+    parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"],
+                        help="WordPieces of the vocabulary trained on the text")
+    parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"],
+                        help="longest [CLS] ... [SEP] in tokens (longer sentences are cut)")
+    parser.add_argument("--warmup-fraction", type=float, default=DEFAULTS["warmup_fraction"],
+                        help="share of the steps in the linear warm-up")
+    parser.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"], help="AdamW weight decay")
+    parser.add_argument("--held-out", type=int, default=DEFAULTS["held_out"],
+                        help="sentences kept aside for the validation loss (at most a tenth)")
+    return parser
+
+
+def parse(argv):
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    check_preset(parser, args.preset, "bert")
+    return args
 
 
 def read_sentences(args):
     """The --data TSV's sentences, then each --text file's lines, without
     repeats (SST-2 lists some phrases more than once)."""
-    sentences, _ = read_labelled(args.data, args.split)
-    for path in args.text:
+    sentences, _ = read_labelled(args["data"], args["split"])
+    for path in args["text"]:
         sentences = sentences + [line.strip() for line in read_text(path).split("\n") if line.strip()]
     return list(dict.fromkeys(sentences))
 
 
+def split_sentences(sentences, held_out, seed):
+    """(training sentences, held-out sentences): a random `held_out`
+    (at most a tenth) are kept aside."""
+    order = np.random.default_rng(seed).permutation(len(sentences))
+    count = min(held_out, len(sentences) // 10)
+    return [sentences[i] for i in order[count:]], [sentences[i] for i in order[:count]]
+
+
 def batches(token_ids, batch_size, args, ids, vocabulary_size, shuffle, seed):
-    lengths = [len(row) + 2 for row in token_ids]  # [CLS] ... [SEP]
-    buckets = tuple(b for b in DEFAULTS["buckets"] if b < args.sequence_length) + (args.sequence_length,)
-    groups = length_buckets(lengths, buckets, batch_size)
-    datasets = [
-        masked_lm_dataset(
+    def pipeline(rows, bound):
+        return masked_lm_dataset(
             [token_ids[r] for r in rows],
             batch_size,
             bound,
@@ -112,25 +135,95 @@ def batches(token_ids, batch_size, args, ids, vocabulary_size, shuffle, seed):
             shuffle=shuffle,
             seed=seed,
         )
-        for bound, rows in groups
-    ]
-    return interleave(datasets, [len(rows) // batch_size for _, rows in groups], seed, shuffle)
+
+    lengths = [len(row) + 2 for row in token_ids]  # [CLS] ... [SEP]
+    return bucketed_batches(
+        pipeline, lengths, DEFAULTS["buckets"], batch_size, max_length=args.sequence_length, shuffle=shuffle, seed=seed
+    )
+
+
+def fixed_masks(token_ids, sequence_length, vocabulary, seed=0):
+    """Masked-LM examples whose masks are drawn once, by NumPy from `seed`,
+    with BERT's rule (each token selected with probability 0.15, at least
+    one a sentence; 80% -> [MASK], 10% -> a random token, 10% kept), so
+    that an evaluation gives the same figure every time.
+
+    Returns:
+        (inputs, mask_ids, mask_weights) as `masked_lm_dataset` gives them,
+        as NumPy arrays of N rows.
+    """
+    ids = {token: i for i, token in enumerate(vocabulary)}
+    rng = np.random.default_rng(seed)
+    n, t = len(token_ids), sequence_length
+    p = max(1, min(int(np.ceil(2 * MASK_RATE * t)), t))
+    packed = np.zeros((n, t), "int32")
+    padding = np.zeros((n, t), "int32")
+    positions, mask_ids = np.zeros((n, p), "int32"), np.zeros((n, p), "int32")
+    weights = np.zeros((n, p), "float32")
+    for i, row in enumerate(token_ids):
+        row = [ids["[CLS]"], *row[: t - 2], ids["[SEP]"]]
+        packed[i, : len(row)], padding[i, : len(row)] = row, 1
+        candidates = np.arange(1, len(row) - 1)
+        chosen = candidates[rng.random(len(candidates)) < MASK_RATE]
+        if not len(chosen):
+            chosen = rng.choice(candidates, 1)
+        chosen = chosen[:p]
+        positions[i, : len(chosen)], mask_ids[i, : len(chosen)] = chosen, packed[i, chosen]
+        weights[i, : len(chosen)] = 1.0
+    masked = packed.copy()
+    draw = rng.random(positions.shape)
+    random_ids = rng.integers(0, len(vocabulary), positions.shape)
+    rows = np.arange(n)[:, None].repeat(p, axis=1)
+    selected = weights > 0
+    replace = selected & (draw < 0.8)
+    masked[rows[replace], positions[replace]] = ids["[MASK]"]
+    randomize = selected & (draw >= 0.8) & (draw < 0.9)
+    masked[rows[randomize], positions[randomize]] = random_ids[randomize]
+    inputs = {"token_ids": masked, "segment_ids": np.zeros_like(packed), "padding_mask": padding,
+              "mask_positions": positions}
+    return inputs, mask_ids, weights
+
+
+def evaluate(folder, data=None, split="val", model=None):
+    """The masked-LM loss (nats per selected token) of the saved model,
+    masks drawn once from the run's seed: the recipe's last step and
+    `zoo eval` both call this.
+
+    Args:
+        folder: the run folder.
+        data: a labelled TSV folder or tfds:NAME (labels ignored); None is
+            the run's own --data.
+        split: with the run's own data, "val" is its held-out sentences;
+            any other split is all the sentences of `{split}.tsv`.
+        model: the loaded model, or None to load `folder/model.keras`.
+
+    Returns:
+        `("val_loss", float)`.
+    """
+    args = read_run(folder)["args"]
+    if data is None and split == "val":
+        _, sentences = split_sentences(read_sentences(args), args["held_out"], args["seed"])
+    else:
+        sentences, _ = read_labelled(data or args["data"], split)
+    model = model or load_model(folder)
+    tokenizer = model.tokenizer
+    rows = [row for row in token_id_lists(tokenizer, sentences) if row]
+    if not rows:
+        raise DataError(f"{data or args['data']} {split}: no sentence with a token; expected some text")
+    inputs, mask_ids, weights = fixed_masks(rows, args["sequence_length"], tokenizer.get_vocabulary(), args["seed"])
+    return "val_loss", mean_cross_entropy(model, inputs, mask_ids, args["batch_size"], weights)
 
 
 def main(argv=None):
     args = parse(argv)
+    overrides = size_overrides(args)
     start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
     started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
 
     # --- Data: read everything before the output folder is touched ---------
-    sentences = read_sentences(args)
-    rng = np.random.default_rng(args.seed)
-    order = rng.permutation(len(sentences))
-    held_out = min(args.held_out, len(sentences) // 10)
-    train_text = [sentences[i] for i in order[held_out:]]
-    val_text = [sentences[i] for i in order[:held_out]]
+    train_text, val_text = split_sentences(read_sentences(vars(args)), args.held_out, args.seed)
     tokenizer = train_word_piece(train_text, args.vocabulary_size)
     vocabulary = tokenizer.get_vocabulary()
     ids = {token: i for i, token in enumerate(vocabulary)}
@@ -145,8 +238,10 @@ def main(argv=None):
         flush=True,
     )
 
-    folder = OutputFolder(args.output, args.overwrite, config=vars(args), strategy=args.strategy)
-    save_vocabulary(tokenizer, folder / "vocabulary.txt")
+    print(startup_line("bert_pretrain", args.preset, overrides), flush=True)
+    config = run_config("bert_pretrain", args, args.preset, overrides)
+    folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
+    save_vocabulary(tokenizer, folder / VOCABULARY)
 
     # --- Model -------------------------------------------------------------------
     with distribution_scope(args.strategy):
@@ -155,8 +250,8 @@ def main(argv=None):
             task="masked_lm",
             vocabulary_size=len(vocabulary),
             max_sequence_length=args.sequence_length,
-            intermediate_dim=args.intermediate_dim,
-            **size_overrides(args),
+            tokenizer=tokenizer,
+            **overrides,
         )
         total = steps * args.epochs
         schedule = WarmupCosineDecay(
@@ -171,8 +266,8 @@ def main(argv=None):
         )
     print(f"{args.preset} masked LM: {model.count_params():,} parameters", flush=True)
 
-    # --- Train -------------------------------------------------------------------
-    history = model.fit(
+    # --- Train: model.keras is the best epoch by held-out loss -----------------
+    model.fit(
         train.repeat(),
         steps_per_epoch=steps,
         epochs=args.epochs,
@@ -180,21 +275,15 @@ def main(argv=None):
         validation_steps=val_steps,
         callbacks=callbacks(folder),
     )
-    plot_history(history.history, folder / "learning_curves.png", title=f"{args.preset} masked LM")
-    if (folder / "best.keras").exists():
-        load_weights(model, folder / "best.keras")
-    save_weights(model.backbone, folder / "backbone.weights.h5")
-    backbone_config = {k: v for k, v in model.backbone.get_config().items() if k not in ("name", "trainable")}
-    write_text(folder / "backbone.json", json.dumps(backbone_config, indent=2))
-    val_loss = float(model.evaluate(val, steps=val_steps, verbose=0, return_dict=True)["loss"])
+    write_curves(folder, model, title=f"{args.preset} masked LM")
+    _, val_loss = evaluate(folder.path)
     seconds = time.time() - started
     print(f"total {seconds / 60:.1f} min", flush=True)
-    folder.finish(val_loss=val_loss, total_seconds=seconds)
-    final_line("val_loss", val_loss)
+    finish(folder, "val_loss", val_loss, total_seconds=seconds)
     return val_loss
 
 
 if __name__ == "__main__":
-    from zoo.training.run import run_recipe
+    from recipes.common import run_recipe
 
     run_recipe(main)

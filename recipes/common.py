@@ -96,23 +96,24 @@ def recipe_parser(description, defaults, prog=None):
         help="XLA compilation of the train step; 'fusible': XLA for the element-wise ops only "
         "(TensorFlow), the matrix products by oneDNN",
     )
-    from zoo.training.distribution import STRATEGIES
+    from zoo.training import STRATEGIES
 
     parser.add_argument("--strategy", default="default", choices=STRATEGIES, help="distribution strategy")
     parser.add_argument("--seed", type=int, default=defaults.get("seed", 1337), help="random seed")
     return parser
 
 
-def check_preset(parser, name, family):
+def check_preset(parser, name, family, given=None):
     """The preset `name` of `family`, or a parser error (exit 2) with the
-    closest names, before any work starts."""
+    closest names, before any work starts; `given` is what the user typed
+    when the recipe completed it (gpt_char: "nano" -> "gpt-nano")."""
     import zoo
 
     names = zoo.list_presets(family)
     if name not in names:
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.3)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
-        parser.error(f"--preset {name}: unknown {family} preset; {hint}expected one of {', '.join(names)}")
+        parser.error(f"--preset {given or name}: unknown {family} preset; {hint}expected one of {', '.join(names)}")
     return name
 
 
@@ -202,7 +203,7 @@ class OutputFolder:
 
     def __init__(self, path, overwrite=False, config=None, strategy=None):
         from zoo.files import remove_stale_temporaries
-        from zoo.training.distribution import worker_output
+        from zoo.training import worker_output
 
         # Under multi-worker only the chief writes `path`; the others write
         # to a private folder (tf.distribute's rule).
@@ -238,7 +239,7 @@ class OutputFolder:
         recipe whose input stream is a function of the step skips that many
         epochs' batches, so the resumed run sees the data the killed one
         would have seen."""
-        from zoo.training.checkpoints import Backup
+        from zoo.training import Backup
 
         metadata = Backup.read_metadata(self.path / BACKUP)
         return int(metadata["epoch"]) if metadata else 0
@@ -291,7 +292,7 @@ def callbacks(folder, monitor="val_loss", mode="min", save_best=True):
     """
     import keras
 
-    from zoo.training.checkpoints import Backup, BestModel, ResumableCSVLogger, TerminateOnNonFinite
+    from zoo.training import Backup, BestModel, ResumableCSVLogger, TerminateOnNonFinite
 
     folder = Path(getattr(folder, "path", folder))
     backup = folder / BACKUP
@@ -411,9 +412,22 @@ def recipe_errors():
     expected) rather than as a traceback."""
     from zoo.data import DataError
     from zoo.saving import ModelFileError
-    from zoo.training.checkpoints import NonFiniteLossError
+    from zoo.training import NonFiniteLossError
 
     return (DataError, FileExistsError, ModelFileError, NonFiniteLossError)
+
+
+def error_line(error):
+    """The one line a recipe prints for `error`, or None for an error that
+    is a bug (its traceback is the useful output). Recipe errors give
+    their message; an error of TensorFlow Datasets (`--data tfds:...`:
+    an unknown name, a failed download) its first line."""
+    if isinstance(error, recipe_errors()):
+        return str(error)
+    if type(error).__module__.split(".")[0] == "tensorflow_datasets":
+        first = (str(error).strip().splitlines() or [""])[0]
+        return f"tfds: {type(error).__name__}: {first}"
+    return None
 
 
 def run_recipe(main):
@@ -421,8 +435,11 @@ def run_recipe(main):
     status 1 and its message, not a traceback."""
     try:
         main()
-    except recipe_errors() as error:
-        sys.exit(f"error: {error}")
+    except Exception as error:
+        line = error_line(error)
+        if line is None:
+            raise
+        sys.exit(f"error: {line}")
 
 
 def final_line(name, value):
@@ -445,6 +462,13 @@ def is_run_folder(path):
     return (path / RUN).is_file() and (path / MODEL).is_file()
 
 
+def load_model(folder):
+    """The run's model.keras, for use and evaluation (no optimizer state)."""
+    import zoo
+
+    return zoo.load(Path(getattr(folder, "path", folder)) / MODEL, compile=False)
+
+
 def read_run(path):
     """A run folder's run.json, or a `DataError` saying what is missing."""
     from zoo.data import DataError
@@ -457,3 +481,33 @@ def read_run(path):
         state = "finished" if record.get("finished") else "unfinished"
         raise DataError(f"{path}: the {state} run has no {MODEL}; expected a run that trained at least one epoch")
     return record
+
+
+def mean_cross_entropy(model, inputs, targets, batch_size, weights=None):
+    """The mean cross-entropy (nats) of `model`'s logits against `targets`,
+    over every target (or weighted by `weights`), accumulated in float64
+    batch by batch.
+
+    Args:
+        model: a model whose output is logits (..., V).
+        inputs: a dict of arrays (N, ...), the model's named inputs.
+        targets: int array (N, ...), the target ids.
+        batch_size: int.
+        weights: float array like `targets`, or None for all ones.
+
+    Returns:
+        float.
+    """
+    import numpy as np
+
+    total, count = 0.0, 0.0
+    for start in range(0, len(targets), batch_size):
+        rows = slice(start, start + batch_size)
+        logits = np.asarray(model.predict_on_batch({k: v[rows] for k, v in inputs.items()}), "float64")
+        top = logits.max(axis=-1, keepdims=True)
+        log_z = np.log(np.exp(logits - top).sum(axis=-1)) + top[..., 0]
+        picked = np.take_along_axis(logits, np.asarray(targets[rows])[..., None], axis=-1)[..., 0]
+        w = np.ones(picked.shape) if weights is None else np.asarray(weights[rows], "float64")
+        total += float(((log_z - picked) * w).sum())
+        count += float(w.sum())
+    return total / max(count, 1.0)

@@ -1,6 +1,6 @@
 """Character-level GPT on Tiny Shakespeare: nanoGPT's CPU "baby GPT".
 
-    python -m recipes.gpt_char --preset baby
+    python -m recipes.gpt_char          # or: zoo train gpt_char
 
 Trains the `gpt-baby` preset (4 layers, 4 heads, width 128, block 64, no
 biases, exact GELU: nanoGPT's `bias=False` model) for 2000 steps of 12 random
@@ -8,28 +8,32 @@ windows from the first 90% of the text, with AdamW (lr 1e-3, 100 warm-up
 steps, cosine decay to 1e-4, beta2 0.99, weight decay 0.1 on the weight
 matrices, global gradient clipping 1.0), then estimates the validation loss
 on 200 random batches of the last 10% (1.91 here; nanoGPT reports 1.88 from
-20 batches), prints a sample and, as its last line, `val_loss=1.9105`.
+20 batches), prints a sample and, as its last lines, `run folder: RUN` and
+`val_loss=1.9105`.
 
 By default the train step is XLA-compiled in float32 (`--jit-compile true`),
 the fastest setting measured on this project's idle 2-core CPU (73 s for
 2000 steps). `--jit-compile fusible --mixed-precision` (XLA for the
 element-wise ops only, oneDNN bf16 matmuls on AMX) was faster only while the
-machine was heavily shared, and took 104 s when idle
-(benchmarks/results/train_throughput.txt).
+machine was heavily shared, and took 104 s when idle.
 
-Writes to --output: `model.keras` (final), `best.keras`, `chars.json` (the
-vocabulary), `history.csv`, `logs/` (TensorBoard), `curves.png`,
-`attention.png`, `samples.txt` and `run.json`. An interrupted run resumes
-from `backup/`; a finished run is replaced only with --overwrite.
+The run folder (--output, `runs/gpt_char`): `model.keras` (the final model;
+its validation loss is the one printed), `chars.json` (the vocabulary),
+`history.csv`, `curves.png`, `logs/`, `run.json`, `attention.png` and
+`samples.txt`. An interrupted run resumes from `backup/`; a finished run is
+replaced only with --overwrite. After training:
+
+    zoo sample runs/gpt_char "ROMEO:" --max-length 300
+    zoo eval runs/gpt_char             # the val_loss printed, again
 """
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import csv  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+
 
 # --- Defaults: nanoGPT's config/train_shakespeare_char.py with its README's
 # CPU overrides (block 64, batch 12, 4 x 4 x 128, 2000 iters, dropout 0).
@@ -55,6 +59,7 @@ DEFAULTS = dict(
     output="runs/gpt_char",
     seed=1337,
 )
+VOCABULARY = "chars.json"
 # nanoGPT's model: no biases in the projections and LayerNorms, exact GELU.
 NANOGPT = dict(use_bias=False, activation="gelu")
 
@@ -115,12 +120,17 @@ def eval_inputs(ids, batch_size, sequence_length, num_batches, seed=0):
     return {"token_ids": x, "padding_mask": np.ones_like(x)}, y
 
 
-def split_text(text, source, train_fraction, sequence_length):
-    """Encode, split 90/10, and refuse a text too short for one block in each part."""
+def split_text(text, source, train_fraction, sequence_length, vocabulary=None):
+    """Encode (with `vocabulary`, or a new one of the text's characters),
+    split 90/10, and refuse a text too short for one block in each part.
+    Returns (vocabulary, train ids, validation ids)."""
     from zoo.data import CharVocabulary, DataError
 
-    vocabulary = CharVocabulary.from_text(text)
-    ids = vocabulary.encode(text)
+    vocabulary = vocabulary or CharVocabulary.from_text(text)
+    try:
+        ids = vocabulary.encode(text)
+    except DataError as error:
+        raise DataError(f"{source}: {error}") from None
     n = int(train_fraction * len(ids))
     train, val = ids[:n], ids[n:]
     if min(len(train), len(val)) < sequence_length + 1:
@@ -133,81 +143,143 @@ def split_text(text, source, train_fraction, sequence_length):
     return vocabulary, train, val
 
 
+
+
 def _printable(c):
     return {"\n": "\\n", " ": "\u2423", "\t": "\\t"}.get(c, c)
 
 
-def _history(path):
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return {k: [float(r[k]) for r in rows] for k in (rows[0] if rows else {}) if k != "epoch"}
+def sample(model, prompt="\n", length=300, temperature=0.8, top_p=None, top_k=None, seed=None):
+    """`length` characters after `prompt`, from `zoo.generate` on text: past
+    the context window, every character is predicted from the last block.
+
+    Args:
+        model: a `GPTCausalLM` carrying its `CharTokenizer` (the run's
+            model.keras).
+        prompt: str, the text to continue (its characters must be in the
+            vocabulary).
+        length: int, the number of new characters.
+        temperature: float > 0; divides the logits.
+        top_p: float or None, nucleus sampling.
+        top_k: int or None, sampling from the k most likely.
+        seed: int or None.
+
+    Returns:
+        str, the `length` new characters (without the prompt).
+
+    Example:
+    ```python
+    model = zoo.load("runs/gpt_char/model.keras")
+    print(sample(model, "ROMEO:", 200, seed=0))
+    ```
+    """
+    import zoo
+
+    sampler = {"sampler": "temperature"}
+    if top_p is not None:
+        sampler = {"sampler": "top_p", "p": top_p}
+    elif top_k is not None:
+        sampler = {"sampler": "top_k", "k": top_k}
+    prompt = prompt or "\n"
+    text = zoo.generate(model, prompt, max_length=len(prompt) + length, temperature=temperature, seed=seed, **sampler)
+    return text[len(prompt):]
 
 
-def _sample(model, vocabulary, length, block, seed):
-    """`length` characters from a newline prompt with zoo.generation, nanoGPT's
-    way past the block size: the context is cropped to its last half block.
-    Two prompt shapes in all, so the decoding compiles twice."""
-    from zoo.generation import generate
+def evaluate(folder, data=None, split="val", model=None):
+    """The run's validation loss (mean cross-entropy per character, nats)
+    on `split` of `data`: the recipe's last step and `zoo eval` both call
+    this, so on the run's own data and split they print the same figure.
 
-    text = "\n"
-    while len(text) < length + 1:
-        context = vocabulary.encode(text[-(block // 2):])
-        out = generate(model, [context.tolist()], block - len(context), sampler="temperature", temperature=0.8, seed=seed)
-        text += vocabulary.decode(out.sequences[0])
-        seed += 1
-    return text[1 : length + 1]
+    Args:
+        folder: the run folder.
+        data: a text file or tfds:NAME; None is the run's own --data.
+        split: "val" (the last 10%), "train" (the first 90%).
+        model: the loaded model, or None to load `folder/model.keras`.
+
+    Returns:
+        `("val_loss", float)`.
+    """
+    from zoo.data import DataError, read_text
+
+    from recipes.common import load_model, mean_cross_entropy, read_run
+
+    args = read_run(folder)["args"]
+    if split not in ("train", "val"):
+        raise DataError(f"--split {split}: gpt_char splits its text 90/10; expected 'train' or 'val'")
+    model = model or load_model(folder)
+    block = model.backbone.max_sequence_length
+    data = data or args["data"]
+    _, train, val = split_text(read_text(data), data, DEFAULTS["train_fraction"], block, model.tokenizer.vocabulary)
+    x, y = eval_inputs(train if split == "train" else val, args["batch_size"], block, args["eval_batches"], seed=0)
+    return "val_loss", mean_cross_entropy(model, x, y, args["batch_size"])
+
+
+def make_parser():
+    """The recipe's flags (`zoo train gpt_char -h`)."""
+    from recipes.common import recipe_parser
+
+    parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train gpt_char")
+    parser.add_argument("--steps-per-execution", type=int, default=DEFAULTS["steps_per_execution"],
+                        help="train steps per compiled call")
+    parser.add_argument("--steps-per-epoch", type=int, default=DEFAULTS["steps_per_epoch"],
+                        help="steps between two validation points (one row of history.csv)")
+    parser.add_argument("--eval-batches", type=int, default=DEFAULTS["eval_batches"],
+                        help="random validation batches of the final val_loss")
+    parser.add_argument("--sample-length", type=int, default=DEFAULTS["sample_length"],
+                        help="characters of the sample printed at the end (0: none)")
+    return parser
 
 
 def main(argv=None):
     import keras
 
-    from zoo.data import read_text
-    from zoo.training.run import (
+    from zoo.data import CharTokenizer, read_text
+    from zoo.training import distribution_scope, start_distribution
+
+    from recipes.common import (
+        MODEL,
         OutputFolder,
         callbacks,
-        distribution_scope,
-        start_distribution,
-        final_line,
+        check_preset,
+        finish,
         jit_compile_flag,
         plot_attention,
-        plot_history,
-        recipe_parser,
+        run_config,
         set_precision,
         size_overrides,
+        startup_line,
+        write_curves,
     )
 
-    parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS)
-    parser.add_argument("--steps-per-execution", type=int, default=DEFAULTS["steps_per_execution"])
-    parser.add_argument("--steps-per-epoch", type=int, default=DEFAULTS["steps_per_epoch"])
-    parser.add_argument("--eval-batches", type=int, default=DEFAULTS["eval_batches"])
-    parser.add_argument("--sample-length", type=int, default=DEFAULTS["sample_length"])
+    parser = make_parser()
     args = parser.parse_args(argv)
+    preset = check_preset(parser, preset_name(args.preset), "gpt", given=args.preset)
     start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
     jit_compile = jit_compile_flag(args)  # before TensorFlow runs anything
 
     # 1. Data, checked before anything is written.
     import zoo
 
-    preset = preset_name(args.preset)
-    if preset not in zoo.list_presets("gpt"):
-        parser.error(f"--preset {args.preset}: expected one of {', '.join(zoo.list_presets('gpt'))}")
-    block = zoo.presets.PRESETS[preset]["config"]["max_sequence_length"]
+    block = zoo.preset_info(preset)["config"]["max_sequence_length"]
     text = read_text(args.data)
     vocabulary, train_ids, val_ids = split_text(text, args.data, DEFAULTS["train_fraction"], block)
-    folder = OutputFolder(args.output, args.overwrite, config=vars(args), strategy=args.strategy)
-    vocabulary.save(folder / "chars.json")
+    overrides = size_overrides(args)
+    print(startup_line("gpt_char", preset, overrides), flush=True)
+    config = run_config("gpt_char", args, preset, overrides)
+    folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
+    vocabulary.save(folder / VOCABULARY)
 
     # 2. Model, optimizer, data pipelines.
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
     steps_per_execution = min(args.steps_per_execution, args.steps_per_epoch)
-    if args.strategy in ("mirrored", "multi-worker") and steps_per_execution > 1:
+    if args.strategy in ("mirrored", "data-parallel", "multi-worker") and steps_per_execution > 1:
         # Keras 3 cannot loop several steps in one call across replicas
         # (keras-team/keras#19246): one step per call there.
         print(f"--strategy {args.strategy}: --steps-per-execution {steps_per_execution} -> 1 (keras#19246)")
         steps_per_execution = 1
     with distribution_scope(args.strategy):
-        model = build_model(preset, vocabulary.vocabulary_size, **size_overrides(args))
+        model = build_model(preset, vocabulary.vocabulary_size, tokenizer=CharTokenizer(vocabulary), **overrides)
         compile_model(
             model,
             args.steps,
@@ -222,7 +294,7 @@ def main(argv=None):
     train = train_dataset(train_ids, args.batch_size, block, args.seed).skip(folder.resumed_epoch * steps_per_epoch)
     epoch_val = eval_inputs(val_ids, args.batch_size, block, DEFAULTS["epoch_eval_batches"], seed=1)
 
-    # 3. Train.
+    # 3. Train; model.keras is the final model.
     start = time.perf_counter()
     model.fit(
         train,
@@ -230,43 +302,38 @@ def main(argv=None):
         epochs=epochs,
         validation_data=epoch_val,
         validation_batch_size=args.batch_size,
-        callbacks=callbacks(folder),
+        callbacks=callbacks(folder, save_best=False),
         shuffle=False,  # the windows are already random
         verbose=2 if os.environ.get("CI") else 1,
     )
     train_seconds = time.perf_counter() - start
-    zoo.save(model, folder / "model.keras")
+    zoo.save(model, folder / MODEL)
 
-    # 4. Validation loss over random batches of the last 10%.
-    x_val, y_val = eval_inputs(val_ids, args.batch_size, block, args.eval_batches, seed=0)
-    val_loss = float(model.evaluate(x_val, y_val, batch_size=args.batch_size, verbose=0))
+    # 4. Validation loss over random batches of the last 10%, of the saved model.
+    _, val_loss = evaluate(folder.path)
 
     # 5. Plots and a sample.
-    plot_history(_history(folder / "history.csv"), folder / "curves.png", title=f"{preset} on {Path(args.data).name}")
+    write_curves(folder, model, title=f"{preset} on {Path(args.data).name}")
+    x_val, _ = eval_inputs(val_ids, 1, block, 1, seed=0)
     example = x_val["token_ids"][:1, :32]
-    backbone = model.backbone
-    hidden = backbone.embedding(example)
-    for b in backbone.blocks[:-1]:
-        hidden = b(hidden)
-    scores = backbone.blocks[-1].attention_scores(hidden)["self"]  # (1, h, T, T)
+    scores = model.attention_scores({"token_ids": example})["self"]  # (N, 1, h, T, T)
     chars = [_printable(c) for c in vocabulary.decode(example[0])]
     plot_attention(
-        keras.ops.convert_to_numpy(scores)[0], chars, chars, folder / "attention.png",
-        title=f"last block's self-attention, {len(backbone.blocks)} blocks",
+        keras.ops.convert_to_numpy(scores[-1])[0], chars, chars, folder / "attention.png",
+        title=f"last block's self-attention, {len(scores)} blocks",
     )
     if args.sample_length > 0:
-        sample = _sample(model, vocabulary, args.sample_length, block, args.seed)
-        (folder / "samples.txt").write_text(sample, encoding="utf-8")
-        print(sample)
+        text = sample(model, "\n", args.sample_length, seed=args.seed)
+        (folder / "samples.txt").write_text(text, encoding="utf-8")
+        print(text)
 
     tokens = args.steps * args.batch_size * block
     print(f"trained {args.steps} steps in {train_seconds:.1f} s ({tokens / train_seconds:,.0f} tokens/s)")
-    folder.finish(val_loss=val_loss, train_seconds=train_seconds)
-    final_line("val_loss", val_loss)
+    finish(folder, "val_loss", val_loss, train_seconds=train_seconds)
     return val_loss
 
 
 if __name__ == "__main__":
-    from zoo.training.run import run_recipe
+    from recipes.common import run_recipe
 
     run_recipe(main)

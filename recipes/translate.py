@@ -1,6 +1,6 @@
 """Train the encoder-decoder Transformer on Multi30k, German -> English.
 
-    python -m recipes.translate --data ../shared/data/multi30k --output runs/translate
+    python -m recipes.translate --data ../shared/data/multi30k   # or: zoo train translate
 
 Vaswani et al. (2017) at CPU size: one WordPiece vocabulary trained on both
 sides of the train split (so the source and target embeddings and the output
@@ -9,16 +9,21 @@ projection share one table, section 3.4), the paper's learning-rate schedule
 the validation translations. Batches are grouped by length so that short
 sentences are not padded to the longest.
 
-Writes to --output: best.keras, vocabulary.txt, history.csv, TensorBoard logs,
-learning_curves.png, attention.png (cross-attention of one validation
-sentence, one panel per head), translations.txt. The last line printed is
-`val_bleu=...`: sacrebleu's corpus BLEU on the lowercased, detokenized
-validation split. Training stops at --epochs or before an epoch that would
-pass --time-budget minutes. A killed run resumes from its backup (with its
-saved vocabulary); `--epochs 0` on an unfinished folder only evaluates its
-best.keras.
+The run folder (--output, `runs/translate`): `model.keras` (the best epoch
+by validation loss), `vocabulary.txt`, `history.csv`, `curves.png`, `logs/`,
+`run.json`, `attention.png` (cross-attention of one validation sentence,
+one panel per head), `translations.txt`. The last lines printed are
+`run folder: RUN` and `val_bleu=...`: sacrebleu's corpus BLEU on the
+lowercased, detokenized validation split. Training stops at --epochs or
+before an epoch that would pass --time-budget minutes. A killed run resumes
+from its backup (with its saved vocabulary); `--epochs 0` on an unfinished
+folder only evaluates its model.keras. After training:
+
+    zoo translate runs/translate "Ein Mann fährt Fahrrad."
+    zoo eval runs/translate --split test   # BLEU on another split
 """
 
+import argparse
 import os
 import time
 from pathlib import Path
@@ -31,6 +36,7 @@ import numpy as np  # noqa: E402
 import zoo  # noqa: E402
 from zoo.data import (  # noqa: E402
     DataError,
+    bucketed_batches,
     load_word_piece,
     read_parallel,
     save_vocabulary,
@@ -38,22 +44,31 @@ from zoo.data import (  # noqa: E402
     train_word_piece,
     token_id_lists,
 )
-from zoo.saving import load_weights  # noqa: E402
-from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule  # noqa: E402
-from zoo.data.buckets import interleave, length_buckets  # noqa: E402
-from zoo.training.bleu import corpus_bleu  # noqa: E402
-from zoo.training.run import (  # noqa: E402
-    OutputFolder,
-    callbacks,
+from zoo.training import (  # noqa: E402
+    MaskedAccuracy,
+    MaskedSparseCrossentropy,
+    TransformerSchedule,
+    corpus_bleu,
     distribution_scope,
     start_distribution,
-    final_line,
+)
+
+from recipes.common import (  # noqa: E402
+    load_model,
+    OutputFolder,
+    callbacks,
+    check_preset,
+    finish,
     jit_compile_flag,
     plot_attention,
-    plot_history,
+    read_run,
     recipe_parser,
+    require,
+    run_config,
     set_precision,
     size_overrides,
+    startup_line,
+    write_curves,
 )
 
 # --- Defaults ------------------------------------------------------------------
@@ -78,32 +93,44 @@ DEFAULTS = dict(
     output="runs/translate",
 )
 START, END = "[START]", "[END]"
+VOCABULARY = "vocabulary.txt"
+
+
+def make_parser():
+    """The recipe's flags (`zoo train translate -h`)."""
+    parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train translate")
+    parser.add_argument("--time-budget", type=float, default=DEFAULTS["time_budget"], help="minutes of training")
+    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"],
+                        help="steps of the schedule's linear warm-up")
+    parser.add_argument("--label-smoothing", type=float, default=DEFAULTS["label_smoothing"],
+                        help="label smoothing of the loss")
+    parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"],
+                        help="WordPieces of the shared vocabulary")
+    parser.add_argument("--max-length", type=int, default=DEFAULTS["max_length"],
+                        help="longest source or target in tokens (longer ones are cut)")
+    parser.add_argument("--beam-size", type=int, default=DEFAULTS["beam_size"], help="beams (1: greedy)")
+    parser.add_argument("--length-penalty", type=float, default=DEFAULTS["length_penalty"],
+                        help="beam score: log_prob / length ** length_penalty")
+    parser.add_argument("--num-samples", type=int, default=DEFAULTS["num_samples"], help="translations printed")
+    parser.add_argument("--max-val-sentences", type=int, default=None, help="translate only the first N for BLEU")
+    parser.add_argument("--source-lang", default=DEFAULTS["source_lang"], help="source file suffix")
+    parser.add_argument("--target-lang", default=DEFAULTS["target_lang"], help="target file suffix")
+    return parser
 
 
 def parse(argv):
-    parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS)
-    parser.add_argument("--intermediate-dim", type=int, default=DEFAULTS["intermediate_dim"])
-    parser.add_argument("--time-budget", type=float, default=DEFAULTS["time_budget"], help="minutes of training")
-    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"])
-    parser.add_argument("--label-smoothing", type=float, default=DEFAULTS["label_smoothing"])
-    parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"])
-    parser.add_argument("--max-length", type=int, default=DEFAULTS["max_length"])
-    parser.add_argument("--beam-size", type=int, default=DEFAULTS["beam_size"])
-    parser.add_argument("--length-penalty", type=float, default=DEFAULTS["length_penalty"])
-    parser.add_argument("--num-samples", type=int, default=DEFAULTS["num_samples"])
-    parser.add_argument("--max-val-sentences", type=int, default=None, help="translate only the first N for BLEU")
-    parser.add_argument("--source-lang", default=DEFAULTS["source_lang"])
-    parser.add_argument("--target-lang", default=DEFAULTS["target_lang"])
-    return parser.parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    check_preset(parser, args.preset, "transformer")
+    return args
 
 
 def bucketed(sources, targets, batch_size, buckets, ids, shuffle, seed):
     """Batches padded to the shortest bucket bound that holds them.
     Returns (dataset, steps per pass)."""
-    lengths = [max(len(s), len(t) + 1) for s, t in zip(sources, targets)]
-    groups = length_buckets(lengths, buckets, batch_size)
-    datasets = [
-        seq2seq_dataset(
+
+    def pipeline(rows, bound):
+        return seq2seq_dataset(
             [sources[r] for r in rows],
             [targets[r] for r in rows],
             batch_size,
@@ -114,58 +141,60 @@ def bucketed(sources, targets, batch_size, buckets, ids, shuffle, seed):
             shuffle=shuffle,
             seed=seed,
         )
-        for bound, rows in groups
-    ]
-    return interleave(datasets, [len(rows) // batch_size for _, rows in groups], seed, shuffle)
 
-
-def translate(model, tokenizer, sources, ids, args, batch_size=128):
-    """Beam-search translations of tokenized sources, as text. Sources are
-    decoded in order of length, so a batch's shape (and its compiled
-    search) is shared by sentences of similar length."""
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    outputs = [None] * len(sources)
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        chunk = [sources[i][: args.max_length] for i in rows]
-        result = zoo.generate(
-            model,
-            [[ids[START]]] * len(chunk),
-            max_new_tokens=min(max(map(len, chunk)) + 10, args.max_length - 1),
-            sampler="beam" if args.beam_size > 1 else "greedy",
-            stop_token_ids=[ids[END]],
-            source=chunk,
-            num_beams=args.beam_size,
-            length_penalty=args.length_penalty,
-        )
-        for i, tokens in zip(rows, result.sequences):
-            tokens = [int(t) for t in tokens]
-            outputs[i] = detokenize_ids(tokenizer, tokens[: tokens.index(ids[END])] if ids[END] in tokens else tokens)
-    return outputs
-
-
-def detokenize_ids(tokenizer, tokens):
-    if not tokens:
-        return ""
-    text = keras.ops.convert_to_numpy(tokenizer.detokenize([tokens]))[0]
-    return text.decode("utf-8") if isinstance(text, bytes) else str(text)
+    lengths = [max(len(s), len(t) + 1) for s, t in zip(sources, targets)]
+    return bucketed_batches(pipeline, lengths, buckets, batch_size, shuffle=shuffle, seed=seed)
 
 
 def cross_attention(model, source, target):
     """The last decoder block's cross-attention (h, T, S) for one pair."""
     ops = keras.ops
-    source_ids = ops.convert_to_tensor(np.array([source], "int32"))
-    target_ids = ops.convert_to_tensor(np.array([target], "int32"))
-    source_mask = ops.ones_like(source_ids)
-    target_mask = ops.ones_like(target_ids)
-    encoded = model.encode(source_ids, source_mask, training=False)
-    x = model.decoder_embedding(target_ids)
-    for block in model.decoder_blocks[:-1]:
-        x = block(x, encoded, padding_mask=target_mask, encoder_padding_mask=source_mask, training=False)
-    scores = model.decoder_blocks[-1].attention_scores(
-        x, encoded, padding_mask=target_mask, encoder_padding_mask=source_mask
+    source_ids, target_ids = np.array([source], "int32"), np.array([target], "int32")
+    scores = model.attention_scores(
+        {
+            "encoder_token_ids": source_ids,
+            "encoder_padding_mask": np.ones_like(source_ids),
+            "decoder_token_ids": target_ids,
+            "decoder_padding_mask": np.ones_like(target_ids),
+        }
     )
-    return ops.convert_to_numpy(scores["cross"])[0]
+    return ops.convert_to_numpy(scores["cross"][-1])[0]
+
+
+def translate_text(model, sentences, args):
+    """Translations of a list of sentences (str) with the run's beam search
+    (`zoo.translate`; the model carries its tokenizer)."""
+    if isinstance(args, argparse.Namespace):
+        args = vars(args)
+    return zoo.translate(model, list(sentences), num_beams=args["beam_size"], length_penalty=args["length_penalty"])
+
+
+def evaluate(folder, data=None, split="val", model=None, outputs=None):
+    """Corpus BLEU of the saved model's beam-search translations of `split`
+    (the run's --max-val-sentences first sentences): the recipe's last
+    step and `zoo eval` both call this.
+
+    Args:
+        folder: the run folder.
+        data: a folder of `{split}.{lang}` files or tfds:NAME; None is the
+            run's own --data.
+        split: "val", "test", "train", ...
+        model: the loaded model, or None to load `folder/model.keras`.
+        outputs: None, or a list that receives (source, reference,
+            translation) of each sentence.
+
+    Returns:
+        `("val_bleu", float)`, BLEU rounded to two decimals as printed.
+    """
+    require("sacrebleu", "the BLEU score")
+    args = read_run(folder)["args"]
+    sources, references = read_parallel(data or args["data"], split, args["source_lang"], args["target_lang"])
+    count = args["max_val_sentences"] or len(sources)
+    model = model or load_model(folder)
+    hypotheses = translate_text(model, sources[:count], args)
+    if outputs is not None:
+        outputs.extend(zip(sources, references, hypotheses))
+    return "val_bleu", round(corpus_bleu(hypotheses, references[:count]), 2)
 
 
 class TimeBudget(keras.callbacks.Callback):
@@ -193,6 +222,8 @@ class TimeBudget(keras.callbacks.Callback):
 
 def main(argv=None):
     args = parse(argv)
+    require("sacrebleu", "the translate recipe's BLEU score")  # at start, not after training
+    overrides = size_overrides(args)
     start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
     started = time.time()
     keras.utils.set_random_seed(args.seed)
@@ -201,7 +232,7 @@ def main(argv=None):
     # --- Data: read everything before the output folder is touched ---------
     train_src, train_tgt = read_parallel(args.data, "train", args.source_lang, args.target_lang)
     val_src, val_tgt = read_parallel(args.data, "val", args.source_lang, args.target_lang)
-    saved = Path(args.output) / "vocabulary.txt"
+    saved = Path(args.output) / VOCABULARY
     if saved.is_file() and not args.overwrite:  # resuming: the checkpoint's own vocabulary
         tokenizer = load_word_piece(saved)
     else:
@@ -224,8 +255,10 @@ def main(argv=None):
         flush=True,
     )
 
-    folder = OutputFolder(args.output, args.overwrite, config=vars(args), strategy=args.strategy)
-    save_vocabulary(tokenizer, folder / "vocabulary.txt")
+    print(startup_line("translate", args.preset, overrides), flush=True)
+    config = run_config("translate", args, args.preset, overrides)
+    folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
+    save_vocabulary(tokenizer, folder / VOCABULARY)
 
     # --- Model -------------------------------------------------------------------
     with distribution_scope(args.strategy):
@@ -233,8 +266,8 @@ def main(argv=None):
             args.preset,
             vocabulary_size=len(vocabulary),
             max_sequence_length=args.max_length,
-            intermediate_dim=args.intermediate_dim,
-            **size_overrides(args),
+            tokenizer=tokenizer,
+            **overrides,
         )
         hidden_dim = model.hidden_dim
         # --learning-rate is the peak, reached at step `warmup`:
@@ -249,10 +282,10 @@ def main(argv=None):
         )
     print(f"{args.preset}: {model.count_params():,} parameters", flush=True)
 
-    # --- Train -------------------------------------------------------------------
-    # --epochs 0 on an interrupted run's folder evaluates its best.keras.
+    # --- Train: model.keras is the best epoch by validation loss ---------------
+    # --epochs 0 on an interrupted run's folder evaluates its model.keras.
     if args.epochs > 0:
-        history = model.fit(
+        model.fit(
             train.repeat(),
             steps_per_epoch=steps,
             epochs=args.epochs,
@@ -260,23 +293,22 @@ def main(argv=None):
             validation_steps=val_steps,
             callbacks=callbacks(folder) + [TimeBudget(args.time_budget)],
         )
-        plot_history(history.history, folder / "learning_curves.png", title=f"{args.preset} on Multi30k")
+        write_curves(folder, model, title=f"{args.preset} on Multi30k")
     train_seconds = time.time() - started
-    if (folder / "best.keras").exists():
-        load_weights(model, folder / "best.keras")
 
-    # --- Evaluate: beam search on the validation split ------------------------
-    count = args.max_val_sentences or len(val_src_ids)
-    hypotheses = translate(model, tokenizer, val_src_ids[:count], ids, args)
-    bleu = corpus_bleu(hypotheses, val_tgt[:count])
+    # --- Evaluate the saved model: beam search on the validation split --------
+    best = load_model(folder)
+    translations = []
+    _, bleu = evaluate(folder.path, model=best, outputs=translations)
     with open(folder / "translations.txt", "w", encoding="utf-8") as f:
-        for source, reference, output in zip(val_src, val_tgt, hypotheses):
+        for source, reference, output in translations:
             f.write(f"{source}\t{reference}\t{output}\n")
-    for source, reference, output in list(zip(val_src, val_tgt, hypotheses))[: args.num_samples]:
+    for source, reference, output in translations[: args.num_samples]:
         print(f"source:    {source}\nreference: {reference}\noutput:    {output}\n")
 
     example = 0
-    target = [ids[START]] + token_id_lists(tokenizer, [hypotheses[example]])[0]
+    model = best
+    target = [ids[START]] + token_id_lists(tokenizer, [translations[example][2]])[0]
     scores = cross_attention(model, val_src_ids[example], target)
     plot_attention(
         scores,
@@ -287,12 +319,11 @@ def main(argv=None):
     )
     total = time.time() - started
     print(f"training {train_seconds / 60:.1f} min, total {total / 60:.1f} min", flush=True)
-    folder.finish(val_bleu=bleu, train_seconds=train_seconds, total_seconds=total)
-    final_line("val_bleu", round(bleu, 2))
+    finish(folder, "val_bleu", bleu, train_seconds=train_seconds, total_seconds=total)
     return bleu
 
 
 if __name__ == "__main__":
-    from zoo.training.run import run_recipe
+    from recipes.common import run_recipe
 
     run_recipe(main)

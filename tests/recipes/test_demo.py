@@ -12,11 +12,12 @@ def test_smoke_run_translates_unseen_sentences_and_prints_val_accuracy_last(tmp_
     output = tmp_path / "run"
     accuracy = demo.main(["--output", str(output), *FAST])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-1] == f"val_accuracy={accuracy:.4f}"
+    assert lines[-2:] == [f"run folder: {output}", f"val_accuracy={accuracy:.4f}"]
     assert 0.0 <= accuracy <= 1.0
     assert sum("(reference: " in line for line in lines) == 3  # source -> output (reference: ...)
-    for name in ("best.keras", "vocabulary.json", "history.csv", "learning_curves.png", "run.json"):
+    for name in ("model.keras", "vocabulary.json", "history.csv", "curves.png", "run.json"):
         assert (output / name).is_file(), name
+    assert (output / "logs").is_dir() and not (output / "backup").exists()
 
 
 def test_only_the_toy_grammar_is_data(tmp_path):

@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from recipes import gpt_char
+from recipes.common import OutputFolder, callbacks
 from zoo.saving import load, load_weights
 from zoo.training.checkpoints import NonFiniteLossError
-from zoo.training.run import OutputFolder, callbacks
 
 TEXT = "Tester:\nA small text the test writes for itself, with enough characters.\n\nAll:\nAgain, again.\n\n" * 30
 
@@ -39,7 +39,7 @@ def test_an_infinite_target_stops_at_its_step_and_keeps_the_good_backup(tmp_path
     assert metadata["epoch"] == 2 and metadata["step"] == 20
     restored = load_weights(small_model(), folder / "backup" / metadata["weights"])
     assert all(np.isfinite(w).all() for w in restored.get_weights())
-    assert all(np.isfinite(w).all() for w in load(folder / "best.keras").get_weights())
+    assert all(np.isfinite(w).all() for w in load(folder / "model.keras").get_weights())
     assert len((folder / "history.csv").read_text().strip().splitlines()) == 1 + 2  # header + good epochs
 
 

@@ -9,7 +9,7 @@ one was; and `TerminateOnNaN` only sets `stop_training`, after which the
 epoch's end still runs and the checkpoints save the NaN weights. These
 subclasses keep Keras' behaviour and fix those two things.
 
-The order that `zoo.training.run.callbacks` gives them matters: the NaN
+The order they are given to `fit` in matters: the NaN
 check first; the CSV row and the best model before the backup, so that the
 backup (the commit point of an epoch) is written last.
 """

@@ -1,0 +1,245 @@
+"""The `zoo` console command: train a recipe, then use its run folder.
+
+    zoo train NAME [recipe flags]          run a recipe (`zoo train -h` lists them)
+    zoo sample RUN "prompt" [--max-length N --temperature T --top-p P --top-k K --seed S]
+    zoo translate RUN "sentence" ...       beam search, one translation a line
+    zoo classify RUN "sentence" ...        label and probability per sentence
+    zoo eval RUN [--data DIR_OR_TFDS] [--split SPLIT]
+    zoo presets [--family F]               list the presets
+    zoo describe NAME                      sizes, parameters and FLOPs of a preset
+
+`zoo train translate --epochs 2` is `python -m recipes.translate --epochs 2`:
+the same `main(argv)`, the same flags (`zoo train NAME -h` lists them).
+RUN is a recipe's run folder (its --output): `RUN/model.keras` carries its
+tokenizer, `RUN/run.json` names the recipe. `zoo eval` calls the recipe's own
+`evaluate`, the function that computed the figure the recipe printed last.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow loads
+
+# name -> (module, one line)
+RECIPES = {
+    "gpt_char": ("recipes.gpt_char", "character-level GPT on Tiny Shakespeare (nanoGPT's baby GPT)"),
+    "gpt_finetune": ("recipes.gpt_finetune", "fine-tune a pretrained GPT-2 (keras-hub or Hugging Face folder) on a text"),
+    "translate": ("recipes.translate", "encoder-decoder Transformer on Multi30k, German -> English (BLEU)"),
+    "bert_pretrain": ("recipes.bert_pretrain", "pretrain a small BERT with the masked language model"),
+    "bert_classify": ("recipes.bert_classify", "fine-tune BERT on SST-2 sentiment (from a pretrained run or scratch)"),
+    "demo": ("recipes.demo", "a tiny encoder-decoder learns a toy English -> German grammar (a minute)"),
+}
+# What each recipe's model does with text, for `zoo sample/translate/classify`.
+USES = {"gpt_char": "sample", "gpt_finetune": "sample", "translate": "translate", "demo": "translate", "bert_classify": "classify"}
+
+
+def recipe_name(name):
+    """'gpt-char' or 'gpt_char' -> 'gpt_char'; None for an unknown name."""
+    name = name.replace("-", "_")
+    return name if name in RECIPES else None
+
+
+def _recipe_list():
+    return "recipes:\n" + "\n".join(f"  {name:15s}{line}" for name, (_, line) in RECIPES.items())
+
+
+def parser():
+    """The `zoo` argument parser (every flag with its help)."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    top = argparse.ArgumentParser(prog="zoo", description=__doc__.split("\n\n")[0], formatter_class=formatter)
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = commands.add_parser(
+        "train", help="run a training recipe", formatter_class=formatter,
+        description="Run a recipe: `zoo train NAME [flags]` is `python -m recipes.NAME [flags]`.",
+        epilog=_recipe_list() + "\n\n`zoo train NAME -h` lists a recipe's own flags.",
+    )
+    train.add_argument("recipe", metavar="NAME", help="the recipe (hyphens or underscores): " + ", ".join(RECIPES))
+
+    sample = commands.add_parser("sample", help="continue a prompt with a trained language model (gpt_char)")
+    sample.add_argument("run", metavar="RUN", help="the run folder of gpt_char")
+    sample.add_argument("prompt", nargs="?", default="\n", help="the text to continue (default: a newline)")
+    sample.add_argument("--max-length", type=int, default=500,
+                        help="characters of prompt plus continuation; past the context a sliding window")
+    sample.add_argument("--temperature", type=float, default=0.8, help="divides the logits (> 0)")
+    sample.add_argument("--top-p", type=float, default=None, help="nucleus sampling: the smallest set of mass P")
+    sample.add_argument("--top-k", type=int, default=None, help="sample from the K most likely tokens")
+    sample.add_argument("--seed", type=int, default=None, help="random seed, for a reproducible sample")
+
+    translate = commands.add_parser("translate", help="translate sentences with a trained run (translate, demo)")
+    translate.add_argument("run", metavar="RUN", help="the run folder of translate or demo")
+    translate.add_argument("sentences", nargs="+", metavar="SENTENCE", help="sentences to translate")
+    translate.add_argument("--beam-size", type=int, default=None,
+                           help="beams (1: greedy); default: the run's own --beam-size (4; demo: 1)")
+    translate.add_argument("--length-penalty", type=float, default=None,
+                           help="beam score log_prob / length ** L; default: the run's own")
+
+    classify = commands.add_parser("classify", help="label sentences with a trained classifier (bert_classify)")
+    classify.add_argument("run", metavar="RUN", help="the run folder of bert_classify")
+    classify.add_argument("sentences", nargs="+", metavar="SENTENCE", help="sentences to classify")
+    classify.add_argument("--labels", default=None,
+                          help="comma-separated class names in class order, e.g. negative,positive")
+
+    evaluate = commands.add_parser(
+        "eval", help="the run's own metric on any split",
+        description="The run's own metric: val loss (gpt_char, bert_pretrain), BLEU (translate), "
+        "accuracy (bert_classify, demo). On the run's own data and validation split it is the figure "
+        "the recipe printed last.",
+    )
+    evaluate.add_argument("run", metavar="RUN", help="a run folder")
+    evaluate.add_argument("--data", default=None, help="a local path or tfds:NAME; default: the run's own --data")
+    evaluate.add_argument("--split", default=None,
+                          help="default: the run's validation split (val; dev for bert_classify)")
+
+    presets = commands.add_parser("presets", help="list the presets")
+    presets.add_argument("--family", choices=("transformer", "gpt", "bert"), default=None, help="only this family")
+    describe = commands.add_parser("describe", help="sizes, parameters and FLOPs of a preset")
+    describe.add_argument("name", help="a preset name (`zoo presets`)")
+    return top
+
+
+def main(argv=None):
+    """Runs `zoo ...`; returns the exit status (0 ok, 2 a refused input)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"] and len(argv) > 1 and recipe_name(argv[1]):
+        # Everything after the recipe's name belongs to the recipe's own parser.
+        return _train(recipe_name(argv[1]), argv[2:])
+    top = parser()
+    args = top.parse_args(argv)
+    if args.command == "train":
+        names = ", ".join(RECIPES)
+        top.error(f"zoo train {args.recipe}: unknown recipe; expected one of {names}")
+    from recipes.common import error_line
+
+    try:
+        return COMMANDS[args.command](args)
+    except Exception as error:
+        line = str(error) if isinstance(error, ValueError) else error_line(error)
+        if line is None:
+            raise
+        print(f"zoo {args.command}: error: {line}", file=sys.stderr)
+        return 2
+
+
+def _train(name, recipe_argv):
+    from recipes.common import error_line
+
+    recipe = importlib.import_module(RECIPES[name][0])
+    try:
+        recipe.main(recipe_argv)
+    except Exception as error:
+        line = error_line(error)
+        if line is None:
+            raise
+        print(f"zoo train {name}: error: {line}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def open_run(folder, use=None):
+    """(recipe name, recipe module, model) of a run folder; `use` ("sample",
+    "translate", "classify") refuses a run whose model does something else."""
+    from zoo.data import DataError
+
+    from recipes.common import load_model, read_run
+
+    record = read_run(folder)
+    name = record.get("recipe")
+    if name not in RECIPES:
+        raise DataError(f"{folder}/run.json: unknown recipe {name!r}; expected one of {', '.join(RECIPES)}")
+    if use is not None and USES.get(name) != use:
+        fits = [n for n, u in USES.items() if u == use]
+        raise DataError(f"{folder}: a {name} run; `zoo {use}` needs a run of {' or '.join(fits)}")
+    model = load_model(folder)
+    return name, importlib.import_module(RECIPES[name][0]), model
+
+
+def _sample(args):
+    import zoo
+
+    _, _, model = open_run(args.run, "sample")
+    if args.max_length < 1:
+        raise ValueError(f"--max-length {args.max_length}: expected a positive number of characters")
+    sampler = {"sampler": "temperature"}
+    if args.top_p is not None:
+        sampler = {"sampler": "top_p", "p": args.top_p}
+    elif args.top_k is not None:
+        sampler = {"sampler": "top_k", "k": args.top_k}
+    text = zoo.generate(
+        model, args.prompt, max_length=max(args.max_length, len(args.prompt) + 1),
+        temperature=args.temperature, seed=args.seed, **sampler,
+    )
+    print(text)
+    return 0
+
+
+def _translate(args):
+    import zoo
+
+    name, _, model = open_run(args.run, "translate")
+    run = json.loads((Path(args.run) / "run.json").read_text(encoding="utf-8"))["args"]
+    beams = args.beam_size or run.get("beam_size", 1)
+    penalty = args.length_penalty if args.length_penalty is not None else run.get("length_penalty", 0.6)
+    for translation in zoo.translate(model, args.sentences, num_beams=beams, length_penalty=penalty):
+        print(translation)
+    return 0
+
+
+def _classify(args):
+    import zoo
+
+    _, _, model = open_run(args.run, "classify")
+    names = args.labels.split(",") if args.labels else None
+    result = zoo.classify(model, args.sentences, label_names=names)
+    for sentence, label, probabilities in zip(args.sentences, result.labels, result.probabilities):
+        print(f"{label}\t{float(probabilities.max()):.4f}\t{sentence}")
+    return 0
+
+
+def _eval(args):
+    from recipes.common import final_line
+
+    name, recipe, model = open_run(args.run)
+    split = args.split or ("dev" if name == "bert_classify" else "val")
+    metric, value = recipe.evaluate(args.run, data=args.data, split=split, model=model)
+    final_line(metric, value)
+    return 0
+
+
+def _presets(args):
+    import zoo
+
+    for name in zoo.list_presets(args.family):
+        info = zoo.preset_info(name)
+        print(f"{name:20s} {info['family']:12s} {info['description']}")
+    return 0
+
+
+def _describe(args):
+    import zoo
+
+    info = zoo.describe(args.name)
+    print(f"{info['name']} ({info['family']}): {info['description']}")
+    print(f"  parameters:               {info['parameters']:,}")
+    print(f"  non-embedding parameters: {info['non_embedding_parameters']:,}")
+    print(f"  training FLOPs per token: {info['training_flops_per_token']:,}")
+    print("  config: " + json.dumps(info["config"]))
+    return 0
+
+
+COMMANDS = {
+    "sample": _sample,
+    "translate": _translate,
+    "classify": _classify,
+    "eval": _eval,
+    "presets": _presets,
+    "describe": _describe,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
