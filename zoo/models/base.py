@@ -1,7 +1,8 @@
 """What every zoo model shares: its constructor arguments are its config.
 
 A zoo model is a functional Keras model (`keras.Model(inputs, outputs)`)
-built inside `__init__`; nothing overrides `call`. Saving stores the
+built inside `__init__`; `call` is the graph's (`ZooModel.call` only
+fills in the optional inputs a caller left out). Saving stores the
 constructor arguments, loading calls the constructor again, so the `.keras`
 format round-trips with `safe_mode=True`.
 
