@@ -260,7 +260,7 @@ class GPTCausalLM(ZooModel):
     def __init__(self, backbone, **kwargs):
         # === Layers ===
         self.backbone = backbone
-        self.logits_cast = keras.layers.Activation("linear", dtype=backbone.dtype_policy, name="logits")
+        self.logits_cast = keras.layers.Activation("linear", dtype=backbone.embedding.dtype_policy, name="logits")
         # === Functional model ===
         inputs = {
             "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),
