@@ -196,7 +196,7 @@ class GPTBackbone(ZooModel):
 
     def call_with_cache(self, token_ids, cache, cache_index, context=None):
         """The cached step with the logits of the tied token embedding
-        (what `GPTCausalLM` computes): -> ((B, T, V) float32 logits, cache).
+        (what `GPTCausalLM` computes): -> ((B, T, V) logits, cache).
         So a bare backbone generates too."""
         hidden, cache = self.hidden_states_with_cache(token_ids, cache, cache_index)
         return keras.ops.cast(self.embedding(hidden, reverse=True), "float32"), cache
@@ -227,7 +227,9 @@ class GPTBackbone(ZooModel):
 @keras.saving.register_keras_serializable(package="zoo")
 class GPTCausalLM(ZooModel):
     """A GPT backbone with its language-model head tied to the token
-    embedding. Outputs float32 logits (B, T, V) for the next token.
+    embedding. Outputs logits (B, T, V) for the next token, in the head's
+    compute dtype (bfloat16 under mixed precision, as keras-hub's GPT2CausalLM;
+    the losses sum them in float32).
 
     It owns its cached decoding step, what `zoo.generate` calls:
     `empty_cache(batch_size, length)` and `call_with_cache(token_ids,
@@ -281,7 +283,7 @@ class GPTCausalLM(ZooModel):
         return self.backbone.max_sequence_length
 
     def logits(self, hidden):
-        """(B, T, d) final hidden states -> (B, T, V) float32 logits."""
+        """(B, T, d) final hidden states -> (B, T, V) logits (compute dtype)."""
         return self.logits_cast(self.backbone.embedding(hidden, reverse=True))
 
     def empty_cache(self, batch_size, length):
@@ -291,7 +293,7 @@ class GPTCausalLM(ZooModel):
 
     def call_with_cache(self, token_ids, cache, cache_index, context=None):
         """The cached step: (B, T) token ids at positions cache_index.. ->
-        ((B, T, V) float32 logits, cache with those positions written).
+        ((B, T, V) logits, cache with those positions written).
         `context` is unused (decoder-only models have no encoder)."""
         hidden, cache = self.backbone.hidden_states_with_cache(token_ids, cache, cache_index)
         return self.logits(hidden), cache
