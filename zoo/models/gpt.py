@@ -196,7 +196,7 @@ class GPTBackbone(ZooModel):
 
     def call_with_cache(self, token_ids, cache, cache_index, context=None):
         """The cached step with the logits of the tied token embedding
-        (what `GPTCausalLM` computes): -> ((B, T, V) logits, cache).
+        (what `GPTCausalLM` computes): -> ((B, T, V) float32 logits, cache).
         So a bare backbone generates too."""
         hidden, cache = self.hidden_states_with_cache(token_ids, cache, cache_index)
         return keras.ops.cast(self.embedding(hidden, reverse=True), "float32"), cache
