@@ -1,6 +1,14 @@
 """The distribution strategy of a recipe, by name: a `tf.distribute`
 strategy on TensorFlow, `keras.distribution.DataParallel` on JAX.
 
+- "default": one device (the first GPU if there is one).
+- "data-parallel": every local device holds a copy of the model and trains
+  on its share of each batch; gradients are averaged. JAX:
+  `keras.distribution.DataParallel`; TensorFlow: `MirroredStrategy`.
+- "mirrored": TensorFlow's `MirroredStrategy` (on JAX, the same as
+  "data-parallel").
+- "multi-worker", "tpu": TensorFlow only (below).
+
 TensorFlow loads only when a TensorFlow strategy is asked for. One strategy
 is made per name and process, and kept: `MultiWorkerMirroredStrategy`
 starts a gRPC server and configures the collective ops, which can happen
@@ -27,7 +35,8 @@ from pathlib import Path
 
 import keras
 
-STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
+STRATEGIES = ("default", "data-parallel", "mirrored", "multi-worker", "tpu")
+_TF_ONLY = ("multi-worker", "tpu")
 TF_CONFIG_EXAMPLE = (
     '{"cluster": {"worker": ["host0:12345", "host1:12345"]}, "task": {"type": "worker", "index": 0}}'
 )
@@ -40,37 +49,71 @@ def distribution_scope(name):
 
     TensorFlow: a `tf.distribute` strategy (the dataset's batch is the global
     batch; Keras splits it across replicas, and across workers with
-    "multi-worker"). JAX: `keras.distribution.DataParallel`.
+    "multi-worker"). JAX: "data-parallel" (or "mirrored") sets
+    `keras.distribution.DataParallel` over all local devices for the rest of
+    the process, since `fit` must shard its batches under it too; the batch
+    size must then be a multiple of the device count.
+
+    Args:
+        name: one of `STRATEGIES`.
+
+    Returns:
+        A context manager to build and compile the model in.
+
+    Example:
+
+    ```python
+    with distribution_scope("data-parallel"):
+        model = zoo.build("gpt-nano", vocabulary_size=65)
+        model.compile(...)
+    model.fit(...)
+    ```
     """
+    check_strategy(name)
     if name == "default":
         return contextlib.nullcontext()
-    if name not in STRATEGIES:
-        raise ValueError(f"--strategy must be one of {STRATEGIES}; got {name!r}.")
     if keras.backend.backend() == "jax":
-        if name != "mirrored":
-            raise ValueError(f"--strategy {name} needs the TensorFlow backend; with JAX use 'mirrored' (DataParallel).")
         keras.distribution.set_distribution(keras.distribution.DataParallel())
         return contextlib.nullcontext()
     return _tf_strategy(name).scope()
 
 
+def check_strategy(name):
+    """Raise a one-line ValueError unless strategy `name` exists and runs
+    on the current Keras backend."""
+    if name not in STRATEGIES:
+        raise ValueError(f"--strategy must be one of {STRATEGIES}; got {name!r}.")
+    backend = keras.backend.backend()
+    if name == "default" or backend == "tensorflow":
+        return
+    if backend == "jax" and name not in _TF_ONLY:
+        return
+    runs_on = "'default'" if backend != "jax" else "'default' or 'data-parallel'"
+    raise ValueError(
+        f"--strategy {name} needs the TensorFlow backend (KERAS_BACKEND=tensorflow); "
+        f"on {backend} use {runs_on}."
+    )
+
+
 def start_distribution(name):
     """Make the strategy now, before TensorFlow runs any op (a tf.data
     pipeline included): "multi-worker" must, the others may. The later
-    `distribution_scope(name)` reuses it. Checks TF_CONFIG for "multi-worker"
-    on every backend."""
+    `distribution_scope(name)` reuses it. Checks first that the strategy
+    runs on this backend, and TF_CONFIG for "multi-worker"."""
+    check_strategy(name)
     if name == "multi-worker":
         cluster_config()
-    if name in ("mirrored", "multi-worker", "tpu") and keras.backend.backend() == "tensorflow":
+    if name != "default" and keras.backend.backend() == "tensorflow":
         _tf_strategy(name)
 
 
 def _tf_strategy(name):
+    name = "mirrored" if name == "data-parallel" else name  # one MirroredStrategy per process
     if name in _strategies:
         return _strategies[name]
     import tensorflow as tf
 
-    if name == "mirrored":
+    if name in ("mirrored", "data-parallel"):
         strategy = tf.distribute.MirroredStrategy()
     elif name == "multi-worker":
         cluster_config()  # a clear error before TensorFlow's own
