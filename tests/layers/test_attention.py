@@ -558,6 +558,19 @@ def test_cached_decoder_block_equals_full_pass(norm_first, cross_attention):
 # Bad input.
 
 
+def test_each_cached_call_fits_its_kind_of_attention():
+    x = randn(B, T, D)
+    cross = make_mha(H, cross_attention=True)
+    cross(x, randn(B, S, D))
+    with pytest.raises(ValueError, match="call_with_cross_cache"):
+        cross.call_with_cache(x, _empty_cache(B, T, H, D), 0)
+    with pytest.raises(ValueError, match="self-attention uses `call_with_cache`"):
+        make_mha(H).call_with_cross_cache(x, _empty_cache(B, S, H, D))
+    block = DecoderBlock(H, intermediate_dim=16, cross_attention=True)
+    with pytest.raises(ValueError, match="has cross-attention: pass `encoder_output`"):
+        block.call_with_cache(x[:, :1], _empty_cache(B, T, H, D), 0)
+
+
 def test_width_must_divide_into_heads():
     with pytest.raises(ValueError, match="d_model=10 must be divisible by num_heads=4"):
         MultiHeadAttention(4)(randn(1, 2, 10))

@@ -28,6 +28,23 @@ class AddNorm(keras.layers.Layer):
     Call arguments:
         residual: (B, T, d) the sub-layer's input x.
         sublayer_output: (B, T, d) Sublayer(x or LayerNorm(x)).
+
+    Returns:
+        (B, T, d).
+
+    Example:
+
+    ```python
+    add_norm = AddNorm(norm_first=False)  # the paper's post-LN
+    x = np.random.rand(2, 5, 8).astype("float32")
+    feed_forward = zoo.layers.FeedForward(32)
+    y = add_norm(x, feed_forward(add_norm.sublayer_input(x)))  # LayerNorm(x + FFN(x))
+    ```
+
+    References:
+        Vaswani et al. 2017, section 3.1 ("LayerNorm(x + Sublayer(x))")
+        and section 5.4 (residual dropout); Xiong et al. 2020 (pre-LN);
+        Radford et al. 2019 (GPT-2), section 2.3.
     """
 
     def __init__(self, norm_first=False, dropout=0.0, epsilon=1e-5, use_bias=True, **kwargs):

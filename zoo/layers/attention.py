@@ -33,6 +33,17 @@ def attention_weights(query, key, mask=None, scale=None):
     Returns:
         (..., T, S) weights in the query's dtype. The softmax runs in float32
         (also under `mixed_bfloat16`); a row whose keys are all masked is 0.
+
+    Example:
+
+    ```python
+    q = k = np.random.rand(1, 3, 4).astype("float32")
+    w = attention_weights(q, k, mask=np.tril(np.ones((3, 3), bool)))  # (1, 3, 3)
+    np.testing.assert_allclose(np.sum(w, axis=-1), 1.0, atol=1e-6)
+    ```
+
+    References:
+        Vaswani et al. 2017, section 3.2.1 (eq. 1, the softmax part).
     """
     d_query, d_key = _static_dim(query, -1), _static_dim(key, -1)
     if d_query is not None and d_key is not None and d_query != d_key:
@@ -76,6 +87,17 @@ def scaled_dot_product_attention(query, key, value, mask=None, scale=None):
 
     Returns:
         (..., T, d_v).
+
+    Example:
+
+    ```python
+    q = k = v = np.random.rand(2, 3, 4).astype("float32")
+    out = scaled_dot_product_attention(q, k, v)  # (2, 3, 4)
+    ```
+
+    References:
+        Vaswani et al. 2017, section 3.2.1 ("Scaled Dot-Product
+        Attention", eq. 1).
     """
     weights = attention_weights(query, key, mask=mask, scale=scale)
     return ops.matmul(weights, value)
@@ -189,7 +211,7 @@ def merge_masks(
 
     ```python
     query, key = np.zeros((2, 3, 8)), np.zeros((2, 3, 8))
-    mask = merge_masks(query, key, padding_mask=[[1, 1, 0], [1, 1, 1]], use_causal_mask=True)
+    mask = merge_masks(query, key, padding_mask=np.array([[1, 1, 0], [1, 1, 1]]), use_causal_mask=True)
     mask.shape  # (2, 3, 3): row t of batch 0 sees keys 0..min(t, 1)
     ```
 

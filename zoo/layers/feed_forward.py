@@ -32,7 +32,21 @@ class FeedForward(keras.layers.Layer):
             drops them).
 
     Call arguments:
-        inputs: (B, T, d). Returns (B, T, d).
+        inputs: (B, T, d).
+
+    Returns:
+        (B, T, d).
+
+    Example:
+
+    ```python
+    ffn = FeedForward(intermediate_dim=32, activation="gelu")
+    y = ffn(np.random.rand(2, 5, 8).astype("float32"))  # (2, 5, 8)
+    ```
+
+    References:
+        Vaswani et al. 2017, section 3.3 ("Position-wise Feed-Forward
+        Networks", eq. 2); Hendrycks and Gimpel 2016 (GELU).
     """
 
     def __init__(

@@ -25,7 +25,8 @@ class MultiHeadAttention(keras.layers.Layer):
     `layer.call_with_attention_scores(query, ...)` returns `(output,
     weights)` with the (B, h, T, S) attention weights (for plots);
     `layer.call_with_cache(query, cache, cache_index)` returns `(output,
-    cache)` for cached decoding.
+    cache)` for cached decoding (a cross-attention layer reads keys and
+    values projected once: `call_with_cross_cache`).
 
     When the only mask is the causal one (no padding, attention or Keras
     mask, no cache, no dropout on the weights), the attention runs as
@@ -218,16 +219,14 @@ class MultiHeadAttention(keras.layers.Layer):
         Args:
             query: (B, T, d) the new positions (T = 1 for one decoding step,
                 the padded prompts for the prefill).
-            cache: self-attention: (B, 2, h, S_max, k), the keys and values
-                of all positions so far, head-major (each of K and V is the
+            cache: (B, 2, h, S_max, k), the keys and values of all
+                positions so far, head-major (each of K and V is the
                 (B, h, S, k) operand of the attention product, so no step
                 transposes the whole cache); the new positions' keys and
                 values are written at `cache_index` and the causal mask over
-                absolute positions hides the empty slots. Cross-attention:
-                the (B, 2, h, S, k) projected keys and values of the
-                attended sequence (from `compute_key_value`), read only; a
-                padded source is hidden by the `padding_mask` of
-                `call_with_cross_cache`.
+                absolute positions hides the empty slots. (A cross-attention
+                layer reads its projected keys and values with
+                `call_with_cross_cache` instead.)
             cache_index: the absolute position of the first query.
 
         Returns:

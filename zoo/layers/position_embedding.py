@@ -21,6 +21,18 @@ class PositionEmbedding(keras.layers.Layer):
 
     Returns:
         (B, T, d) position embeddings.
+
+    Example:
+
+    ```python
+    positions = PositionEmbedding(sequence_length=16)
+    x = np.zeros((2, 5, 8), "float32")  # (B, T, d)
+    p = positions(x, start_index=3)  # rows 3..7 of the table, (2, 5, 8)
+    ```
+
+    References:
+        Radford et al. 2018 (GPT-1), section 4.1 ("learned position
+        embeddings"); Devlin et al. 2019 (BERT), section 3, Figure 2.
     """
 
     def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):

@@ -23,6 +23,17 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     Returns:
         (B, T, d) encodings, in the layer's compute dtype.
+
+    Example:
+
+    ```python
+    encoding = SinusoidalPositionEncoding()
+    pe = encoding(np.zeros((1, 4, 6), "float32"))  # (1, 4, 6)
+    np.testing.assert_allclose(pe[0, 1, :2], [np.sin(1.0), np.cos(1.0)], atol=1e-6)
+    ```
+
+    References:
+        Vaswani et al. 2017, section 3.5 ("Positional Encoding").
     """
 
     def __init__(self, max_wavelength=10000, **kwargs):

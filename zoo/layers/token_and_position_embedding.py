@@ -34,6 +34,23 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         inputs: (B, T) token ids; or, with `reverse=True`, (B, T, d) hidden
             states mapped to (B, T, V) logits through the tied token table.
         start_index: position of the first token (for cached decoding).
+        reverse: map hidden states to logits (the tied output head).
+
+    Returns:
+        (B, T, d); or (B, T, V) with `reverse=True`.
+
+    Example:
+
+    ```python
+    embedding = TokenAndPositionEmbedding(vocabulary_size=10, sequence_length=16, embedding_dim=8, position="sinusoidal")
+    x = embedding(np.array([[1, 2, 3]]))  # (1, 3, 8): tokens plus positions 0..2
+    logits = embedding(x, reverse=True)  # (1, 3, 10)
+    ```
+
+    References:
+        Vaswani et al. 2017, sections 3.4 and 3.5 (embeddings times
+        sqrt(d_model), plus sinusoidal positions); Radford et al. 2018,
+        Devlin et al. 2019 (learned positions).
     """
 
     def __init__(

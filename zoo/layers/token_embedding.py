@@ -15,6 +15,26 @@ class TokenEmbedding(keras.layers.Embedding):
     (B, T, d) hidden states -> (B, T, V) logits through the same table: the
     weight tying of Press & Wolf (2017) used by the Transformer, GPT and
     BERT. Token ids outside [0, V) are an error in eager calls.
+
+    Args:
+        input_dim: V. output_dim: d. Other arguments as
+            `keras.layers.Embedding`.
+
+    Call arguments:
+        inputs: (B, T) ids, or with `reverse=True` (B, T, d) hidden states.
+        reverse: map hidden states to (B, T, V) logits.
+
+    Example:
+
+    ```python
+    embedding = TokenEmbedding(input_dim=10, output_dim=4)
+    x = embedding(np.array([[1, 2, 3]]))  # (1, 3, 4)
+    logits = embedding(x, reverse=True)  # (1, 3, 10)
+    ```
+
+    References:
+        Press and Wolf 2017 (tying the input and output embeddings);
+        Vaswani et al. 2017, section 3.4.
     """
 
     def __init__(self, *args, **kwargs):

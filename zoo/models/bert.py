@@ -38,6 +38,24 @@ class BertBackbone(ZooModel):
 
     Inputs: `token_ids`, `segment_ids`, `padding_mask`, each (B, T) int32.
     Outputs: {"sequence_output": (B, T, d), "pooled_output": (B, d)}.
+
+    Example:
+
+    ```python
+    backbone = BertBackbone(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    inputs = {
+        "token_ids": np.array([[2, 7, 8, 3, 0]]),
+        "segment_ids": np.zeros((1, 5), "int32"),
+        "padding_mask": np.array([[1, 1, 1, 1, 0]]),
+    }
+    outputs = backbone(inputs)
+    outputs["sequence_output"].shape  # (1, 5, 16)
+    ```
+
+    References:
+        Devlin et al. 2019 (BERT), section 3 and Figure 2 (input
+        representation), section 3.1 (the [CLS] pooler of the released
+        code).
     """
 
     def __init__(
@@ -149,8 +167,28 @@ class BertMaskedLM(ZooModel):
     """Masked-LM pretraining: logits (B, P, V) at `mask_positions` only,
     through a head tied to the token embedding.
 
+    Args:
+        backbone: a `BertBackbone`.
+
     Inputs: the backbone's inputs plus `mask_positions` (B, P) int32.
     Train with `y = mask_ids` (B, P) and `sample_weight = mask_weights`.
+
+    Example:
+
+    ```python
+    backbone = BertBackbone(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    inputs = {
+        "token_ids": np.array([[2, 7, 8, 3, 0]]),
+        "segment_ids": np.zeros((1, 5), "int32"),
+        "padding_mask": np.array([[1, 1, 1, 1, 0]]),
+    }
+    masked_lm = BertMaskedLM(backbone)
+    logits = masked_lm({**inputs, "mask_positions": np.array([[1, 2]])})  # (1, 2, 30)
+    ```
+
+    References:
+        Devlin et al. 2019 (BERT), section 3.1 ("Task #1: Masked LM") and
+        appendix A.1.
     """
 
     def __init__(self, backbone, **kwargs):
@@ -191,7 +229,25 @@ class BertClassifier(ZooModel):
         backbone: a `BertBackbone`.
         num_classes: at least 2.
         dropout: before the final layer.
-    Outputs float32 logits (B, num_classes).
+
+    Inputs: the backbone's. Outputs float32 logits (B, num_classes).
+
+    Example:
+
+    ```python
+    backbone = BertBackbone(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    inputs = {
+        "token_ids": np.array([[2, 7, 8, 3, 0]]),
+        "segment_ids": np.zeros((1, 5), "int32"),
+        "padding_mask": np.array([[1, 1, 1, 1, 0]]),
+    }
+    classifier = BertClassifier(backbone, num_classes=2)
+    logits = classifier(inputs)  # (1, 2)
+    ```
+
+    References:
+        Devlin et al. 2019 (BERT), section 4.1 (GLUE: a classification
+        layer on the final hidden state of [CLS]).
     """
 
     def __init__(self, backbone, num_classes=2, dropout=0.1, **kwargs):
@@ -225,6 +281,25 @@ class BertSentenceEncoder(ZooModel):
         pooling: "cls" (the [CLS] hidden state) or "mean" (mean over
             non-padded tokens, as Sentence-BERT).
         normalize: return unit vectors (cosine similarity = dot product).
+
+    Inputs: the backbone's. Outputs (B, d) float vectors.
+
+    Example:
+
+    ```python
+    backbone = BertBackbone(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    inputs = {
+        "token_ids": np.array([[2, 7, 8, 3, 0]]),
+        "segment_ids": np.zeros((1, 5), "int32"),
+        "padding_mask": np.array([[1, 1, 1, 1, 0]]),
+    }
+    encoder = BertSentenceEncoder(backbone, pooling="mean")
+    vectors = encoder(inputs)  # (1, 16), unit length
+    ```
+
+    References:
+        Reimers and Gurevych 2019 (Sentence-BERT), section 3 (pooling);
+        Devlin et al. 2019 (BERT).
     """
 
     def __init__(self, backbone, pooling="mean", normalize=True, **kwargs):
