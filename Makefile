@@ -16,10 +16,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test,jax,eval]"
 	touch $(STAMP)
 
-# The layer and generation tests on the JAX backend, then the whole default
-# suite on TensorFlow. Offline; about 8 minutes on 2 cores.
+# The layer and generation tests and the error messages (with their
+# JAX-only strict xfail) on the JAX backend, then the whole default suite on
+# TensorFlow. Offline; about 8 minutes on 2 cores.
 test: $(STAMP)
-	KERAS_BACKEND=jax $(PY) -m pytest -q tests/layers tests/generation
+	KERAS_BACKEND=jax $(PY) -m pytest -q tests/layers tests/generation tests/test_error_messages.py
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q
 
 # The same layer, model and generation tests on torch, Keras' third backend,
