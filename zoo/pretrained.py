@@ -19,7 +19,12 @@ Two on-disk formats, GPT-2 and BERT in each:
   `merges.txt` for GPT-2, `vocab.txt` for BERT). The tensors are read with
   `safetensors` and placed through `zoo.convert.huggingface_names`, the
   same table the export writes with; the tokenizers are keras-hub's
-  `GPT2Tokenizer` and `BertTokenizer` on the folder's vocabulary.
+  `GPT2Tokenizer` and `BertTokenizer` on the folder's vocabulary, set as
+  transformers sets them (`do_lower_case`, `strip_accents` from
+  `tokenizer_config.json`). They give transformers' ids, with one known
+  difference: keras-hub lowercases by Unicode case folding, so an uncased
+  BERT reads "ß" as "ss" and a ligature "ﬁ" as "fi", where transformers
+  keeps them.
 
 Every file is checked before any weight is placed: a missing file, another
 architecture, a tensor missing or of the wrong shape, an unreadable
@@ -176,7 +181,7 @@ def _build_task(backbone, task, num_classes):
 
 
 def _fresh_head_warning(where, task, reason):
-    warnings.warn(f"{where}: {reason}; the {task} head starts from fresh weights.", stacklevel=3)
+    warnings.warn(f"{where}: {reason}; the {task} head starts from fresh weights.", stacklevel=4)
 
 
 def _check_vocabulary(tokenizer_size, vocabulary_size, tokenizer_file, weights_file):
@@ -288,7 +293,7 @@ def _copy_masked_lm_head(model, hub_head):
     warnings.warn(
         "keras-hub's masked-LM head computes an exact GELU and a LayerNorm epsilon of 1e-5; the zoo's head "
         "uses the backbone's (tanh-approximate GELU, 1e-12): the logits agree to about 1e-3, not exactly.",
-        stacklevel=3,
+        stacklevel=4,
     )
 
 

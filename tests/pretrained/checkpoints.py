@@ -2,6 +2,13 @@
 formats, built here (nothing downloads), and float64 NumPy references of
 both models that read the Hugging Face tensors directly.
 
+    python -m tests.pretrained.checkpoints [FOLDER]
+
+writes tiny random stand-ins named as the real checkpoints (gpt2,
+bert-base-uncased, gpt2_base_en, bert_base_en_uncased) into FOLDER (the
+current one by default), with the real context lengths, so that the
+README's "Start from pretrained weights" commands run offline.
+
 Every weight is random (biases and LayerNorms included), so a tensor put in
 the wrong place changes the logits.
 """
@@ -186,37 +193,38 @@ def bert_config(vocabulary_size, architecture="BertForMaskedLM", num_labels=3, *
 # --- Checkpoint folders ----------------------------------------------------------------
 
 
-def hf_gpt2_folder(folder, seed=0, prefix="transformer."):
+def hf_gpt2_folder(folder, seed=0, prefix="transformer.", **sizes):
     from safetensors.numpy import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     vocabulary, _ = gpt2_vocabulary()
-    save_file(gpt2_tensors(len(vocabulary), seed, prefix), str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(gpt2_config(len(vocabulary))))
+    tensors = gpt2_tensors(len(vocabulary), seed, prefix, **sizes)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(gpt2_config(len(vocabulary), **sizes)))
     write_gpt2_vocabulary(folder)
     return folder
 
 
-def hf_bert_folder(folder, architecture="BertForMaskedLM", seed=0, num_labels=3):
+def hf_bert_folder(folder, architecture="BertForMaskedLM", seed=0, num_labels=3, **sizes):
     from safetensors.numpy import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     size = len(bert_vocabulary())
-    tensors = bert_tensors(size, architecture, num_labels, seed)
+    tensors = bert_tensors(size, architecture, num_labels, seed, **sizes)
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(bert_config(size, architecture, num_labels)))
+    (folder / "config.json").write_text(json.dumps(bert_config(size, architecture, num_labels, **sizes)))
     write_bert_vocabulary(folder)
     return folder
 
 
-def keras_hub_gpt2_preset(folder, seed=0):
+def keras_hub_gpt2_preset(folder, seed=0, **sizes):
     """A keras-hub GPT2CausalLM preset (backbone, task, tokenizer)."""
     import keras_hub
 
     vocabulary, merges = gpt2_vocabulary()
-    backbone = keras_hub.models.GPT2Backbone(vocabulary_size=len(vocabulary), dropout=0.0, **GPT2_SIZES)
+    backbone = keras_hub.models.GPT2Backbone(vocabulary_size=len(vocabulary), dropout=0.0, **{**GPT2_SIZES, **sizes})
     randomise(backbone, seed)
     tokenizer = keras_hub.tokenizers.GPT2Tokenizer(vocabulary=vocabulary, merges=merges)
     preprocessor = keras_hub.models.GPT2CausalLMPreprocessor(tokenizer, sequence_length=16)
@@ -225,12 +233,13 @@ def keras_hub_gpt2_preset(folder, seed=0):
     return task
 
 
-def keras_hub_bert_preset(folder, task="classifier", num_classes=3, seed=0):
+def keras_hub_bert_preset(folder, task="classifier", num_classes=3, seed=0, **sizes):
     """A keras-hub BERT preset: a BertTextClassifier ("classifier") or the backbone and tokenizer alone (None)."""
     import keras_hub
 
     tokenizer = keras_hub.tokenizers.BertTokenizer(vocabulary=bert_vocabulary(), lowercase=True)
-    backbone = keras_hub.models.BertBackbone(vocabulary_size=tokenizer.vocabulary_size(), dropout=0.0, **BERT_SIZES)
+    sizes = {**BERT_SIZES, **sizes}
+    backbone = keras_hub.models.BertBackbone(vocabulary_size=tokenizer.vocabulary_size(), dropout=0.0, **sizes)
     if task == "classifier":
         preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=16)
         model = keras_hub.models.BertTextClassifier(backbone, num_classes, preprocessor=preprocessor, dropout=0.0)
@@ -327,3 +336,19 @@ def bert_reference(tensors, config, token_ids, segment_ids, padding_mask):
     if "classifier.weight" in w:
         out["classifier"] = linear("classifier", pooled)
     return x, pooled, out
+
+
+def write_stand_ins(folder="."):
+    """Tiny random checkpoints under the real checkpoints' folder names."""
+    folder = Path(folder)
+    hf_gpt2_folder(folder / "gpt2", max_sequence_length=1024)
+    hf_bert_folder(folder / "bert-base-uncased", "BertForMaskedLM", max_sequence_length=512)
+    keras_hub_gpt2_preset(folder / "gpt2_base_en", max_sequence_length=1024)
+    keras_hub_bert_preset(folder / "bert_base_en_uncased", task=None, max_sequence_length=512)
+    return folder
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(f"tiny random stand-ins written to {write_stand_ins(*sys.argv[1:2]).resolve()}")
