@@ -101,7 +101,9 @@ def generate(
 
     Args:
         model: a model with a cached step (`zoo.generation.interface`):
-            a decoder-only `GPTCausalLM` or an `EncoderDecoder`.
+            a decoder-only language model (`zoo.build("gpt-nano",
+            task="causal_lm")`) or an encoder-decoder
+            (`zoo.build("transformer-tiny")`).
         prompt: B token-id sequences, as a list of lists of different
             lengths, or a (B, T) array with `padding_mask`. For an
             encoder-decoder, the decoder's start (e.g. [[bos]] * B).

@@ -45,7 +45,7 @@ def check_model(model):
     if missing:
         raise ValueError(
             f"{type(model).__name__} has no cached step (it lacks {', '.join(missing)}), so `generate` "
-            f"cannot run it: encoder-only models (such as BERT's) cannot generate, and a bare "
-            "GPTBackbone must be wrapped in GPTCausalLM (`zoo.models.GPTCausalLM(backbone)`). "
-            "See `zoo.generation.interface` for the methods a model needs."
+            "cannot run it: encoder-only models (such as BERT's) cannot generate. Use a decoder-only "
+            "model (e.g. zoo.build('gpt-nano', task='causal_lm')) or an encoder-decoder (e.g. "
+            "zoo.build('transformer-tiny')); `zoo.generation.interface` lists the methods a model needs."
         )
