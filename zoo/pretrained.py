@@ -460,7 +460,7 @@ def _hf_tokenizer(folder, family, vocabulary_size, weights_file):
 
 
 def _from_huggingface(folder, task, num_classes, dtype):
-    from zoo.convert import assign_huggingface_tensors, huggingface_names
+    from zoo.convert import assign_huggingface_tensors
     from zoo.models import BertBackbone, GPTBackbone
 
     family, architecture, hf_config, zoo_config = _hf_config(folder)

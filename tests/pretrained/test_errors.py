@@ -8,17 +8,15 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import zoo
-from tests.pretrained import checkpoints as ck
 from zoo.pretrained import CheckpointError
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pristine")
+def pristine(checkpoint_folders):
     return {
-        "gpt2": ck.hf_gpt2_folder(root / "gpt2"),
-        "bert": ck.hf_bert_folder(root / "bert", "BertForSequenceClassification"),
-        "kh_gpt2": (ck.keras_hub_gpt2_preset(root / "kh_gpt2"), root / "kh_gpt2")[1],
+        "gpt2": checkpoint_folders["hf_gpt2"],
+        "bert": checkpoint_folders["hf_bert_cls"],
+        "kh_gpt2": checkpoint_folders["kh_gpt2"][0],
     }
 
 

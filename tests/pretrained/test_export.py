@@ -26,16 +26,8 @@ def assert_same_token_ids(a, b):
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sources")
-    return {
-        "hf_gpt2": ck.hf_gpt2_folder(root / "hf_gpt2"),
-        "hf_bert_mlm": ck.hf_bert_folder(root / "hf_bert_mlm", "BertForMaskedLM"),
-        "hf_bert_cls": ck.hf_bert_folder(root / "hf_bert_cls", "BertForSequenceClassification"),
-        "hf_bert": ck.hf_bert_folder(root / "hf_bert", "BertModel"),
-        "kh_gpt2": (root / "kh_gpt2", ck.keras_hub_gpt2_preset(root / "kh_gpt2")),
-        "kh_bert_cls": (root / "kh_bert_cls", ck.keras_hub_bert_preset(root / "kh_bert_cls", "classifier")),
-    }
+def source(checkpoint_folders):
+    return checkpoint_folders
 
 
 # --- Hugging Face ---------------------------------------------------------------------------
@@ -113,8 +105,6 @@ def test_keras_hub_export_loads_in_keras_hub_with_the_same_logits(source, tmp_pa
     np.testing.assert_allclose(_np(hub(x)), _np(lm(x)), **TOLERANCE)
     for sentence in ck.SENTENCES:
         assert _np(hub.preprocessor.tokenizer(sentence)).tolist() == _np(lm.tokenizer(sentence)).tolist()
-    text = hub.generate("the cat", max_length=8)  # keras-hub's whole pipeline runs on the export
-    assert isinstance(text, str) and text.startswith("the cat")
 
 
 @pytest.mark.parametrize("name", ["kh_gpt2", "kh_bert_cls"])

@@ -36,18 +36,8 @@ def bert_inputs(vocabulary_size, lengths=(12, 7), length=12, seed=0):
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    root = tmp_path_factory.mktemp("checkpoints")
-    return {
-        "hf_gpt2": ck.hf_gpt2_folder(root / "hf_gpt2"),
-        "hf_gpt2_bare": ck.hf_gpt2_folder(root / "hf_gpt2_bare", seed=1, prefix=""),  # the `gpt2` repo's names
-        "hf_bert_mlm": ck.hf_bert_folder(root / "hf_bert_mlm", "BertForMaskedLM"),
-        "hf_bert_cls": ck.hf_bert_folder(root / "hf_bert_cls", "BertForSequenceClassification", num_labels=3),
-        "hf_bert": ck.hf_bert_folder(root / "hf_bert", "BertModel"),
-        "kh_gpt2": (root / "kh_gpt2", ck.keras_hub_gpt2_preset(root / "kh_gpt2")),
-        "kh_bert_cls": (root / "kh_bert_cls", ck.keras_hub_bert_preset(root / "kh_bert_cls", "classifier")),
-        "kh_bert": (root / "kh_bert", ck.keras_hub_bert_preset(root / "kh_bert", None, seed=2)),
-    }
+def folders(checkpoint_folders):
+    return checkpoint_folders
 
 
 def _hf(folder):
