@@ -160,6 +160,20 @@ def test_encoder_decoder_attention_scores(seq2seq):
     np.testing.assert_allclose(scores["cross"][-1], ops.convert_to_numpy(expected["cross"]), atol=1e-5)
 
 
+def test_bert_attention_scores_are_the_blocks_own():
+    keras.utils.set_random_seed(0)
+    backbone = zoo.build("bert-tiny")
+    ids = np.array([[2, 7, 8, 9, 3, 0], [2, 10, 3, 0, 0, 0]], "int32")
+    inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": (ids != 0).astype("int32")}
+    scores = ops.convert_to_numpy(backbone.attention_scores(inputs)["self"])
+    assert scores.shape == (backbone.num_layers, 2, backbone.num_heads, 6, 6)
+    hidden = keras.Model(backbone.inputs, backbone.blocks[0].output)(inputs)
+    expected = backbone.blocks[1].attention_scores(hidden, padding_mask=inputs["padding_mask"])
+    np.testing.assert_allclose(scores[1], ops.convert_to_numpy(expected), atol=1e-5)
+    assert np.all(scores[:, 1, :, :, 3:] == 0.0)  # padded keys
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+
+
 def _spy_dot_product_attention(monkeypatch):
     calls = []
     original = ops.dot_product_attention
