@@ -110,6 +110,8 @@ def from_keras_hub(backbone, dtype=None, **overrides):
     ```
     """
     kind = type(backbone).__name__
+    if kind not in ("GPT2Backbone", "BertBackbone"):
+        raise ValueError(f"from_keras_hub converts a keras-hub GPT2Backbone or BertBackbone; got {kind}.")
     dtype = dtype or backbone.dtype_policy.name
     shared = dict(
         vocabulary_size=backbone.vocabulary_size,
@@ -129,19 +131,15 @@ def from_keras_hub(backbone, dtype=None, **overrides):
             _copy_block(target, source, backbone.hidden_dim)
         _copy_norm(model.final_norm, backbone.layer_norm)
         return model
-    if kind == "BertBackbone":
-        config = {**shared, "num_segments": backbone.num_segments, "layer_norm_epsilon": 1e-12, **overrides}
-        model = BertBackbone(**config)
-        _copy_embeddings(model, backbone)
-        model.segment_embedding.embeddings.assign(_np(backbone.segment_embedding.embeddings))
-        _copy_norm(model.embeddings_norm, backbone.embeddings_layer_norm)
-        for target, source in zip(model.blocks, backbone.transformer_layers):
-            _copy_block(target, source, backbone.hidden_dim)
-        _copy_dense(model.pooler, backbone.pooled_dense)
-        return model
-    raise ValueError(
-        f"from_keras_hub converts a keras-hub GPT2Backbone or BertBackbone; got {kind}."
-    )
+    config = {**shared, "num_segments": backbone.num_segments, "layer_norm_epsilon": 1e-12, **overrides}
+    model = BertBackbone(**config)
+    _copy_embeddings(model, backbone)
+    model.segment_embedding.embeddings.assign(_np(backbone.segment_embedding.embeddings))
+    _copy_norm(model.embeddings_norm, backbone.embeddings_layer_norm)
+    for target, source in zip(model.blocks, backbone.transformer_layers):
+        _copy_block(target, source, backbone.hidden_dim)
+    _copy_dense(model.pooler, backbone.pooled_dense)
+    return model
 
 
 def keras_hub_incompatibilities(backbone):
