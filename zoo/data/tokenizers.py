@@ -390,8 +390,8 @@ class CharTokenizer(_VocabularyTokenizer):
     Example:
     ```python
     tokenizer = CharTokenizer.from_text("hello world")
-    tokenizer("hold")  # array([3, 6, 4, 2], dtype=int32)
-    tokenizer.detokenize([3, 6, 4, 2])  # "hold"
+    tokenizer("hold")  # array([3, 5, 4, 1], dtype=int32)
+    tokenizer.detokenize([3, 5, 4, 1])  # "hold"
     lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
     ```
     """
