@@ -155,6 +155,12 @@ def test_masked_lm_keras_hub_round_trip_keeps_every_weight(source, tmp_path):
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    # keras-hub's BertMaskedLM reads the export: the same weights, its own GELU and epsilon.
+    import keras_hub
+
+    hub = keras_hub.models.BertMaskedLM.from_preset(str(out))
+    x = {**bert_inputs(model.backbone.vocabulary_size, seed=12), "mask_positions": np.array([[1, 2], [3, 4]], "int32")}
+    np.testing.assert_allclose(_np(hub(x)), _np(again(x)), atol=1e-2)
 
 
 # --- Without a tokenizer, and refusals -------------------------------------------------------

@@ -195,3 +195,72 @@ def test_cased_bert_keeps_case_and_accents(tmp_path, folders):
     model = zoo.from_pretrained(folder)
     for sentence in ck.SENTENCES:
         assert _np(model.tokenizer(sentence)).tolist() == reference.encode(sentence, add_special_tokens=False).ids
+
+
+# --- The layouts of the real checkpoints -------------------------------------------------
+
+
+def _rewrite(folder, change):
+    from safetensors.numpy import save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    save_file(change(tensors), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return tensors
+
+
+def test_the_layout_of_bert_base_uncased_loads(tmp_path):
+    """BertForMaskedLM with LayerNorm gamma/beta names, a pooler and the next-sentence head, as on the Hub."""
+    folder = ck.hf_bert_folder(tmp_path / "bert", "BertForMaskedLM")
+    rng = np.random.default_rng(5)
+    d = ck.BERT_SIZES["hidden_dim"]
+    extra = {
+        "bert.pooler.dense.weight": rng.normal(0, 0.2, (d, d)).astype("float32"),
+        "bert.pooler.dense.bias": rng.normal(0, 0.2, d).astype("float32"),
+        "cls.seq_relationship.weight": rng.normal(0, 0.2, (2, d)).astype("float32"),
+        "cls.seq_relationship.bias": np.zeros(2, "float32"),
+    }
+
+    def old_names(tensors):
+        renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+                   for k, v in tensors.items()}
+        return {**renamed, **extra}
+
+    tensors = {**_rewrite(folder, old_names), **extra}
+    config = json.loads((folder / "config.json").read_text())
+    model = zoo.from_pretrained(folder)
+    x = bert_inputs(config["vocab_size"], seed=11)
+    positions = np.array([[2, 3], [4, 5]], "int32")
+    _, pooled, heads = ck.bert_reference(tensors, config, x["token_ids"], x["segment_ids"], x["padding_mask"])
+    expected = np.take_along_axis(heads["masked_lm"], positions[:, :, None], axis=1)
+    np.testing.assert_allclose(_np(model({**x, "mask_positions": positions})), expected, **TOLERANCE)
+    np.testing.assert_allclose(_np(model.backbone(x)["pooled_output"]), pooled, **TOLERANCE)
+
+
+def test_the_layout_of_the_gpt2_repository_loads(tmp_path):
+    """No `transformer.` prefix, the causal-mask buffers, a tied lm_head.weight, and sharded files."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    folder = ck.hf_gpt2_folder(tmp_path / "gpt2", prefix="")
+    tensors = load_file(str(folder / "model.safetensors"))
+    p = ck.GPT2_SIZES["max_sequence_length"]
+    buffers = {f"h.{i}.attn.bias": np.tril(np.ones((1, 1, p, p), "float32")) for i in range(2)}
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    for file, keys in shards.items():
+        part = {k: tensors[k] for k in keys}
+        if file.startswith("model-00002"):
+            part.update({**buffers, "lm_head.weight": tensors["wte.weight"]})
+        save_file(part, str(folder / file), metadata={"format": "pt"})
+    weight_map = {k: file for file, keys in shards.items() for k in keys}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    single = tmp_path / "single"
+    shutil.copytree(folder, single)
+    (folder / "model.safetensors").unlink()
+    config = json.loads((folder / "config.json").read_text())
+    x = gpt_inputs(config["vocab_size"], seed=12)
+    expected = ck.gpt2_reference_logits(tensors, config, x["token_ids"])
+    np.testing.assert_allclose(_np(zoo.from_pretrained(folder)(x)), expected, **TOLERANCE)
+    np.testing.assert_allclose(_np(zoo.from_pretrained(single)(x)), expected, **TOLERANCE)
