@@ -6,13 +6,14 @@ from pathlib import Path
 import pytest
 
 from recipes import gpt_char
+from tests.recipes.figures import GPT_CHAR
 from zoo.data import DataError
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 TEXT = "Tester:\nA small text the test writes for itself, with enough characters.\n\nAll:\nAgain, again.\n\n" * 30
 FAST = ["--preset", "nano", "--steps", "4", "--steps-per-epoch", "2", "--batch-size", "4",
         "--eval-batches", "2", "--sample-length", "10", "--jit-compile", "false"]
-FILES = ("model.keras", "best.keras", "chars.json", "history.csv", "curves.png", "attention.png", "run.json")
+FILES = ("model.keras", "chars.json", "history.csv", "curves.png", "attention.png", "run.json")
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,8 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_DATA / "tinyshakespeare" / "input.txt").exists(), reason=f"needs {SHARED_DATA}")
-def test_baby_gpt_reaches_nanogpt_validation_loss(tmp_path):
-    """nanoGPT's README: the CPU baby GPT reaches val loss ~1.88 in 2000 steps."""
-    val_loss = gpt_char.main(["--preset", "baby", "--output", str(tmp_path / "run")])
-    assert val_loss <= 1.88
+def test_baby_gpt_reaches_the_headline_validation_loss(tmp_path):
+    """The README's gpt_char figure: 2000 steps of the baby GPT (a few
+    minutes on a 2-core CPU); the ceiling is in figures.py."""
+    val_loss = gpt_char.main([*GPT_CHAR["command"], "--output", str(tmp_path / "run")])
+    assert val_loss <= GPT_CHAR["val_loss_at_most"], f"val loss {val_loss:.4f}; the README reports {GPT_CHAR['reached']}"
