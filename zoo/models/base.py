@@ -42,13 +42,6 @@ class ZooModel(keras.Model):
             check_tokenizer(tokenizer, self)
         self._tokenizer = tokenizer
 
-    @property
-    def layers(self):
-        # The tokenizer is not part of the graph: keep it out of the layers and summary (as keras-hub's Task).
-        layers = super().layers
-        tokenizer = self.tokenizer
-        return [layer for layer in layers if layer is not tokenizer] if tokenizer is not None else layers
-
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, dict) and isinstance(self._inputs_struct, dict):
             expected = set(self._inputs_struct)
