@@ -114,6 +114,14 @@ def test_seq2seq_drops_the_partial_batch_and_shuffles_with_seed():
     again = take(seq2seq_dataset(sources, sources, 4, 2, 3, 1, 2, seed=0), 10)
     np.testing.assert_array_equal(batches[0][1], again[0][1])
 
+    def order(batches):  # the first label of each pair is its source id
+        return [int(t) for _, labels in batches for t in labels[:, 0]]
+
+    assert order(batches) != list(range(3, 11)), "the pairs came in file order"
+    assert order(batches) != order(take(seq2seq_dataset(sources, sources, 4, 2, 3, 1, 2, seed=1), 10))
+    unshuffled = take(seq2seq_dataset(sources, sources, 4, 2, 3, 1, 2, shuffle=False), 10)
+    assert order(unshuffled) == list(range(3, 11))
+
 
 def test_seq2seq_errors():
     with pytest.raises(DataError, match="2 sources and 1 targets"):

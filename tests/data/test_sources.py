@@ -155,20 +155,24 @@ def test_read_labelled_missing_file_names_it(tmp_path):
 # TensorFlow Datasets, offline: `mock_data` generates random examples from the
 # metadata that ships with tensorflow-datasets, so nothing is downloaded.
 
-tfds = pytest.importorskip("tensorflow_datasets")
+@pytest.fixture
+def tfds():
+    """tensorflow_datasets, for the tests that use it (skipped where it is
+    not installed, without skipping the rest of this file)."""
+    return pytest.importorskip("tensorflow_datasets")
 
 
-def tfds_examples(name, split):
+def tfds_examples(tfds, name, split):
     return list(tfds.as_numpy(tfds.load(name, split=split)))
 
 
-def test_read_text_tfds_joins_train_validation_test():
+def test_read_text_tfds_joins_train_validation_test(tfds):
     with tfds.testing.mock_data(num_examples=2):
         text = read_text("tfds:tiny_shakespeare")
         expected = "".join(
             ex["text"].decode()
             for split in ("train", "validation", "test")
-            for ex in tfds_examples("tiny_shakespeare", split)
+            for ex in tfds_examples(tfds, "tiny_shakespeare", split)
         )
     assert isinstance(text, str) and text
     assert text == expected
@@ -181,16 +185,16 @@ def test_read_text_tfds_joins_train_validation_test():
         ("wmt14_translate/de-en", "de", "en"),
     ],
 )
-def test_read_parallel_tfds_maps_val_to_validation(name, source_lang, target_lang):
+def test_read_parallel_tfds_maps_val_to_validation(name, source_lang, target_lang, tfds):
     with tfds.testing.mock_data(num_examples=3):
         sources, targets = read_parallel(f"tfds:{name}", "val", source_lang, target_lang)
-        examples = tfds_examples(name, "validation")
+        examples = tfds_examples(tfds, name, "validation")
     assert sources == [ex[source_lang].decode().strip() for ex in examples]
     assert targets == [ex[target_lang].decode().strip() for ex in examples]
     assert len(sources) == 3
 
 
-def test_read_parallel_tfds_unknown_language_is_an_error():
+def test_read_parallel_tfds_unknown_language_is_an_error(tfds):
     with tfds.testing.mock_data(num_examples=1):
         with pytest.raises(DataError, match="'fr'"):
             read_parallel("tfds:ted_hrlr_translate/pt_to_en", "train", "fr", "en")
@@ -200,10 +204,10 @@ def test_read_parallel_tfds_unknown_language_is_an_error():
     "name, split, tfds_split, field",
     [("glue/sst2", "dev", "validation", "sentence"), ("imdb_reviews", "test", "test", "text")],
 )
-def test_read_labelled_tfds(name, split, tfds_split, field):
+def test_read_labelled_tfds(name, split, tfds_split, field, tfds):
     with tfds.testing.mock_data(num_examples=4):
         texts, labels = read_labelled(f"tfds:{name}", split)
-        examples = tfds_examples(name, tfds_split)
+        examples = tfds_examples(tfds, name, tfds_split)
     assert texts == [ex[field].decode() for ex in examples]
     assert labels.dtype == np.int32
     np.testing.assert_array_equal(labels, [ex["label"] for ex in examples])
