@@ -68,7 +68,9 @@ def recipe_parser(description, defaults, prog=None):
     parser = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--data", default=defaults["data"], help="a local path, or tfds:NAME (TensorFlow Datasets)")
+    parser.add_argument(
+        "--data", default=defaults["data"], type=data_source, help="a local path, or tfds:NAME (TensorFlow Datasets)"
+    )
     parser.add_argument("--preset", default=defaults["preset"], help="the zoo preset (`zoo presets` lists them)")
     if "steps" in defaults:
         parser.add_argument("--steps", type=int, default=defaults["steps"], help="training steps")
@@ -101,6 +103,17 @@ def recipe_parser(description, defaults, prog=None):
     parser.add_argument("--strategy", default="default", choices=STRATEGIES, help="distribution strategy")
     parser.add_argument("--seed", type=int, default=defaults.get("seed", 1337), help="random seed")
     return parser
+
+
+def data_source(value):
+    """--data's check at parse time: a tfds: source needs the
+    tensorflow-datasets package, named before any work starts."""
+    if value.startswith("tfds:") and importlib.util.find_spec("tensorflow_datasets") is None:
+        raise argparse.ArgumentTypeError(
+            f"{value} needs the `tensorflow_datasets` package, which is not installed; "
+            "expected `pip install tensorflow-datasets`"
+        )
+    return value
 
 
 def check_preset(parser, name, family, given=None):

@@ -131,10 +131,15 @@ def test_a_missing_optional_package_is_reported_at_start(tmp_path, capsys, monke
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sacrebleu" else real(name, *a))
+    missing = {"sacrebleu", "tensorflow_datasets"}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in missing else real(name, *a))
     code = cli.main(["train", "translate", "--data", str(tmp_path / "nowhere"), "--output", str(tmp_path / "run")])
     assert code == 2
     assert "pip install sacrebleu" in capsys.readouterr().err  # before the data is even read
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "bert_classify", "--data", "tfds:glue/sst2", "--output", str(tmp_path / "run")])
+    assert exit_info.value.code == 2
+    assert "tfds:glue/sst2 needs the `tensorflow_datasets` package" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 
