@@ -69,12 +69,13 @@ def test_generation_past_the_context_window_is_nanogpt_sampling(lm):
     assert all(len(text) == 30 for text in expected)
 
 
-def test_sampling_past_the_context_window_is_reproducible_with_a_seed(lm):
-    first = zoo.generate(lm, "ROMEO:", max_length=40, sampler="top_p", p=0.9, temperature=1.5, seed=7)
-    again = zoo.generate(lm, "ROMEO:", max_length=40, sampler="top_p", p=0.9, temperature=1.5, seed=7)
-    other = zoo.generate(lm, "ROMEO:", max_length=40, sampler="top_p", p=0.9, temperature=1.5, seed=8)
-    assert first == again and len(first) == 40 and first.startswith("ROMEO:")
-    assert other != first
+@pytest.mark.parametrize("sampler", ["temperature", "top_k", "top_p"])
+def test_sampling_past_the_context_window_is_reproducible_with_a_seed(lm, sampler):
+    options = dict(max_length=40, sampler=sampler, k=10, p=0.9, temperature=1.5)
+    first = zoo.generate(lm, "ROMEO:", seed=7, **options)
+    assert first == zoo.generate(lm, "ROMEO:", seed=7, **options)
+    assert len(first) == 40 and first.startswith("ROMEO:")
+    assert zoo.generate(lm, "ROMEO:", seed=8, **options) != first
 
 
 def test_a_stop_token_ends_text_generation():
