@@ -66,6 +66,10 @@ def test_generation_past_the_context_window_is_nanogpt_sampling(lm):
     expected = [_decode(lm.tokenizer, _naive_greedy(lm, lm.tokenizer(p).tolist(), 30)) for p in prompts]
     assert zoo.generate(lm, prompts, max_length=30) == expected  # every row slides
     assert zoo.generate(lm, prompts[0], max_length=30) == expected[0]  # 2 cached tokens, then slides
+    backbone = zoo.models.GPTBackbone.from_config(lm.backbone.get_config())  # logits from its tied embedding
+    backbone.set_weights(lm.backbone.get_weights())
+    backbone.tokenizer = lm.tokenizer
+    assert zoo.generate(backbone, prompts[0], max_length=30) == expected[0]
     assert all(len(text) == 30 for text in expected)
 
 
