@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The GPU check: run it on a machine with one NVIDIA GPU, from the repository root.
+#
+#   bash benchmarks/gpu_check.sh            # log: benchmarks/results/gpu_check.log (or $OUT/gpu_check.log)
+#
+# In order, all on KERAS_BACKEND=jax:
+#   1. the layer, generation and model tests, and the test that they multiply
+#      float32 at full precision (tests/conftest.py turns the GPU's TF32 off
+#      for the tests only);
+#   2. benchmarks/train_gpu.py: GPT-2 small, batch 16 x 1024, bf16 - zoo,
+#      keras-hub and nanoGPT in PyTorch, ending `ratio zoo/nanoGPT tokens/s: N.NN`;
+#   3. benchmarks/generate.py at GPT-2 width (12 layers, d 768, 12 heads):
+#      zoo vs keras-hub new tokens/s.
+# Everything goes to the log as well as the screen; each step's exit status is
+# logged and a failing step does not stop the next. Steps: GPU_CHECK_STEPS="tests train generate".
+#
+# On a borrowed machine with only minutes of GPU time (a bare CUDA image that
+# has python3 3.12 with jax[cuda], torch, numpy, pytest and hypothesis, but not
+# Keras and keras-hub, and that cannot reach a package registry):
+#   - fetch the missing wheels beforehand, on a machine with pip access, into
+#     an ignored folder of the repository:
+#         echo /.whl/ >> .git/info/exclude
+#         python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#             --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#             --platform manylinux2014_x86_64 -d .whl \
+#             keras==3.15.1 keras-hub==0.32.0 namex optree
+#     (`unzip -p .whl/NAME-*.whl '*/METADATA' | grep ^Requires-Dist` lists what
+#     a wheel needs; keep one version of each; TensorFlow is not needed here:
+#     the checks use no tf.data);
+#   - carry `.whl` with the working tree and let this script install them:
+#         GPU_CHECK_WHEELS=.whl bash benchmarks/gpu_check.sh
+#     which runs `pip install --no-index --no-deps --target /tmp/site .whl/*.whl`
+#     and puts /tmp/site and the repository on PYTHONPATH (nothing is installed
+#     into the image's own Python);
+#   - the whole check takes roughly 6-10 minutes of device time (tests ~3,
+#     train_gpu ~3: three compilations of GPT-2 small; generate ~2-4); give the
+#     command a time limit that leaves room to rerun one step, e.g.
+#         GPU_CHECK_STEPS=train bash benchmarks/gpu_check.sh
+#   - PYTHONUNBUFFERED=1 is set, so the log is complete even if the run is cut off.
+# Copy the log's tables into docs/results.md with the card's name and the date.
+
+set -u
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+STEPS=${GPU_CHECK_STEPS:-"tests train generate"}
+LOG_DIR=${OUT:-benchmarks/results}
+mkdir -p "$LOG_DIR"
+LOG="$LOG_DIR/gpu_check.log"
+export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site "$GPU_CHECK_WHEELS"/*.whl || exit 1
+    export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
+
+step() {  # step NAME COMMAND...: run, log, and record the exit status
+    local name=$1
+    shift
+    echo "=== $name: $* ($(date -u +%H:%M:%S) UTC)" | tee -a "$LOG"
+    "$@" 2>&1 | tee -a "$LOG"
+    local status=${PIPESTATUS[0]}
+    echo "=== $name: exit $status" | tee -a "$LOG"
+}
+
+: >"$LOG"
+{
+    echo "gpu_check $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || echo "no nvidia-smi"
+    "$PYTHON" - <<'EOF' 2>&1
+import importlib
+for name in ("jax", "keras", "keras_hub", "torch", "numpy"):
+    try:
+        module = importlib.import_module(name)
+        print(f"{name} {module.__version__}")
+    except Exception as error:  # a missing package is reported, not fatal
+        print(f"{name}: {type(error).__name__}: {error}")
+import jax
+print("jax devices:", jax.devices())
+EOF
+} | tee -a "$LOG"
+
+for s in $STEPS; do
+    case $s in
+        tests) step tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_precision.py tests/layers \
+            tests/generation tests/models ;;
+        train) step train "$PYTHON" benchmarks/train_gpu.py ;;
+        generate) step generate "$PYTHON" benchmarks/generate.py --layers 12 --width 768 --heads 12 ;;
+        *) echo "unknown step $s (expected tests, train, generate)" | tee -a "$LOG" ;;
+    esac
+done
+echo "log: $LOG"
