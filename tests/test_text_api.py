@@ -103,12 +103,13 @@ def test_token_id_calls_are_unchanged(lm):
     np.testing.assert_array_equal(out.token_ids, expected.token_ids)
 
 
-def _translation_reference(model, tokenizer, sentences, num_beams, length_penalty=0.6):
+def _translation_reference(model, tokenizer, sentences, num_beams, length_penalty=0.6, source_tokenizer=None):
     """The translate recipe's decoding: [START] prompt, sources cut to the
     context, at most min(longest + 10, C - 1) tokens, stop at [END]."""
     vocabulary = tokenizer.get_vocabulary()
     start, end = vocabulary.index("[START]"), vocabulary.index("[END]")
-    sources = [ids[: model.max_sequence_length] for ids in token_id_lists(tokenizer, sentences)]
+    source_ids = token_id_lists(source_tokenizer or tokenizer, sentences)
+    sources = [ids[: model.max_sequence_length] for ids in source_ids]
     result = generation.generate(
         model,
         [[start]] * len(sources),
@@ -144,6 +145,13 @@ def test_translate_decodes_as_the_recipes(word_piece):
     translations = zoo.translate(model, sentences, num_beams=2)
     assert translations == _translation_reference(model, word_piece, sentences, 2)
     assert all(isinstance(t, str) for t in translations)
+    english, german = WordTokenizer.from_texts(SENTENCES), WordTokenizer.from_texts(["ein hund läuft", "zwei hunde"])
+    two = zoo.build(
+        "transformer-tiny", vocabulary_size=german.vocabulary_size(), source_vocabulary_size=english.vocabulary_size(),
+        share_embeddings=False, max_sequence_length=12, tokenizer=german, source_tokenizer=english,
+    )
+    expected = _translation_reference(two, german, sentences, 1, source_tokenizer=english)
+    assert zoo.translate(two, sentences, num_beams=1) == expected
 
 
 def test_classify_and_embed_agree_with_the_recipe_pipeline(word_piece):

@@ -64,8 +64,8 @@ def build(name, task=None, **overrides):
         **overrides: constructor arguments of the backbone (e.g.
             `num_layers=2`, `dropout=0.0`, `dtype="mixed_bfloat16"`) or of the
             task (`num_classes`, `pooling`, ...). Unknown names are an error.
-            `tokenizer=` attaches a tokenizer to the model returned (see
-            `ZooModel.tokenizer`).
+            `tokenizer=` (and `source_tokenizer=`) attach tokenizers to the
+            model returned (see `ZooModel.tokenizer`).
 
     Returns:
         A functional `keras.Model`.
@@ -73,7 +73,7 @@ def build(name, task=None, **overrides):
     if name not in PRESETS and is_checkpoint_folder(name):  # a keras-hub preset or Hugging Face folder
         return from_pretrained(name, task=task, **overrides)
     preset = _preset(name)
-    tokenizer = overrides.pop("tokenizer", None)
+    tokenizers = {key: overrides.pop(key) for key in ("tokenizer", "source_tokenizer") if key in overrides}
     family = preset["family"]
     tasks = TASKS[family]
     if task not in tasks:
@@ -95,8 +95,8 @@ def build(name, task=None, **overrides):
     config = {**preset["config"], **overrides}
     backbone = backbone_class(**config)
     model = backbone if task_class is None else task_class(backbone, **task_kwargs)
-    if tokenizer is not None:
-        model.tokenizer = tokenizer
+    for key, tokenizer in tokenizers.items():
+        setattr(model, key, tokenizer)
     return model
 
 

@@ -131,8 +131,8 @@ def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6
     by sentences of similar length.
 
     Args:
-        model: an `EncoderDecoder` carrying a tokenizer (source and target
-            share it).
+        model: an `EncoderDecoder` carrying a tokenizer: the target's, and
+            the source's too unless the model carries a `source_tokenizer`.
         sentences: a list of str.
         max_length: the most target tokens of a translation (`[END]`
             included); by default the longest source of the batch plus 10,
@@ -172,7 +172,8 @@ def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6
             f"start token); got {max_length!r}."
         )
     start, end = _special_id(tokenizer, "start"), _special_id(tokenizer, "end")
-    sources = [ids[:context] for ids in token_id_lists(tokenizer, sentences)]
+    source_tokenizer = model.source_tokenizer or tokenizer
+    sources = [ids[:context] for ids in token_id_lists(source_tokenizer, sentences)]
     _check_not_empty(sources, sentences)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs = [None] * len(sources)

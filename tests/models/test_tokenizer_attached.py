@@ -127,12 +127,31 @@ def test_an_encoder_decoder_carries_a_word_tokenizer(tmp_path):
     assert loaded.tokenizer.get_vocabulary() == tokenizer.get_vocabulary()
 
 
+def test_an_encoder_decoder_with_two_vocabularies_carries_both_tokenizers(tmp_path):
+    source, target = WordTokenizer.from_texts(SENTENCES[:2]), WordTokenizer.from_texts(SENTENCES[2:])
+    model = zoo.build(
+        "transformer-tiny",
+        vocabulary_size=target.vocabulary_size(),
+        source_vocabulary_size=source.vocabulary_size(),
+        share_embeddings=False,
+        tokenizer=target,
+        source_tokenizer=source,
+    )
+    loaded = zoo.load(zoo.save(model, tmp_path / "model.keras"))
+    assert loaded.tokenizer.get_vocabulary() == target.get_vocabulary()
+    assert loaded.source_tokenizer.get_vocabulary() == source.get_vocabulary() != target.get_vocabulary()
+    with pytest.raises(ValueError, match="source_tokenizer: a GPTCausalLM has no source"):
+        zoo.build("gpt-nano", "causal_lm", vocabulary_size=20).source_tokenizer = source
+
+
 def test_a_tokenizer_with_more_ids_than_the_model_embeds_is_refused():
     tokenizer = _char()
     with pytest.raises(ValueError, match=rf"tokenizer: it has {tokenizer.vocabulary_size()} token ids.*embeds only 5"):
         zoo.build("gpt-nano", "causal_lm", vocabulary_size=5, tokenizer=tokenizer)
     model = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size() + 3)
     model.tokenizer = tokenizer  # fewer ids than the embedding (a padded table) is fine
+    with pytest.raises(ValueError, match="tokenizer: it has .* but EncoderDecoder embeds only 5"):
+        zoo.models.EncoderDecoder(vocabulary_size=5, num_layers=1, num_heads=2, hidden_dim=8, tokenizer=tokenizer)
 
 
 def test_something_that_is_not_a_tokenizer_is_refused():

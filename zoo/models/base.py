@@ -8,7 +8,8 @@ format round-trips with `safe_mode=True`.
 
 Every zoo model may carry the tokenizer it was trained with, as keras-hub's
 tasks carry their preprocessor: `tokenizer=` in any constructor, or
-`model.tokenizer = tokenizer` later. It is saved inside the `.keras` file
+`model.tokenizer = tokenizer` later (and an encoder-decoder whose source
+has its own vocabulary, `source_tokenizer=`). It is saved inside the `.keras` file
 (its vocabulary as an asset) and comes back with the model, so that the
 text-level functions (`zoo.generate` on text, `zoo.translate`,
 `zoo.classify`, `zoo.embed`) need nothing else.
@@ -24,10 +25,11 @@ from zoo.layers.token_embedding import eager_values, first_out_of_range
 class ZooModel(keras.Model):
     """Base class: records constructor arguments and rebuilds from them."""
 
-    def __init__(self, *args, tokenizer=None, **kwargs):
+    def __init__(self, *args, tokenizer=None, source_tokenizer=None, **kwargs):
         super().__init__(*args, **kwargs)
         self._initialized = True
-        self.tokenizer = tokenizer
+        # Checked against the model's vocabulary in `_record_config`, once the subclass has set its sizes.
+        self._tokenizer, self._source_tokenizer = tokenizer, source_tokenizer
 
     @property
     def tokenizer(self):
@@ -41,6 +43,18 @@ class ZooModel(keras.Model):
         if tokenizer is not None:
             check_tokenizer(tokenizer, self)
         self._tokenizer = tokenizer
+
+    @property
+    def source_tokenizer(self):
+        """An encoder-decoder's tokenizer of the source, when it is not
+        `tokenizer` (separate vocabularies); None otherwise."""
+        return getattr(self, "_source_tokenizer", None)
+
+    @source_tokenizer.setter
+    def source_tokenizer(self, tokenizer):
+        if tokenizer is not None:
+            check_tokenizer(tokenizer, self, "source_tokenizer")
+        self._source_tokenizer = tokenizer
 
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, dict) and isinstance(self._inputs_struct, dict):
@@ -89,6 +103,9 @@ class ZooModel(keras.Model):
 
     def _record_config(self, **arguments):
         self._zoo_config = dict(arguments)
+        for key in ("tokenizer", "source_tokenizer"):
+            if getattr(self, key) is not None:
+                check_tokenizer(getattr(self, key), self, key)
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}
@@ -98,16 +115,18 @@ class ZooModel(keras.Model):
             config[key] = value
         if getattr(self, "_lora", None):
             config["lora"] = dict(self._lora)
-        if self.tokenizer is not None:  # its vocabulary travels as an asset of the .keras file
-            config["tokenizer"] = keras.saving.serialize_keras_object(self.tokenizer)
+        for key in ("tokenizer", "source_tokenizer"):  # the vocabularies travel as assets of the .keras file
+            if getattr(self, key) is not None:
+                config[key] = keras.saving.serialize_keras_object(getattr(self, key))
         return config
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         lora = config.pop("lora", None)
-        if isinstance(config.get("tokenizer"), dict):
-            config["tokenizer"] = deserialize_tokenizer(config["tokenizer"])
+        for key in ("tokenizer", "source_tokenizer"):
+            if isinstance(config.get(key), dict):
+                config[key] = deserialize_tokenizer(config[key])
         for key in cls._nested_models():
             if key in config and isinstance(config[key], dict):
                 config[key] = keras.saving.deserialize_keras_object(config[key])
@@ -161,31 +180,35 @@ def deserialize_tokenizer(config):
     return keras.saving.deserialize_keras_object(config)
 
 
-def check_tokenizer(tokenizer, model=None):
+def check_tokenizer(tokenizer, model=None, name="tokenizer"):
     """Raises unless `tokenizer` has a tokenizer's surface and (when both
-    are known) no more token ids than `model` embeds."""
-    missing = [name for name in ("tokenize", "detokenize", "vocabulary_size") if not callable(getattr(tokenizer, name, None))]
+    are known) no more token ids than `model` embeds (its source
+    vocabulary for `name="source_tokenizer"`)."""
+    methods = ("tokenize", "detokenize", "vocabulary_size")
+    missing = [method for method in methods if not callable(getattr(tokenizer, method, None))]
     if missing or not isinstance(tokenizer, keras.layers.Layer):
         raise TypeError(
-            f"tokenizer: expected a keras-hub tokenizer (e.g. keras_hub.tokenizers.WordPieceTokenizer) or "
+            f"{name}: expected a keras-hub tokenizer (e.g. keras_hub.tokenizers.WordPieceTokenizer) or "
             f"zoo.data.CharTokenizer / WordTokenizer, a Keras layer with tokenize, detokenize and "
             f"vocabulary_size; got {type(tokenizer).__name__}."
         )
+    if name == "source_tokenizer" and not hasattr(model, "source_vocabulary_size"):
+        raise ValueError(f"source_tokenizer: a {type(model).__name__} has no source; only an encoder-decoder has one.")
     try:
         size = int(tokenizer.vocabulary_size())
     except Exception:  # no vocabulary yet: it comes with the assets when a file loads
         return
-    embedded = _embedded_vocabulary_size(model)
+    embedded = _embedded_vocabulary_size(model, "source_vocabulary_size" if name == "source_tokenizer" else "vocabulary_size")
     if embedded is not None and size > embedded:
         raise ValueError(
-            f"tokenizer: it has {size} token ids but {type(model).__name__} embeds only {embedded}; "
+            f"{name}: it has {size} token ids but {type(model).__name__} embeds only {embedded}; "
             "expected the tokenizer the model was trained with."
         )
 
 
-def _embedded_vocabulary_size(model):
+def _embedded_vocabulary_size(model, attribute="vocabulary_size"):
     for owner in (model, getattr(model, "backbone", None)):
-        size = getattr(owner, "vocabulary_size", None)
+        size = getattr(owner, attribute, None)
         if isinstance(size, int):
             return size
     return None
