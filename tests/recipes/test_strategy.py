@@ -34,7 +34,7 @@ SAME_LOSS = TWO_CPUS + textwrap.dedent(
     import numpy as np
     import zoo
     from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy
-    from zoo.training.run import distribution_scope
+    from zoo.training import distribution_scope
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
@@ -72,11 +72,29 @@ SAME_LOSS = TWO_CPUS + textwrap.dedent(
 
 RECIPE = TWO_CPUS + textwrap.dedent(
     """
+    import keras
     from recipes import demo
 
+    # What `fit` ran on: its model's strategy, and the devices that ran a
+    # train step (each replica's step runs on its own device).
+    seen = dict(replicas=[], devices=set())
+    fit = keras.Model.fit
+
+    def spied_fit(self, *args, **kwargs):
+        seen["replicas"].append(self.distribute_strategy.num_replicas_in_sync)
+        train_step = self.train_step
+
+        def step(data):
+            seen["devices"].add(tf.constant(0.0).device)
+            return train_step(data)
+
+        self.train_step = step
+        return fit(self, *args, **kwargs)
+
+    keras.Model.fit = spied_fit
     accuracy = demo.main(["--strategy", "mirrored", "--num-pairs", "400", "--epochs", "1", "--batch-size", "32",
-                          "--jit-compile", "false", "--output", sys.argv[1], "--num-samples", "0"])
-    print("RESULT " + json.dumps(dict(accuracy=accuracy)))
+                          "--jit-compile", "false", "--output", sys.argv[1], "--num-samples", "1"])
+    print("RESULT " + json.dumps(dict(accuracy=accuracy, replicas=seen["replicas"], devices=sorted(seen["devices"]))))
     """
 )
 
@@ -105,5 +123,7 @@ def test_mirrored_on_two_cpus_matches_one_device():
 
 def test_a_recipe_trains_under_mirrored_on_two_cpus(tmp_path):
     out = result_of(RECIPE, str(tmp_path / "demo"))
+    assert out["replicas"] == [2], out  # one fit, on two replicas
+    assert [d.split("/")[-1] for d in out["devices"]] == ["device:CPU:0", "device:CPU:1"], out
     assert 0.0 <= out["accuracy"] <= 1.0
-    assert (tmp_path / "demo" / "best.keras").is_file()
+    assert (tmp_path / "demo" / "model.keras").is_file()
