@@ -133,11 +133,12 @@ def test_encoder_and_decoder_batches_of_different_size_are_an_error():
 
 
 def test_plot_model_draws_each_family(tmp_path):
-    pytest.importorskip("pydot", reason="plot_model needs pydot and graphviz")
     import shutil
 
+    pytest.importorskip("pydot", reason="plot_model needs pydot: pip install -e '.[test]' installs it")
     if shutil.which("dot") is None:
-        pytest.skip("graphviz's `dot` is not installed")
+        pytest.skip("plot_model needs graphviz's `dot` program, a system package (apt-get install graphviz), "
+                    "which is not on PATH here")
     for name in ["gpt-nano", "bert-tiny", "transformer-tiny"]:
         path = zoo.plot(name, tmp_path / f"{name}.png")
         assert path.exists() and path.stat().st_size > 1000
