@@ -228,8 +228,13 @@ def classify(model, sentences, label_names=None, batch_size=32):
     Example:
 
     ```python
+    import zoo
+    from zoo.data import train_word_piece
+
+    tokenizer = train_word_piece(["a gripping film", "a dull film"], vocabulary_size=50)
+    classifier = zoo.build("bert-tiny", "classifier", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
     result = zoo.classify(classifier, ["a gripping film", "dull"], label_names=["negative", "positive"])
-    result.labels  # e.g. ["positive", "negative"]
+    result.labels  # two of "negative" and "positive" (the model is untrained)
     ```
     """
     if not isinstance(model, BertClassifier):
@@ -262,8 +267,13 @@ def embed(model, sentences, batch_size=32):
     Example:
 
     ```python
-    vectors = zoo.embed(encoder, ["a dog runs", "a dog is running"])
-    float(vectors[0] @ vectors[1])  # cosine similarity
+    import zoo
+    from zoo.data import train_word_piece
+
+    tokenizer = train_word_piece(["a dog runs", "a dog is running"], vocabulary_size=50)
+    encoder = zoo.build("bert-tiny", "sentence_encoder", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
+    vectors = zoo.embed(encoder, ["a dog runs", "a dog is running"])  # (2, 32)
+    float(vectors[0] @ vectors[1])  # their cosine similarity
     ```
     """
     if not isinstance(model, BertSentenceEncoder):
