@@ -14,7 +14,7 @@ The run folder (--output, `runs/demo`): `model.keras` (the best epoch by
 held-out loss), `vocabulary.json`, `history.csv`, `curves.png`,
 `logs/`, `run.json`. After training:
 
-    zoo translate runs/demo "the small dog sees a big cat"
+    zoo translate runs/demo "a tired child waited"
     zoo eval runs/demo                 # the val_accuracy printed, again
 """
 
