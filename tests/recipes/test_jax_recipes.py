@@ -96,3 +96,23 @@ def test_recipe_runs_on_jax(finished, name):
     assert FINAL_LINE.match(lines[-2]), lines[-5:]
     expected = "DataParallel" if name == "gpt_char" else "NoneType"  # gpt_char: --strategy data-parallel
     assert lines[-1] == f"distribution: {expected}"
+
+
+def test_a_tensorflow_only_strategy_is_one_clear_error_on_jax():
+    script = (
+        "from zoo.training.distribution import check_strategy\n"
+        "for name in ('default', 'data-parallel', 'mirrored', 'tpu', 'multi-worker'):\n"
+        "    try:\n"
+        "        check_strategy(name); print(name, 'ok')\n"
+        "    except ValueError as error:\n"
+        "        print(name, error)\n"
+    )
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[:3] == ["default ok", "data-parallel ok", "mirrored ok"]
+    for line, name in zip(lines[3:], ("tpu", "multi-worker")):
+        assert line == (f"{name} --strategy {name} needs the TensorFlow backend (KERAS_BACKEND=tensorflow); "
+                        "on jax use 'default' or 'data-parallel'."), line

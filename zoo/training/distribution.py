@@ -10,7 +10,8 @@ strategy on TensorFlow, `keras.distribution.DataParallel` on JAX.
 - "multi-worker", "tpu": TensorFlow only (below).
 
 TensorFlow loads only when a TensorFlow strategy is asked for. One strategy
-is made per name and process, and kept: `MultiWorkerMirroredStrategy`
+is made per kind and process ("data-parallel" and "mirrored" share one), and
+kept: `MultiWorkerMirroredStrategy`
 starts a gRPC server and configures the collective ops, which can happen
 once, before TensorFlow runs its first op (`start_distribution`).
 
