@@ -9,8 +9,9 @@ Every recipe writes one run folder (`--output`) with the same layout:
     history.csv    one row per epoch: step, learning_rate, loss, val_...
     curves.png     the learning curves by step, and the learning rate
     logs/          TensorBoard (`tensorboard --logdir RUN/logs`)
-    run.json       recipe, args, preset, size overrides, final figures,
-                   paths, and whether the run finished
+    run.json       recipe, args, preset, size overrides, final figures
+                   (results), the folder and its files, and whether
+                   the run finished
     backup/        while training only: what an interrupted run resumes from
 
 plus the recipe's extras (attention.png, samples.txt, translations.txt,
@@ -244,7 +245,7 @@ class OutputFolder:
     def finish(self, **results):
         """Marks the run finished, with its final figures and its files."""
         files = sorted(p.name for p in self.path.iterdir() if not p.name.startswith("."))
-        self._write(finished=True, results=results, files=files)
+        self._write(finished=True, results=results, folder=str(self.path.resolve()), files=files)
 
     @property
     def resumed_epoch(self):

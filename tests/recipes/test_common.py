@@ -20,7 +20,7 @@ def test_a_finished_run_is_kept_an_unfinished_one_resumes_and_overwrite_starts_a
     again.finish(val_loss=1.25)
     record = json.loads((path / "run.json").read_text())
     assert record["finished"] and record["results"] == {"val_loss": 1.25} and record["recipe"] == "mine"
-    assert record["files"] == ["model.keras", "run.json"]
+    assert record["files"] == ["model.keras", "run.json"] and record["folder"] == str(path.resolve())
     assert common.is_run_folder(path) and common.read_run(path)["args"] == {"seed": 1}
     with pytest.raises(FileExistsError, match="--overwrite"):
         common.OutputFolder(path)
