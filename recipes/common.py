@@ -19,6 +19,11 @@ the tokenizer's vocabulary file). The recipe's last two lines are
 `run folder: RUN` and its figure (`val_loss=...`, `val_bleu=...`,
 `val_accuracy=...`).
 
+A recipe module has `make_parser()` (its flags), `main(argv)` (the run;
+returns its figure) and `evaluate(folder, data=None, split=..., model=None)`
+-> `(name, value)`, the function that computes the figure the recipe
+prints last and that `zoo eval RUN` calls, so the two agree.
+
 Only the public `zoo` API here, as in a user's own script.
 """
 
