@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: install test test-tf test-jax test-torch test-slow demo bench clean
+.PHONY: install test test-tf test-jax test-torch test-slow mutate demo bench clean
 
 install: $(STAMP)
 
@@ -39,8 +39,14 @@ test-torch:
 	KERAS_BACKEND=torch $(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 		tests/layers tests/models tests/generation tests/fuzz tests/test_error_messages.py
 
+# The recipes' headline figures (tests/recipes/figures.py): hours of CPU.
 test-slow: $(STAMP)
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -m slow
+
+# Each mask broken on purpose (tests/mutations) must make the fuzz and
+# attention-invariant tests fail; a table of what caught each. On request.
+mutate: $(STAMP)
+	KERAS_BACKEND=tensorflow $(PY) -m tests.mutations
 
 demo: $(STAMP)
 	KERAS_BACKEND=tensorflow $(PY) -m recipes.demo
