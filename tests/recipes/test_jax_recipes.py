@@ -1,8 +1,8 @@
 """Every recipe runs on JAX: its smallest configuration, one fresh
 interpreter per recipe under `KERAS_BACKEND=jax` (the input pipelines stay
 on tf.data on the CPU), each ending with its `val_...=` line; gpt_char runs
-under `--strategy data-parallel` (`keras.distribution.DataParallel`, here
-over the CPU's one device).
+as on a GPU: under `--strategy data-parallel` (`keras.distribution.DataParallel`,
+here over the CPU's one device) and `--mixed-precision` (bfloat16 logits).
 
 The five runs go two at a time, so the file takes about as long as the
 three slowest runs.
@@ -63,7 +63,7 @@ def commands(folder):
                  "--num-layers", "1"],
         "gpt_char": ["--data", folder / "input.txt", "--preset", "nano", "--steps", "2", "--steps-per-epoch", "2",
                      "--batch-size", "4", "--eval-batches", "1", "--sample-length", "4", "--num-layers", "1",
-                     "--strategy", "data-parallel"],
+                     "--strategy", "data-parallel", "--mixed-precision"],
         "translate": ["--data", folder / "pairs", "--preset", "transformer-tiny", "--epochs", "1", "--batch-size", "8",
                       "--max-length", "16", "--vocabulary-size", "200", "--warmup-steps", "5", "--num-layers", "1",
                       "--intermediate-dim", "64", "--beam-size", "2"],
