@@ -1,0 +1,97 @@
+"""Every Python block of README.md runs as written.
+
+Each ```python block runs in a fresh namespace, in a temporary working
+directory. A block that uses files a user would already have (a trained run
+folder, downloaded checkpoints) is preceded by an HTML comment, invisible on
+the rendered page, that names what to lay out first:
+
+    <!-- readme-test: checkpoints runs -->
+
+- `checkpoints`: tiny random stand-ins of the pretrained folders under
+  `checkpoints/` (`python -m tests.pretrained.checkpoints checkpoints`);
+- `runs`: small run folders under `runs/` holding a `model.keras` with its
+  tokenizer, as the recipes write them (tiny untrained models: the blocks
+  test the calls, not the quality).
+"""
+
+import re
+import string
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCK = re.compile(r"(?:<!-- readme-test: (?P<needs>[\w ,-]+) -->\s*\n)?```python\n(?P<code>.*?)```", re.S)
+
+
+def python_blocks():
+    text = README.read_text(encoding="utf-8")
+    for match in BLOCK.finditer(text):
+        line = text.count("\n", 0, match.start("code")) + 1
+        needs = tuple(match.group("needs").replace(",", " ").split()) if match.group("needs") else ()
+        yield pytest.param(match.group("code"), needs, id=f"README.md:{line}")
+
+
+def lay_out_checkpoints(folder):
+    from tests.pretrained.checkpoints import write_stand_ins
+
+    write_stand_ins(folder / "checkpoints")
+
+
+def lay_out_runs(folder):
+    """Run folders with the file layout and model kinds of the recipes."""
+    import zoo
+    from zoo.data import CharTokenizer, WordTokenizer, train_word_piece
+
+    text = string.ascii_letters + " \n!$&',-.3:;?"  # Tiny Shakespeare's 65 characters
+    runs = folder / "runs"
+    chars = CharTokenizer.from_text(text)
+    lm = zoo.build("gpt-nano", task="causal_lm", vocabulary_size=chars.vocabulary_size(), tokenizer=chars)
+    sentences = ["a gripping film", "a dull plot", "the acting is superb", "two dogs run in the snow"]
+    word_piece = train_word_piece(sentences * 8, vocabulary_size=120)
+    size = word_piece.vocabulary_size()
+    classifier = zoo.build("bert-tiny", task="classifier", num_classes=2, vocabulary_size=size, tokenizer=word_piece)
+    translator = zoo.build(
+        "transformer-tiny", vocabulary_size=size, source_vocabulary_size=size, tokenizer=word_piece
+    )
+    words = WordTokenizer.from_texts(["the small dog slept", "der kleine hund schlief"])
+    demo = zoo.build(
+        "transformer-tiny",
+        vocabulary_size=words.vocabulary_size(),
+        source_vocabulary_size=words.vocabulary_size(),
+        tokenizer=words,
+    )
+    for name, model in (("gpt_char", lm), ("bert_classify", classifier), ("translate", translator), ("demo", demo)):
+        (runs / name).mkdir(parents=True)
+        zoo.save(model, runs / name / "model.keras")
+    zoo.save(zoo.from_pretrained(folder / "checkpoints" / "gpt2"), (runs / "gpt_finetune").mkdir() or runs / "gpt_finetune" / "model.keras")
+
+
+SETUPS = {"checkpoints": lay_out_checkpoints, "runs": lay_out_runs}
+
+
+@pytest.fixture(scope="module")
+def laid_out(tmp_path_factory):
+    """The checkpoints and runs, written once and shared (read-only) by the blocks."""
+    folder = tmp_path_factory.mktemp("readme_files")
+    for setup in SETUPS.values():  # runs/gpt_finetune starts from the stand-in GPT-2 checkpoint
+        setup(folder)
+    return folder
+
+
+@pytest.mark.parametrize("code, needs", list(python_blocks()))
+def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
+    unknown = sorted(set(needs) - set(SETUPS))
+    assert not unknown, f"unknown readme-test setup {unknown}; expected some of {sorted(SETUPS)}"
+    if needs:
+        shared = request.getfixturevalue("laid_out")
+        for name in SETUPS:
+            (tmp_path / name).symlink_to(shared / name, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    np.random.seed(0)
+    exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
+
+
+def test_the_readme_has_python_blocks():
+    assert len(list(python_blocks())) >= 5
