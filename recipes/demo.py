@@ -195,7 +195,7 @@ def main(argv=None):
     # --- Translate sentences never seen in training, with the saved model ----------
     best = load_model(folder)
     _, exact = evaluate(folder.path, model=best)
-    outputs = translate(best, val_en[: args.num_samples], args.sequence_length - 1)
+    outputs = translate(best, val_en[: args.num_samples], args.sequence_length - 1) if args.num_samples > 0 else []
     for source, reference, output in list(zip(val_en, val_de, outputs))[: args.num_samples]:
         mark = "ok" if output == reference else "WRONG"
         print(f"{source:32s} -> {output:32s} (reference: {reference}; {mark})")

@@ -308,12 +308,14 @@ def main(argv=None):
 
     example = 0
     model = best
-    target = [ids[START]] + token_id_lists(tokenizer, [translations[example][2]])[0]
-    scores = cross_attention(model, val_src_ids[example], target)
+    # A translation re-tokenized can be longer than the model's context: plot its first part.
+    target = ([ids[START]] + token_id_lists(tokenizer, [translations[example][2]])[0])[: args.max_length]
+    source = val_src_ids[example][: args.max_length]
+    scores = cross_attention(model, source, target)
     plot_attention(
         scores,
         [vocabulary[i] for i in target],
-        [vocabulary[i] for i in val_src_ids[example]],
+        [vocabulary[i] for i in source],
         folder / "attention.png",
         title="cross-attention, last decoder block",
     )
