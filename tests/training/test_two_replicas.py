@@ -74,9 +74,11 @@ def run():
         raise RuntimeError(result.stderr[-3000:])
     line = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")][-1]
     out = json.loads(line[len("RESULT "):])
-    assert out["replicas"] == 2
-    labels, tokens = np.array(out["labels"]), np.array(out["tokens"])
-    assert [(labels[:2] > 0).sum(), (labels[2:] > 0).sum()] == [12, 2]  # uneven per replica
+    labels = np.array(out["labels"])
+    per_replica = [int((labels[:2] > 0).sum()), int((labels[2:] > 0).sum())]
+    # Not AssertionErrors either: the xfail below expects only its own.
+    if out["replicas"] != 2 or per_replica != [12, 2]:
+        raise RuntimeError(f"expected 2 replicas with 12 and 2 real labels; got {out['replicas']}, {per_replica}")
     return out
 
 
