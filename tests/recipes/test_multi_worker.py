@@ -120,7 +120,7 @@ def test_the_demo_recipe_trains_on_two_workers_and_only_the_chief_writes_its_fol
         assert output not in private.parents and private != output
         assert chief["accuracy"] == worker["accuracy"]
         assert json.loads((output / "run.json").read_text())["finished"]
-        assert (output / "best.keras").is_file()
+        assert (output / "model.keras").is_file()
         # One training, seen from both workers: the same logged losses.
         assert (output / "history.csv").read_text() == (private / "history.csv").read_text()
     finally:

@@ -76,7 +76,6 @@ def run():
     out = json.loads(line[len("RESULT "):])
     labels = np.array(out["labels"])
     per_replica = [int((labels[:2] > 0).sum()), int((labels[2:] > 0).sum())]
-    # Not AssertionErrors either: the xfail below expects only its own.
     if out["replicas"] != 2 or per_replica != [12, 2]:
         raise RuntimeError(f"expected 2 replicas with 12 and 2 real labels; got {out['replicas']}, {per_replica}")
     return out
@@ -109,12 +108,6 @@ def test_masked_accuracy_counts_the_real_labels_of_the_global_batch(run):
     assert run["trained"]["accuracy"] == pytest.approx(expected, rel=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="MaskedSparseCrossentropy averages over each replica's own real labels and divides by the number "
-    "of replicas, so under MirroredStrategy `fit` follows (and reports) the mean of the replica means",
-)
 def test_two_replicas_train_on_the_global_masked_mean(run):
     expected = reference(run)
     message = (f"reported {run['trained']['loss']:.6f}; global masked mean {expected['loss']:.6f}, "

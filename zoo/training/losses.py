@@ -9,7 +9,11 @@ class MaskedSparseCrossentropy(keras.losses.Loss):
     """Sparse cross-entropy from logits that ignores `pad_id` labels, with
     optional label smoothing (Szegedy et al.; the Transformer uses 0.1).
 
-    The loss is averaged over the non-padded labels of the batch.
+    The loss is averaged over the non-padded labels of the whole batch: under
+    a `tf.distribute` strategy each replica divides its own sum by the number
+    of real labels on all replicas, so the summed gradients are those of the
+    global masked mean (not of the mean of the replicas' means, which weighs
+    a replica's labels more when it holds fewer of them).
     """
 
     def __init__(self, pad_id=0, label_smoothing=0.0, name="masked_sparse_crossentropy", **kwargs):
@@ -21,11 +25,17 @@ class MaskedSparseCrossentropy(keras.losses.Loss):
         # The loss masks `pad_id` labels itself and returns the mean. Keras'
         # own reduction would multiply that scalar by the Keras mask the
         # logits carry (from the decoder padding mask) and sum it, so it is
-        # bypassed; the result is scaled for tf.distribute as Keras' means are
-        # (each replica's mean / replicas; gradients are summed over replicas).
-        return _scale_for_replicas(self.call(y_true, y_pred))
+        # bypassed. Under tf.distribute, gradients are summed over replicas:
+        # each replica returns its sum over the real labels of all replicas.
+        total, count = self._sum_and_count(y_true, y_pred)
+        return total / ops.maximum(_count_over_replicas(count), 1.0)
 
     def call(self, y_true, y_pred):
+        total, count = self._sum_and_count(y_true, y_pred)
+        return total / ops.maximum(count, 1.0)
+
+    def _sum_and_count(self, y_true, y_pred):
+        """(sum of the per-label losses over the real labels, their count)."""
         # Under mixed precision the logits stay in their compute dtype
         # (bfloat16); only (B, T) values are float32. A float32 copy of the
         # (B, T, V) logits - 3.3 GB per step for GPT-2 at 16 x 1024 - is never
@@ -40,7 +50,7 @@ class MaskedSparseCrossentropy(keras.losses.Loss):
             smooth = logsumexp - ops.mean(ops.cast(y_pred, "float32"), axis=-1)
             nll = (1.0 - self.label_smoothing) * nll + self.label_smoothing * smooth
         mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
-        return ops.sum(nll * mask) / ops.maximum(ops.sum(mask), 1.0)
+        return ops.sum(nll * mask), ops.sum(mask)
 
     def get_config(self):
         return {**super().get_config(), "pad_id": self.pad_id, "label_smoothing": self.label_smoothing}
@@ -55,14 +65,16 @@ def _logsumexp_float32(logits):
     return ops.log(ops.sum(ops.exp(shifted), axis=-1)) + ops.cast(peak[..., 0], "float32")
 
 
-def _scale_for_replicas(loss):
+def _count_over_replicas(count):
+    """`count` summed over the replicas of a tf.distribute step (itself
+    outside one, and on other backends, whose distributed arrays are global)."""
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        if replicas > 1:
-            loss = loss / replicas
-    return loss
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+    return count
 
 
 @keras.saving.register_keras_serializable(package="zoo")
