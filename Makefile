@@ -18,10 +18,12 @@ $(STAMP): pyproject.toml
 
 # The layer and generation tests and the error messages (with their
 # JAX-only strict xfail) on the JAX backend, then the whole default suite on
-# TensorFlow. Offline; about 8 minutes on 2 cores.
+# TensorFlow. Offline. Two pytest workers (pytest-xdist; a test file stays on
+# one worker, so its module fixtures are built once): most tests keep one
+# core busy with Python, so two of them use both cores of a small machine.
 test: $(STAMP)
-	KERAS_BACKEND=jax $(PY) -m pytest -q tests/layers tests/generation tests/test_error_messages.py
-	KERAS_BACKEND=tensorflow $(PY) -m pytest -q
+	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 --dist loadfile tests/layers tests/generation tests/test_error_messages.py
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 --dist loadfile
 
 # The same layer, model and generation tests on torch, Keras' third backend,
 # in an environment of its own without TensorFlow (keras-hub without its

@@ -1,4 +1,4 @@
-"""Every error path the issues name, and where its message is tested.
+"""Every error path a user can hit, and where its message is tested.
 
 Each test here checks the part of a message that names what was wrong and
 what was expected. Paths already tested elsewhere are not repeated; this
