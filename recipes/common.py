@@ -530,3 +530,29 @@ def mean_cross_entropy(model, inputs, targets, batch_size, weights=None):
         total += float(((log_z - picked) * w).sum())
         count += float(w.sum())
     return total / max(count, 1.0)
+
+
+# --- Language-model windows (gpt_char, gpt_finetune) ---
+
+
+def train_dataset(ids, batch_size, sequence_length, seed):
+    """Endless random windows as the model's named inputs (no padding)."""
+    import tensorflow as tf
+
+    from zoo.data import language_model_windows
+
+    def named(x, y):
+        return {"token_ids": x, "padding_mask": tf.ones_like(x)}, y
+
+    windows = language_model_windows(ids, batch_size, sequence_length, seed=seed)
+    return windows.map(named, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def eval_inputs(ids, batch_size, sequence_length, num_batches, seed=0):
+    """Fixed random windows of a language model: (named inputs, targets) arrays."""
+    import numpy as np
+
+    from zoo.data import language_model_eval_batches
+
+    x, y = language_model_eval_batches(ids, batch_size, sequence_length, num_batches, seed=seed)
+    return {"token_ids": x, "padding_mask": np.ones_like(x)}, y

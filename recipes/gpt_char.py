@@ -34,6 +34,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from recipes.common import eval_inputs, train_dataset  # noqa: E402,F401 (train_dataset: also benchmarks/train_throughput.py)
+
 
 # --- Defaults: nanoGPT's config/train_shakespeare_char.py with its README's
 # CPU overrides (block 64, batch 12, 4 x 4 x 128, 2000 iters, dropout 0).
@@ -96,28 +98,6 @@ def compile_model(model, steps, learning_rate, jit_compile=True, steps_per_execu
         steps_per_execution=steps_per_execution,
     )
     return model
-
-
-def train_dataset(ids, batch_size, sequence_length, seed):
-    """Endless random windows as the model's named inputs (no padding)."""
-    import tensorflow as tf
-
-    from zoo.data import language_model_windows
-
-    def named(x, y):
-        return {"token_ids": x, "padding_mask": tf.ones_like(x)}, y
-
-    windows = language_model_windows(ids, batch_size, sequence_length, seed=seed)
-    return windows.map(named, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
-
-
-def eval_inputs(ids, batch_size, sequence_length, num_batches, seed=0):
-    import numpy as np
-
-    from zoo.data import language_model_eval_batches
-
-    x, y = language_model_eval_batches(ids, batch_size, sequence_length, num_batches, seed=seed)
-    return {"token_ids": x, "padding_mask": np.ones_like(x)}, y
 
 
 def split_text(text, source, train_fraction, sequence_length, vocabulary=None):

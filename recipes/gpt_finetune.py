@@ -29,6 +29,8 @@ import re  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from recipes.common import eval_inputs, train_dataset  # noqa: E402
+
 # --- Defaults: a short fine-tuning run of GPT-2 small (124M) on one CPU or GPU.
 DEFAULTS = dict(
     data=str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare" / "input.txt"),
@@ -87,29 +89,6 @@ def split_ids(ids, source, train_fraction, sequence_length):
     return train, val
 
 
-def windows(ids, batch_size, sequence_length, seed):
-    """Endless random windows as the model's named inputs."""
-    import tensorflow as tf
-
-    from zoo.data import language_model_windows
-
-    def named(x, y):
-        return {"token_ids": x, "padding_mask": tf.ones_like(x)}, y
-
-    stream = language_model_windows(ids, batch_size, sequence_length, seed=seed)
-    return stream.map(named, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
-
-
-def eval_windows(ids, batch_size, sequence_length, num_batches, seed=0):
-    """Fixed random windows: (inputs, targets) arrays."""
-    import numpy as np
-
-    from zoo.data import language_model_eval_batches
-
-    x, y = language_model_eval_batches(ids, batch_size, sequence_length, num_batches, seed=seed)
-    return {"token_ids": x, "padding_mask": np.ones_like(x)}, y
-
-
 def evaluate(folder, data=None, split="val", model=None):
     """The run's validation loss (mean cross-entropy per token, nats) on
     `split` of `data`, as the recipe printed it last.
@@ -134,7 +113,7 @@ def evaluate(folder, data=None, split="val", model=None):
     data = data or args["data"]
     ids = encode_text(model.tokenizer, read_text(data))
     train, val = split_ids(ids, data, DEFAULTS["train_fraction"], args["sequence_length"])
-    x, y = eval_windows(train if split == "train" else val, args["batch_size"], args["sequence_length"], args["eval_batches"])
+    x, y = eval_inputs(train if split == "train" else val, args["batch_size"], args["sequence_length"], args["eval_batches"])
     return "val_loss", mean_cross_entropy(model, x, y, args["batch_size"])
 
 
@@ -236,11 +215,11 @@ def main(argv=None):
         )
     steps_per_epoch = min(args.steps_per_epoch, args.steps)
     epochs = -(-args.steps // steps_per_epoch)
-    train = windows(train_ids, args.batch_size, args.sequence_length, args.seed).skip(
+    train = train_dataset(train_ids, args.batch_size, args.sequence_length, args.seed).skip(
         folder.resumed_epoch * steps_per_epoch
     )
-    epoch_val = eval_windows(val_ids, args.batch_size, args.sequence_length, DEFAULTS["epoch_eval_batches"], seed=1)
-    x_val, y_val = eval_windows(val_ids, args.batch_size, args.sequence_length, args.eval_batches, seed=0)
+    epoch_val = eval_inputs(val_ids, args.batch_size, args.sequence_length, DEFAULTS["epoch_eval_batches"], seed=1)
+    x_val, y_val = eval_inputs(val_ids, args.batch_size, args.sequence_length, args.eval_batches, seed=0)
     before = mean_cross_entropy(model, x_val, y_val, args.batch_size)
     print(f"val_loss before fine-tuning: {before:.4f}", flush=True)
 
