@@ -16,13 +16,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test,jax,eval]"
 	touch $(STAMP)
 
-# The layer and generation tests and the error messages (with their
+# The layer, generation and training-mode tests and the error messages (with their
 # JAX-only strict xfail) on the JAX backend, then the whole default suite on
 # TensorFlow. Offline. Two pytest workers (pytest-xdist; a test file stays on
 # one worker, so its module fixtures are built once): most tests keep one
 # core busy with Python, so two of them use both cores of a small machine.
 test: $(STAMP)
-	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 --dist loadfile tests/layers tests/generation tests/test_error_messages.py
+	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 --dist loadfile tests/layers tests/generation tests/models/test_training_mode.py tests/test_error_messages.py
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 --dist loadfile
 
 # The same layer, model and generation tests on torch, Keras' third backend,

@@ -1,4 +1,5 @@
-"""Masks broken on purpose: each mutation must make the mask tests fail.
+"""Masks (and training mode) broken on purpose: each mutation must make the
+mask tests (or the training-mode tests) fail.
 
 A wrong mask fails silently - the model still trains - so the fuzz tests
 (tests/fuzz) and the attention invariants (no future leak, padding changes
@@ -10,6 +11,10 @@ that holds it, then runs those tests, which must fail.
 
     make mutate                                  # every mutation, a summary table
     python -m tests.mutations causal_mask_dropped   # one, with pytest's output
+
+One more mutation breaks training mode instead of a mask: a model whose
+`call` hides its `training` argument from Keras trains with every dropout
+layer off, and tests/models/test_training_mode.py must fail.
 
 Two controls run first and must pass: the unmodified code, and the
 re-implementation of attention the weight mutations patch in, unbroken
@@ -31,6 +36,8 @@ SELECT = (
     "fuzz or matches_reference or no_future_leak or exactly_zero_above or padded_key or fully_masked "
     "or cached or implicit_keras_mask"
 )
+# The tests that must catch a model that never passes `training` on.
+TRAINING_SUITE = ["tests/models/test_training_mode.py"]
 
 
 def _patch_everywhere(name, new):
@@ -183,6 +190,17 @@ def masked_logit_too_small():
     _reimplemented(masked_logit=-1.0)
 
 
+def training_hidden_from_keras():
+    """`ZooModel.call` without a `training` argument in its signature:
+    Keras then never passes it, and no dropout layer runs in `fit`."""
+    from zoo.models.base import ZooModel
+
+    def call(self, inputs, *args, **kwargs):
+        return super(ZooModel, self).call(self._with_optional_inputs(inputs), *args, **kwargs)
+
+    ZooModel.call = call
+
+
 def control_unmodified():
     pass
 
@@ -205,5 +223,17 @@ MUTATIONS = {
         empty_rows_not_zeroed,
         nan_on_empty_rows,
         masked_logit_too_small,
+        training_hidden_from_keras,
     )
 }
+TRAINING_MUTATIONS = {"training_hidden_from_keras"}
+
+
+def suite(name):
+    """(test paths, -k expression) that must catch mutation `name`; a
+    control runs every suite."""
+    if name in CONTROLS:
+        return [*SUITE, *TRAINING_SUITE], f"({SELECT}) or test_training_mode"
+    if name in TRAINING_MUTATIONS:
+        return TRAINING_SUITE, ""
+    return SUITE, SELECT

@@ -16,7 +16,7 @@ def run_one(name):
     pytest's exit status (0 passed, 1 some test failed)."""
     from hypothesis import Phase, settings
 
-    from tests.mutations import CONTROLS, MUTATIONS, SELECT, SUITE
+    from tests.mutations import CONTROLS, MUTATIONS, suite
 
     # A failing example is enough: no shrinking, which can take minutes.
     settings.register_profile("mutate", phases=[Phase.explicit, Phase.reuse, Phase.generate])
@@ -25,7 +25,8 @@ def run_one(name):
     import pytest
 
     stop_at_first = [] if name in CONTROLS else ["-x"]
-    return pytest.main(["-q", "-p", "no:cacheprovider", "-k", SELECT, *stop_at_first, *SUITE])
+    paths, select = suite(name)
+    return pytest.main(["-q", "-p", "no:cacheprovider", *(["-k", select] if select else []), *stop_at_first, *paths])
 
 
 def run_all():

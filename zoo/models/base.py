@@ -74,9 +74,12 @@ class ZooModel(keras.Model):
             self._check_values(inputs)
         return super().__call__(inputs, *args, **kwargs)
 
-    def call(self, inputs, *args, **kwargs):
-        # `fit` on JAX calls `call` directly (`stateless_call`), not `__call__`.
-        return super().call(self._with_optional_inputs(inputs), *args, **kwargs)
+    def call(self, inputs, training=None, mask=None):
+        # `training` must stay a named argument: Keras passes it (from `fit`,
+        # `evaluate`, `predict` and `__call__`) only to a `call` whose
+        # signature names it. `fit` on JAX calls `call` directly
+        # (`stateless_call`), not `__call__`.
+        return super().call(self._with_optional_inputs(inputs), training=training, mask=mask)
 
     def _with_optional_inputs(self, inputs):
         """A dict of inputs with each left-out optional input (the model's
