@@ -1,4 +1,4 @@
-"""Every Python block of README.md runs as written.
+"""Every Python block of README.md and of the guides in docs/ runs as written.
 
 Each ```python block runs in a fresh namespace, in a temporary working
 directory. A block that uses files a user would already have (a trained run
@@ -21,16 +21,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"(?:<!-- readme-test: (?P<needs>[\w ,-]+) -->\s*\n)?```python\n(?P<code>.*?)```", re.S)
 
 
-def python_blocks():
-    text = README.read_text(encoding="utf-8")
-    for match in BLOCK.finditer(text):
-        line = text.count("\n", 0, match.start("code")) + 1
-        needs = tuple(match.group("needs").replace(",", " ").split()) if match.group("needs") else ()
-        yield pytest.param(match.group("code"), needs, id=f"README.md:{line}")
+def python_blocks(pages=PAGES):
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for match in BLOCK.finditer(text):
+            line = text.count("\n", 0, match.start("code")) + 1
+            needs = tuple(match.group("needs").replace(",", " ").split()) if match.group("needs") else ()
+            yield pytest.param(match.group("code"), needs, id=f"{page.relative_to(ROOT)}:{line}")
 
 
 def lay_out_checkpoints(folder):
@@ -90,8 +93,8 @@ def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
             (tmp_path / name).symlink_to(shared / name, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     np.random.seed(0)
-    exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
+    exec(compile(code, request.node.callspec.id.split(":")[0], "exec"), {"__name__": "__readme__"})
 
 
 def test_the_readme_has_python_blocks():
-    assert len(list(python_blocks())) >= 5
+    assert len(list(python_blocks([README]))) >= 5
