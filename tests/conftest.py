@@ -3,17 +3,33 @@ float32 by default, fixed seeds."""
 
 import os
 
+import pytest
+
 # Before TensorFlow (and so Keras) is first imported.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# The tests run many tiny ops, each compiled once by XLA (every op on JAX):
-# skipping LLVM's optimisations halves the compile time that dominates them.
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
-    ).strip()
 
-import keras  # noqa: E402
-import pytest  # noqa: E402
+
+def pytest_configure(config):
+    """Runs before any test module (and so Keras) is imported."""
+    if not _selects_slow_tests(config.getoption("markexpr") or ""):
+        # The fast tests run many tiny ops, each compiled once by XLA (every
+        # op on JAX): skipping LLVM's optimisations halves the compile time
+        # that dominates them. The slow tests train for an hour, where code
+        # compiled that way runs several times slower: they keep XLA's default.
+        if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+            os.environ["XLA_FLAGS"] = (
+                os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+            ).strip()
+    import keras
+
+    use_full_float32_matmuls(keras.backend.backend())
+
+
+def _selects_slow_tests(expression):
+    """Whether `-m EXPRESSION` runs the slow tests (`-m slow`, not the
+    default `-m 'not slow'`)."""
+    return "slow" in expression and "not slow" not in expression
+
 
 SEED = 1337
 
@@ -42,13 +58,12 @@ def use_full_float32_matmuls(backend):
         torch.set_float32_matmul_precision("highest")
 
 
-use_full_float32_matmuls(keras.backend.backend())
-
-
 @pytest.fixture(autouse=True)
 def float32_and_seeded():
     """Every test starts seeded under float32 and leaves float32 behind,
     even when it switched to `mixed_bfloat16` and failed halfway."""
+    import keras
+
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(SEED)
     yield
