@@ -5,8 +5,10 @@
     zoo translate RUN "sentence" ...       beam search, one translation a line
     zoo classify RUN "sentence" ...        label and probability per sentence
     zoo eval RUN [--data DIR_OR_TFDS] [--split SPLIT]
+                                           (sample, translate, classify, eval: --quantize int8|int4|float8)
     zoo presets [--family F]               list the presets
     zoo describe NAME                      sizes, parameters and FLOPs of a preset
+    zoo explore TARGET [--port N]          a local web page: generation, attention maps, probabilities
 
 `zoo train translate --epochs 2` is `python -m recipes.translate --epochs 2`:
 the same `main(argv)`, the same flags (`zoo train NAME -h` lists them).
@@ -69,6 +71,7 @@ def parser():
     sample.add_argument("--top-p", type=float, default=None, help="nucleus sampling: the smallest set of mass P")
     sample.add_argument("--top-k", type=int, default=None, help="sample from the K most likely tokens")
     sample.add_argument("--seed", type=int, default=None, help="random seed, for a reproducible sample")
+    _add_quantize(sample)
 
     translate = commands.add_parser("translate", help="translate sentences with a trained run (translate, demo)")
     translate.add_argument("run", metavar="RUN", help="the run folder of translate or demo")
@@ -77,12 +80,14 @@ def parser():
                            help="beams (1: greedy); default: the run's own --beam-size (4; demo: 1)")
     translate.add_argument("--length-penalty", type=float, default=None,
                            help="beam score log_prob / length ** L; default: the run's own")
+    _add_quantize(translate)
 
     classify = commands.add_parser("classify", help="label sentences with a trained classifier (bert_classify)")
     classify.add_argument("run", metavar="RUN", help="the run folder of bert_classify")
     classify.add_argument("sentences", nargs="+", metavar="SENTENCE", help="sentences to classify")
     classify.add_argument("--labels", default=None,
                           help="comma-separated class names in class order, e.g. negative,positive")
+    _add_quantize(classify)
 
     evaluate = commands.add_parser(
         "eval", help="the run's own metric on any split",
@@ -94,12 +99,44 @@ def parser():
     evaluate.add_argument("--data", default=None, help="a local path or tfds:NAME; default: the run's own --data")
     evaluate.add_argument("--split", default=None,
                           help="default: the run's validation split (val; dev for bert_classify)")
+    _add_quantize(evaluate)
 
     presets = commands.add_parser("presets", help="list the presets")
     presets.add_argument("--family", choices=("transformer", "gpt", "bert"), default=None, help="only this family")
     describe = commands.add_parser("describe", help="sizes, parameters and FLOPs of a preset")
     describe.add_argument("name", help="a preset name (`zoo presets`)")
+
+    explore = commands.add_parser(
+        "explore", help="a local web page over a model: generation, attention maps, probabilities",
+        description="Serve a page over one model (needs the explore extra: pip install -e .[explore]); "
+        "docs/explore.md shows what it does.",
+    )
+    explore.add_argument("target", metavar="TARGET",
+                         help="a run folder (holding model.keras), a .keras file or a checkpoint folder")
+    explore.add_argument("--port", type=int, default=8000, help="the port (0: a free one)")
+    explore.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1: this machine)")
+    explore.add_argument("--labels", default=None,
+                         help="a classifier's class names in class order, e.g. negative,positive")
     return top
+
+
+def _add_quantize(command):
+    command.add_argument(
+        "--quantize", metavar="MODE", type=_quantization_mode, default=None,
+        help="quantize the run's model in memory first: int8, int4 or float8 (docs/quantization.md); "
+        "the run's files are not changed",
+    )
+
+
+def _quantization_mode(mode):
+    """argparse type of --quantize: the mode, checked before the model loads."""
+    from zoo.models import check_quantization_mode
+
+    try:
+        check_quantization_mode(mode)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("quantize: ")) from None
+    return mode
 
 
 def main(argv=None):
@@ -140,9 +177,10 @@ def _train(name, recipe_argv):
     return 0
 
 
-def open_run(folder, use=None):
+def open_run(folder, use=None, quantize=None):
     """(recipe name, recipe module, model) of a run folder; `use` ("sample",
-    "translate", "classify") refuses a run whose model does something else."""
+    "translate", "classify") refuses a run whose model does something else;
+    `quantize` (a mode) quantizes the model after loading."""
     from zoo.data import DataError
 
     from recipes.common import load_model, read_run
@@ -155,13 +193,15 @@ def open_run(folder, use=None):
         fits = [n for n, u in USES.items() if u == use]
         raise DataError(f"{folder}: a {name} run; `zoo {use}` needs a run of {' or '.join(fits)}")
     model = load_model(folder)
+    if quantize is not None:
+        model.quantize(quantize)
     return name, importlib.import_module(RECIPES[name][0]), model
 
 
 def _sample(args):
     import zoo
 
-    _, _, model = open_run(args.run, "sample")
+    _, _, model = open_run(args.run, "sample", args.quantize)
     if args.max_length < 1:
         raise ValueError(f"--max-length {args.max_length}: expected a positive number of characters")
     sampler = {"sampler": "temperature"}
@@ -180,7 +220,7 @@ def _sample(args):
 def _translate(args):
     import zoo
 
-    name, _, model = open_run(args.run, "translate")
+    name, _, model = open_run(args.run, "translate", args.quantize)
     run = json.loads((Path(args.run) / "run.json").read_text(encoding="utf-8"))["args"]
     beams = args.beam_size or run.get("beam_size", 1)
     penalty = args.length_penalty if args.length_penalty is not None else run.get("length_penalty", 0.6)
@@ -192,7 +232,7 @@ def _translate(args):
 def _classify(args):
     import zoo
 
-    _, _, model = open_run(args.run, "classify")
+    _, _, model = open_run(args.run, "classify", args.quantize)
     names = args.labels.split(",") if args.labels else None
     result = zoo.classify(model, args.sentences, label_names=names)
     for sentence, label, probabilities in zip(args.sentences, result.labels, result.probabilities):
@@ -203,7 +243,7 @@ def _classify(args):
 def _eval(args):
     from recipes.common import final_line
 
-    name, recipe, model = open_run(args.run)
+    name, recipe, model = open_run(args.run, quantize=args.quantize)
     split = args.split or ("dev" if name == "bert_classify" else "val")
     metric, value = recipe.evaluate(args.run, data=args.data, split=split, model=model)
     final_line(metric, value)
@@ -231,6 +271,15 @@ def _describe(args):
     return 0
 
 
+def _explore(args):
+    try:
+        from recipes.explore import serve
+        import uvicorn  # noqa: F401
+    except ImportError as error:
+        raise ValueError(f"{error.name} is not installed; expected the explore extra: pip install -e .[explore]") from None
+    return serve(args.target, host=args.host, port=args.port, labels=args.labels.split(",") if args.labels else None)
+
+
 COMMANDS = {
     "sample": _sample,
     "translate": _translate,
@@ -238,6 +287,7 @@ COMMANDS = {
     "eval": _eval,
     "presets": _presets,
     "describe": _describe,
+    "explore": _explore,
 }
 
 

@@ -1,0 +1,452 @@
+"""What `zoo explore` computes: a model opened once, and its answers to the
+page's requests (generated tokens, attention, next-token probabilities,
+translations, label probabilities), as plain Python data.
+
+Only the public `zoo` API here, as in a user's own script: `zoo.load`,
+`zoo.from_pretrained`, `zoo.generation.generate`, `zoo.classify`, the
+models' `attention_scores` and cached step (`empty_cache`,
+`call_with_cache`, what `zoo.generate` runs), and their tokenizers.
+
+Shape letters: N blocks, h heads, W context window, S source, T target,
+V vocabulary.
+"""
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+# What the page shows, by model kind.
+LANGUAGE_MODEL, TRANSLATOR, CLASSIFIER = "language_model", "translator", "classifier"
+SAMPLERS = ("greedy", "temperature", "top_k", "top_p")
+MAX_NEW_TOKENS = 1024
+TOP = 10
+
+
+class RequestError(ValueError):
+    """A request the model cannot answer: the message names the field that
+    was wrong and what was expected."""
+
+
+def open_target(target):
+    """The model of a run folder, a `.keras` file or a checkpoint folder.
+
+    Args:
+        target: a run folder holding `model.keras` (as the recipes write),
+            a `.keras` file, or a GPT-2 / BERT checkpoint folder that
+            `zoo.from_pretrained` reads.
+    """
+    import zoo
+
+    path = Path(target)
+    if path.is_dir() and (path / "model.keras").is_file():
+        return zoo.load(path / "model.keras", compile=False)
+    if path.suffix == ".keras":
+        if not path.is_file():
+            raise ValueError(f"{path}: no such file; expected a .keras file written by zoo.save")
+        return zoo.load(path, compile=False)
+    if path.is_dir():
+        return zoo.from_pretrained(path)
+    raise ValueError(
+        f"{path}: not found; expected a run folder (holding model.keras), a .keras file or a checkpoint folder"
+    )
+
+
+def kind_of(model):
+    """LANGUAGE_MODEL, TRANSLATOR or CLASSIFIER; a ValueError for a model
+    the page cannot show."""
+    from zoo.models import BertClassifier, EncoderDecoder, GPTCausalLM
+
+    for cls, kind in ((GPTCausalLM, LANGUAGE_MODEL), (EncoderDecoder, TRANSLATOR), (BertClassifier, CLASSIFIER)):
+        if isinstance(model, cls):
+            if tokenizer_of(model) is None:
+                raise ValueError(
+                    f"the {type(model).__name__} carries no tokenizer; `zoo explore` works on text, so it needs "
+                    "a model saved with its tokenizer (model.tokenizer), as the recipes save them"
+                )
+            return kind
+    raise ValueError(
+        f"`zoo explore` shows a GPTCausalLM, an EncoderDecoder or a BertClassifier; got a {type(model).__name__}"
+    )
+
+
+def tokenizer_of(model):
+    for owner in (model, getattr(model, "backbone", None)):
+        tokenizer = getattr(owner, "tokenizer", None)
+        if tokenizer is not None:
+            return tokenizer
+    return None
+
+
+class Explorer:
+    """One model and what the page asks of it. Model calls hold a lock:
+    the server answers requests on several threads.
+
+    Args:
+        model: a `GPTCausalLM`, `EncoderDecoder` or `BertClassifier` that
+            carries its tokenizer.
+        name: what the page calls it (the target's path).
+        labels: the class names of a classifier, in class order.
+    """
+
+    def __init__(self, model, name="", labels=None):
+        self.model = model
+        self.kind = kind_of(model)
+        self.name = str(name)
+        self.tokenizer = tokenizer_of(model)
+        self.lock = threading.Lock()
+        if self.kind == CLASSIFIER:
+            count = model.num_classes
+            if labels is not None and len(labels) != count:
+                raise ValueError(f"--labels names {len(labels)} classes but the model has {count}")
+            self.labels = list(labels) if labels is not None else [str(i) for i in range(count)]
+        else:
+            self.labels = None
+
+    # --- What every page asks first ----------------------------------------------
+
+    def info(self):
+        """The model's kind and sizes."""
+        backbone = getattr(self.model, "backbone", self.model)
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "model": type(self.model).__name__,
+            "num_layers": int(backbone.num_layers),
+            "num_heads": int(backbone.num_heads),
+            "context": int(self.context),
+            "vocabulary_size": int(self.tokenizer.vocabulary_size()),
+            "labels": self.labels,
+            "max_new_tokens": MAX_NEW_TOKENS,
+        }
+
+    @property
+    def context(self):
+        return getattr(self.model, "max_sequence_length", None) or self.model.backbone.max_sequence_length
+
+    # --- Language model -----------------------------------------------------------
+
+    def check_generate(self, request):
+        """The checked settings of a generation request (a dict from JSON)."""
+        self._expect(LANGUAGE_MODEL, "/api/generate")
+        fields = ("prompt", "max_new_tokens", "sampler", "temperature", "top_k", "top_p", "seed")
+        _known(request, fields)
+        prompt = request.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise RequestError(f"prompt: expected a non-empty string; got {prompt!r}")
+        ids = self.encode(prompt, field="prompt")
+        if not ids:
+            raise RequestError(f"prompt: {prompt!r} has no tokens; expected text the tokenizer knows")
+        sampler = request.get("sampler", "greedy")
+        if sampler not in SAMPLERS:
+            raise RequestError(f"sampler: {sampler!r} is unknown; expected one of {', '.join(SAMPLERS)}")
+        vocabulary = int(self.model.vocabulary_size)
+        return {
+            "ids": ids,
+            "max_new_tokens": _integer(request, "max_new_tokens", 1, MAX_NEW_TOKENS, 50),
+            "sampler": sampler,
+            "temperature": _number(request, "temperature", 0.0, None, 1.0, "a number > 0"),
+            "top_k": _integer(request, "top_k", 1, vocabulary, min(40, vocabulary)),
+            "top_p": _number(request, "top_p", 0.0, 1.0, 0.9, "a number in (0, 1]"),
+            "seed": _integer(request, "seed", 0, 2**31 - 1, None),
+        }
+
+    def stream(self, settings):
+        """Yields each new token as it is chosen: dicts {index, id, text,
+        probability}. Within the context window each token costs one
+        cached step (`call_with_cache`, as `zoo.generate` runs); past it,
+        one forward pass over the last W tokens (nanoGPT's sliding
+        window, as `zoo.generate` does). Greedy picks the tokens
+        `zoo.generate` picks; the other samplers draw from NumPy's
+        generator seeded with `seed`."""
+        import keras
+
+        ids = list(settings["ids"])
+        context = self.context
+        end = getattr(self.tokenizer, "end_token_id", None)
+        rng = np.random.default_rng(settings["seed"])
+        cache = None
+        logits = None
+        for _ in range(settings["max_new_tokens"]):
+            with self.lock:
+                if len(ids) < context:
+                    if cache is None:  # the prefill: the prompt's positions at once
+                        cache = self.model.empty_cache(1, context)
+                        step, start = ids, 0
+                    else:
+                        step, start = ids[-1:], len(ids) - 1
+                    out, cache = self.model.call_with_cache(np.array([step], "int32"), cache, start)
+                    logits = keras.ops.convert_to_numpy(keras.ops.cast(out[0, -1], "float32"))
+                else:
+                    logits = self._window_logits(ids[-context:])
+            token = self._choose(logits, settings, rng)
+            probability = float(_softmax(logits)[token])
+            ids.append(token)
+            yield {"index": len(ids) - 1, "id": token, "text": self.token_text(token), "probability": probability}
+            if end is not None and token == int(end):
+                return
+
+    def _window_logits(self, window):
+        """(V,) float32 logits after the last token of `window` (at most W
+        tokens), right-padded to W as `zoo.generate` pads its sliding
+        window, so that every step has one shape."""
+        context = self.context
+        ids = np.zeros((1, context), "int32")
+        mask = np.zeros((1, context), "int32")
+        ids[0, : len(window)] = window
+        mask[0, : len(window)] = 1
+        logits = self.model.predict_on_batch({"token_ids": ids, "padding_mask": mask})  # (1, W, V)
+        return np.asarray(logits, "float32")[0, len(window) - 1]
+
+    def _choose(self, logits, settings, rng):
+        name = settings["sampler"]
+        if name == "greedy":
+            return int(np.argmax(logits))
+        probabilities = _softmax(logits / settings["temperature"])
+        if name == "top_k":
+            keep = np.argsort(-probabilities, kind="stable")[: settings["top_k"]]
+        elif name == "top_p":
+            order = np.argsort(-probabilities, kind="stable")
+            mass = np.cumsum(probabilities[order])
+            keep = order[: int(np.searchsorted(mass, settings["top_p"])) + 1]
+        else:
+            keep = np.arange(len(probabilities))
+        kept = probabilities[keep] / probabilities[keep].sum()
+        return int(keep[rng.choice(len(keep), p=kept)])
+
+    def inspect(self, request):
+        """The attention of the token at `position` over its context, for
+        every block and head, and the top-10 next-token probabilities
+        there.
+
+        Args:
+            request: {"ids": the sequence's token ids, "position": an index
+                into them}.
+
+        Returns:
+            {"position", "start" (the window's first index), "tokens" (the
+            window's tokens), "attention": (N, h, W) nested lists, "top":
+            [{id, text, probability}] best first, "next": the id that came
+            after `position` or None}.
+        """
+        self._expect(LANGUAGE_MODEL, "/api/inspect")
+        _known(request, ("ids", "position"))
+        ids = request.get("ids")
+        vocabulary = int(self.model.vocabulary_size)
+        if not isinstance(ids, list) or not ids or not all(_is_int(t) and 0 <= t < vocabulary for t in ids):
+            raise RequestError(f"ids: expected a non-empty list of token ids in [0, {vocabulary})")
+        position = _integer(request, "position", 0, len(ids) - 1, None, required=True)
+        start = max(0, position + 1 - self.context)
+        window = ids[start : position + 1]
+        inputs = {"token_ids": np.array([window], "int32"), "padding_mask": np.ones((1, len(window)), "int32")}
+        with self.lock:
+            scores = self.model.attention_scores(inputs)["self"]  # (N, 1, h, W, W)
+            logits = self.model.predict_on_batch(inputs)  # (1, W, V)
+        attention = np.asarray(scores, "float32")[:, 0, :, -1, :]  # (N, h, W): the position's row
+        probabilities = _softmax(np.asarray(logits, "float32")[0, -1])
+        best = np.argsort(-probabilities, kind="stable")[:TOP]
+        return {
+            "position": position,
+            "start": start,
+            "tokens": self.tokens(window),
+            "attention": _rounded(attention),
+            "top": [{"id": int(t), "text": self.token_text(t), "probability": float(probabilities[t])} for t in best],
+            "next": int(ids[position + 1]) if position + 1 < len(ids) else None,
+        }
+
+    # --- Translator ---------------------------------------------------------------
+
+    def translate(self, request):
+        """A translation and the decoder's cross-attention over the source.
+
+        Args:
+            request: {"source": str, "num_beams": int (1 is greedy),
+                "length_penalty": float}.
+
+        Returns:
+            {"translation", "source_tokens" (S), "target_tokens" (T: the
+            token each decoder position produced), "cross": (N, h, T, S)
+            nested lists}.
+        """
+        import zoo
+
+        self._expect(TRANSLATOR, "/api/translate")
+        _known(request, ("source", "num_beams", "length_penalty"))
+        source = request.get("source")
+        if not isinstance(source, str) or not source.strip():
+            raise RequestError(f"source: expected a non-empty sentence; got {source!r}")
+        beams = _integer(request, "num_beams", 1, 16, 4)
+        penalty = _number(request, "length_penalty", None, None, 0.6, "a number")
+        context = self.context
+        source_tokenizer = getattr(self.model, "source_tokenizer", None) or self.tokenizer
+        source_ids = self.encode(source, source_tokenizer, "source")[:context]
+        if not source_ids:
+            raise RequestError(f"source: {source!r} has no tokens; expected text the tokenizer knows")
+        start, end = self.special_id("[START]", "start_token_id"), self.special_id("[END]", "end_token_id")
+        with self.lock:  # the call `zoo.translate` makes for one sentence
+            result = zoo.generation.generate(
+                self.model,
+                [[start]],
+                min(len(source_ids) + 10, context - 1),
+                sampler="beam" if beams > 1 else "greedy",
+                stop_token_ids=[end],
+                source=[source_ids],
+                num_beams=beams,
+                length_penalty=penalty,
+            )
+            produced = [int(t) for t in result.sequences[0]]
+            decoder = [start] + produced[:-1]
+            inputs = {
+                "encoder_token_ids": np.array([source_ids], "int32"),
+                "encoder_padding_mask": np.ones((1, len(source_ids)), "int32"),
+                "decoder_token_ids": np.array([decoder], "int32"),
+                "decoder_padding_mask": np.ones((1, len(decoder)), "int32"),
+            }
+            cross = np.asarray(self.model.attention_scores(inputs)["cross"], "float32")[:, 0]  # (N, h, T, S)
+        words = produced[: produced.index(end)] if end in produced else produced
+        return {
+            "translation": self.decode(words),
+            "source_tokens": self.tokens(source_ids, source_tokenizer),
+            "target_tokens": self.tokens(produced),
+            "cross": _rounded(cross),
+        }
+
+    # --- Classifier ---------------------------------------------------------------
+
+    def classify(self, request):
+        """Label probabilities and the [CLS] row of attention.
+
+        Args:
+            request: {"text": str}.
+
+        Returns:
+            {"labels", "probabilities", "label" (the most likely),
+            "tokens" ([CLS] ... [SEP]), "attention": (N, h, T) nested lists,
+            the [CLS] position's attention over the tokens}.
+        """
+        import zoo
+
+        self._expect(CLASSIFIER, "/api/classify")
+        _known(request, ("text",))
+        text = request.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise RequestError(f"text: expected a non-empty sentence; got {text!r}")
+        cls_id, sep_id = self.special_id("[CLS]", "cls_token_id"), self.special_id("[SEP]", "sep_token_id")
+        context = self.context
+        packed = ([cls_id] + self.encode(text)[: context - 2] + [sep_id])[:context]  # as zoo.classify packs
+        inputs = {
+            "token_ids": np.array([packed], "int32"),
+            "segment_ids": np.zeros((1, len(packed)), "int32"),
+            "padding_mask": np.ones((1, len(packed)), "int32"),
+        }
+        with self.lock:
+            result = zoo.classify(self.model, [text], label_names=self.labels)
+            scores = self.model.backbone.attention_scores(inputs)["self"]  # (N, 1, h, T, T)
+        return {
+            "labels": self.labels,
+            "probabilities": [float(p) for p in result.probabilities[0]],
+            "label": result.labels[0],
+            "tokens": self.tokens(packed),
+            "attention": _rounded(np.asarray(scores, "float32")[:, 0, :, 0, :]),  # (N, h, T)
+        }
+
+    # --- Tokens -------------------------------------------------------------------
+
+    def encode(self, text, tokenizer=None, field="text"):
+        """The ids of `text`; a tokenizer's refusal (a character it never
+        saw) is the request's error, named by `field`."""
+        from zoo.data import token_id_lists
+
+        try:
+            return token_id_lists(tokenizer or self.tokenizer, [text])[0]
+        except ValueError as error:
+            raise RequestError(f"{field}: {error}") from None
+
+    def decode(self, ids, tokenizer=None):
+        if not ids:
+            return ""
+        text = (tokenizer or self.tokenizer).detokenize([list(map(int, ids))])
+        if not isinstance(text, (str, list, tuple)):
+            import keras
+
+            text = keras.ops.convert_to_numpy(text)
+        text = text if isinstance(text, str) else text[0]
+        if isinstance(text, np.ndarray):
+            text = text.item()
+        return text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+
+    def token_text(self, token, tokenizer=None):
+        return self.decode([int(token)], tokenizer)
+
+    def tokens(self, ids, tokenizer=None):
+        """[{id, text}] of each id."""
+        return [{"id": int(t), "text": self.token_text(t, tokenizer)} for t in ids]
+
+    def special_id(self, token, attribute):
+        value = getattr(self.tokenizer, attribute, None)
+        if value is not None:
+            return int(value)
+        vocabulary = self.tokenizer.get_vocabulary()
+        if token in vocabulary:
+            return vocabulary.index(token)
+        raise RequestError(f"the model's tokenizer has no {token} token; expected one, as the recipes' tokenizers have")
+
+    def _expect(self, kind, endpoint):
+        if self.kind != kind:
+            raise RequestError(
+                f"{endpoint} needs a {kind.replace('_', ' ')}; this server explores a "
+                f"{self.kind.replace('_', ' ')} ({type(self.model).__name__})"
+            )
+
+
+# --- Checking requests ----------------------------------------------------------------
+
+
+def _known(request, fields):
+    if not isinstance(request, dict):
+        raise RequestError(f"expected a JSON object with some of the fields {', '.join(fields)}")
+    unknown = sorted(set(request) - set(fields))
+    if unknown:
+        raise RequestError(f"{unknown[0]}: unknown field; expected some of {', '.join(fields)}")
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _integer(request, name, low, high, default, required=False):
+    value = request.get(name)
+    if value is None:
+        if required:
+            raise RequestError(f"{name}: missing; expected an integer in [{low}, {high}]")
+        return default
+    if not _is_int(value) or not low <= value <= high:
+        raise RequestError(f"{name}: expected an integer in [{low}, {high}]; got {value!r}")
+    return value
+
+
+def _number(request, name, above, at_most, default, expected):
+    value = request.get(name)
+    if value is None:
+        return default
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not np.isfinite(value)
+        or (above is not None and not value > above)
+        or (at_most is not None and not value <= at_most)
+    ):
+        raise RequestError(f"{name}: expected {expected}; got {value!r}")
+    return float(value)
+
+
+def _softmax(logits):
+    z = np.asarray(logits, "float64")
+    z = np.exp(z - z.max())
+    return z / z.sum()
+
+
+def _rounded(array):
+    """Nested lists of 4-decimal floats: what the page draws, and a third
+    of the JSON of full floats."""
+    return np.round(np.asarray(array, "float64"), 4).tolist()

@@ -1,0 +1,50 @@
+"""Tiny untrained models of the three kinds `zoo explore` shows, as
+tests/test_readme.py lays out runs: gpt-nano with a CharTokenizer,
+a bert-tiny classifier and a transformer-tiny translator on WordPiece."""
+
+import string
+
+import pytest
+
+SENTENCES = ["a gripping film", "a dull plot", "the acting is superb", "two dogs run in the snow"]
+
+
+@pytest.fixture(scope="session")
+def models():
+    import zoo
+    from zoo.data import CharTokenizer, train_word_piece
+
+    chars = CharTokenizer.from_text(string.ascii_letters + " \n!$&',-.3:;?")
+    word_piece = train_word_piece(SENTENCES * 8, vocabulary_size=120)
+    size = word_piece.vocabulary_size()
+    return {
+        "language_model": zoo.build(
+            "gpt-nano", task="causal_lm", vocabulary_size=chars.vocabulary_size(), tokenizer=chars
+        ),
+        "classifier": zoo.build(
+            "bert-tiny", task="classifier", num_classes=2, vocabulary_size=size, tokenizer=word_piece
+        ),
+        "translator": zoo.build(
+            "transformer-tiny", vocabulary_size=size, source_vocabulary_size=size, tokenizer=word_piece
+        ),
+    }
+
+
+@pytest.fixture(scope="session")
+def explorers(models):
+    from recipes.explore.engine import Explorer
+
+    return {
+        "language_model": Explorer(models["language_model"], "runs/gpt_char"),
+        "classifier": Explorer(models["classifier"], "runs/bert_classify", labels=["negative", "positive"]),
+        "translator": Explorer(models["translator"], "runs/translate"),
+    }
+
+
+@pytest.fixture(scope="session")
+def clients(explorers):
+    from starlette.testclient import TestClient
+
+    from recipes.explore.app import create_app
+
+    return {kind: TestClient(create_app(explorer)) for kind, explorer in explorers.items()}
