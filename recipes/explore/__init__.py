@@ -40,10 +40,14 @@ def serve(target, host="127.0.0.1", port=8000, labels=None):
         listener.close()
         raise ValueError(f"--host {host} --port {port}: cannot listen there ({error.strerror}); "
                          "expected a free port (--port 0 picks one)") from None
+    listener.listen()  # from here a browser's connection waits in the backlog until the server starts
     port = listener.getsockname()[1]
     config = uvicorn.Config(create_app(explorer), log_level="warning", timeout_graceful_shutdown=2)
     print(f"zoo explore: a {type(explorer.model).__name__} ({explorer.kind.replace('_', ' ')}) from {target}")
     print(f"zoo explore: http://{host}:{port}/ (Ctrl-C stops)", flush=True)
-    uvicorn.Server(config).run(sockets=[listener])
+    try:
+        uvicorn.Server(config).run(sockets=[listener])
+    except KeyboardInterrupt:  # uvicorn shuts down, then raises the Ctrl-C it caught again
+        pass
     print("zoo explore: stopped", flush=True)
     return 0

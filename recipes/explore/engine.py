@@ -38,9 +38,14 @@ def open_target(target):
     """
     import zoo
 
+    from recipes.common import MODEL, RUN, load_model, read_run
+
     path = Path(target)
-    if path.is_dir() and (path / "model.keras").is_file():
-        return zoo.load(path / "model.keras", compile=False)
+    if path.is_dir() and (path / RUN).is_file():
+        read_run(path)  # says what is missing from a run folder
+        return load_model(path)
+    if path.is_dir() and (path / MODEL).is_file():
+        return zoo.load(path / MODEL, compile=False)
     if path.suffix == ".keras":
         if not path.is_file():
             raise ValueError(f"{path}: no such file; expected a .keras file written by zoo.save")

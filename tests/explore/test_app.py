@@ -227,11 +227,20 @@ def test_open_target_reads_a_run_folder_a_keras_file_and_a_checkpoint_folder(tmp
         np.testing.assert_array_equal(model.get_weights()[0], lm.get_weights()[0])
     checkpoint = engine.open_target(hf_gpt2_folder(tmp_path / "gpt2", max_sequence_length=64))
     assert engine.kind_of(checkpoint) == "language_model" and checkpoint.max_sequence_length == 64
+    explorer = engine.Explorer(checkpoint)  # GPT-2's byte-pair tokenizer and its end token
+    settings = explorer.check_generate({"prompt": "Hello world", "max_new_tokens": 4})
+    ids = settings["ids"] + [token["id"] for token in explorer.stream(settings)]
+    assert explorer.decode(ids) == zoo.generate(checkpoint, "Hello world", max_new_tokens=4)
+    assert "".join(token["text"] for token in explorer.tokens(settings["ids"])) == "Hello world"
 
 
 def test_open_target_and_kind_of_refuse_what_they_cannot_show(tmp_path):
     with pytest.raises(ValueError, match="not found; expected a run folder"):
         engine.open_target(tmp_path / "missing")
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "run.json").write_text('{"recipe": "gpt_char", "finished": false}')
+    with pytest.raises(ValueError, match="the unfinished run has no model.keras; expected a run that trained"):
+        engine.open_target(tmp_path / "unfinished")
     with pytest.raises(ValueError, match="no such file; expected a .keras file"):
         engine.open_target(tmp_path / "missing.keras")
     with pytest.raises(ValueError, match="shows a GPTCausalLM, an EncoderDecoder or a BertClassifier; got a BertMaskedLM"):

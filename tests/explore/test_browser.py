@@ -106,9 +106,9 @@ def test_a_language_model_streams_tokens_and_shows_a_tokens_attention_and_probab
         fill(browser, "length", 24)
         browser.find_element(By.ID, "generate").click()
         wait_for(browser, lambda d: len(css_all(d, "#tokens .token.generated")) == 24, "24 streamed tokens")
-        prompt = "".join(s.get_attribute("textContent") for s in css_all(browser, "#tokens .token.prompt"))
+        prompt = "".join(s.get_attribute("data-text") for s in css_all(browser, "#tokens .token.prompt"))
         assert prompt == "ROMEO: to"
-        streamed = "".join(s.get_attribute("textContent") for s in css_all(browser, "#tokens .token.generated"))
+        streamed = "".join(s.get_attribute("data-text") for s in css_all(browser, "#tokens .token.generated"))
         import zoo
 
         assert "ROMEO: to" + streamed == zoo.generate(explorers["language_model"].model, "ROMEO: to", max_new_tokens=24)

@@ -171,7 +171,8 @@ function addToken(token, kind) {
   sequence.texts.push(token.text);
   const span = el("span", {class: `token ${kind}`, "data-index": index,
     title: token.probability === undefined ? "prompt" : `p = ${token.probability.toFixed(3)}`});
-  span.textContent = token.text;
+  span.dataset.text = token.text;
+  span.textContent = token.text.replace(/\n/g, "↵\n");  // a newline stays a line break, and can be clicked
   span.addEventListener("click", () => inspect(index));
   $("tokens").append(span);
 }
