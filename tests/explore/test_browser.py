@@ -152,14 +152,14 @@ def test_a_translator_shows_its_translation_and_cross_attention(browser, explore
     with serving(explorers["translator"]) as url:
         browser.get(url)
         wait_for(browser, lambda d: d.find_element(By.ID, "translator").is_displayed(), "the translator view")
-        fill(browser, "beams", 2)
+        fill(browser, "beams", 3)  # the beam search test_app.py compiled already
         browser.find_element(By.ID, "translate").click()
         cells = wait_for(browser, lambda d: css_all(d, "#cross-attention-grid canvas.cell"), "the heatmap grid")
         assert len(cells) == 2 * 4
         cells[0].click()
         table = wait_for(browser, lambda d: css_all(d, "#cross-attention-enlarged table.matrix"), "the matrix")[0]
         columns = [th.get_attribute("textContent") for th in table.find_elements(By.CSS_SELECTOR, "th.column")]
-        source = explorers["translator"].translate({"source": "two dogs run in the snow", "num_beams": 2})
+        source = explorers["translator"].translate({"source": "two dogs run in the snow", "num_beams": 3})
         assert columns == [token["text"] for token in source["source_tokens"]]
         assert browser.find_element(By.ID, "translation").text == (source["translation"] or "(empty)")
         browser.save_screenshot("/tmp/zoo_explore_translator.png")
