@@ -41,6 +41,7 @@ from zoo.data import (  # noqa: E402
     token_id_lists,
 )
 from zoo.models import BertClassifier  # noqa: E402
+from zoo.models.layout import get_layout_map  # noqa: E402
 from zoo.training import WarmupCosineDecay, adamw, distribution_scope, start_distribution  # noqa: E402
 
 from recipes.common import (  # noqa: E402
@@ -170,7 +171,8 @@ def evaluate(folder, data=None, split="dev", model=None):
 def main(argv=None):
     args = parse(argv)
     overrides = size_overrides(args)
-    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
+    # multi-worker: before TensorFlow runs anything
+    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
     started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
@@ -221,7 +223,7 @@ def main(argv=None):
     save_vocabulary(tokenizer, folder / VOCABULARY)
 
     # --- Model -------------------------------------------------------------------
-    with distribution_scope(args.strategy):
+    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         if pretrained is not None:
             skip = ("name", "trainable", "tokenizer")
             backbone_config = {k: v for k, v in pretrained.get_config().items() if k not in skip}

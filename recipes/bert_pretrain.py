@@ -37,6 +37,7 @@ from zoo.data import (  # noqa: E402
     train_word_piece,
     token_id_lists,
 )
+from zoo.models.layout import get_layout_map  # noqa: E402
 from zoo.training import WarmupCosineDecay, adamw, distribution_scope, start_distribution  # noqa: E402
 
 from recipes.common import (  # noqa: E402
@@ -217,7 +218,8 @@ def evaluate(folder, data=None, split="val", model=None):
 def main(argv=None):
     args = parse(argv)
     overrides = size_overrides(args)
-    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
+    # multi-worker: before TensorFlow runs anything
+    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
     started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
@@ -244,7 +246,7 @@ def main(argv=None):
     save_vocabulary(tokenizer, folder / VOCABULARY)
 
     # --- Model -------------------------------------------------------------------
-    with distribution_scope(args.strategy):
+    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.build(
             args.preset,
             task="masked_lm",

@@ -107,6 +107,8 @@ def recipe_parser(description, defaults, prog=None):
     from zoo.training import STRATEGIES
 
     parser.add_argument("--strategy", default="default", choices=STRATEGIES, help="distribution strategy")
+    parser.add_argument("--mesh", default=None, metavar="BATCHxMODEL",
+                        help="--strategy model-parallel (JAX): devices along the batch and model axes, e.g. 2x4")
     parser.add_argument("--seed", type=int, default=defaults.get("seed", 1337), help="random seed")
     return parser
 

@@ -36,6 +36,7 @@ from zoo.data import (  # noqa: E402
     seq2seq_dataset,
     toy_translation,
 )
+from zoo.models.layout import get_layout_map  # noqa: E402
 from zoo.training import (  # noqa: E402
     MaskedAccuracy,
     MaskedSparseCrossentropy,
@@ -137,7 +138,8 @@ def translate(model, sentences, length):
 def main(argv=None):
     args = parse(argv)
     overrides = size_overrides(args)
-    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
+    # multi-worker: before TensorFlow runs anything
+    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
     started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
@@ -173,7 +175,7 @@ def main(argv=None):
     vocabulary.save(folder / VOCABULARY)
 
     # --- Model ---------------------------------------------------------------------
-    with distribution_scope(args.strategy):
+    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.build(
             args.preset,
             vocabulary_size=v.vocabulary_size,

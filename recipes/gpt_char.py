@@ -214,6 +214,7 @@ def main(argv=None):
     import keras
 
     from zoo.data import CharTokenizer, read_text
+    from zoo.models.layout import get_layout_map
     from zoo.training import distribution_scope, start_distribution
 
     from recipes.common import (
@@ -234,7 +235,8 @@ def main(argv=None):
     parser = make_parser()
     args = parser.parse_args(argv)
     preset = check_preset(parser, preset_name(args.preset), "gpt", given=args.preset)
-    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
+    # multi-worker: before TensorFlow runs anything
+    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
     jit_compile = jit_compile_flag(args)  # before TensorFlow runs anything
 
     # 1. Data, checked before anything is written.
@@ -258,7 +260,7 @@ def main(argv=None):
         # (keras-team/keras#19246): one step per call there.
         print(f"--strategy {args.strategy}: --steps-per-execution {steps_per_execution} -> 1 (keras#19246)")
         steps_per_execution = 1
-    with distribution_scope(args.strategy):
+    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = build_model(preset, vocabulary.vocabulary_size, tokenizer=CharTokenizer(vocabulary), **overrides)
         compile_model(
             model,

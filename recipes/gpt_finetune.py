@@ -140,6 +140,7 @@ def main(argv=None):
     import keras
 
     from zoo.data import read_text
+    from zoo.models.layout import get_layout_map
     from zoo.training import WarmupCosineDecay, adamw, distribution_scope, start_distribution
 
     from recipes.common import (
@@ -178,14 +179,15 @@ def main(argv=None):
         parser.error(f"{flags}: the sizes come from the --pretrained checkpoint; leave them out")
     if args.sequence_length < 1 or args.steps < 1:
         parser.error("--sequence-length and --steps: expected positive integers")
-    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
+    # multi-worker: before TensorFlow runs anything
+    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
     jit_compile = jit_compile_flag(args)
 
     # 1. Checkpoint and data, checked before anything is written.
     import zoo
 
     set_precision(args.mixed_precision)
-    with distribution_scope(args.strategy):
+    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.from_pretrained(args.pretrained, task="causal_lm")
     context = model.backbone.max_sequence_length
     if args.sequence_length > context:
@@ -206,7 +208,7 @@ def main(argv=None):
     schedule = WarmupCosineDecay(
         args.learning_rate, args.warmup_steps, args.steps, args.learning_rate * DEFAULTS["min_learning_rate_fraction"]
     )
-    with distribution_scope(args.strategy):
+    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model.compile(
             optimizer=adamw(schedule, weight_decay=args.weight_decay, beta_2=DEFAULTS["beta_2"],
                             global_clipnorm=DEFAULTS["clipnorm"], model=model),

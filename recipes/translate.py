@@ -44,6 +44,7 @@ from zoo.data import (  # noqa: E402
     train_word_piece,
     token_id_lists,
 )
+from zoo.models.layout import get_layout_map  # noqa: E402
 from zoo.training import (  # noqa: E402
     MaskedAccuracy,
     MaskedSparseCrossentropy,
@@ -224,7 +225,8 @@ def main(argv=None):
     args = parse(argv)
     require("sacrebleu", "the translate recipe's BLEU score")  # at start, not after training
     overrides = size_overrides(args)
-    start_distribution(args.strategy)  # multi-worker: before TensorFlow runs anything
+    # multi-worker: before TensorFlow runs anything
+    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
     started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
@@ -261,7 +263,7 @@ def main(argv=None):
     save_vocabulary(tokenizer, folder / VOCABULARY)
 
     # --- Model -------------------------------------------------------------------
-    with distribution_scope(args.strategy):
+    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.build(
             args.preset,
             vocabulary_size=len(vocabulary),

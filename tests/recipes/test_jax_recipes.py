@@ -2,7 +2,9 @@
 interpreter per recipe under `KERAS_BACKEND=jax` (the input pipelines stay
 on tf.data on the CPU), each ending with its `val_...=` line; gpt_char runs
 as on a GPU: under `--strategy data-parallel` (`keras.distribution.DataParallel`,
-here over the CPU's one device) and `--mixed-precision` (bfloat16 logits).
+here over the CPU's one device) and `--mixed-precision` (bfloat16 logits);
+translate under `--strategy model-parallel --mesh 1x2` on two virtual CPU
+devices, its kernels split in two.
 
 The five runs go two at a time, so the file takes about as long as the
 three slowest runs.
@@ -66,7 +68,7 @@ def commands(folder):
                      "--strategy", "data-parallel", "--mixed-precision"],
         "translate": ["--data", folder / "pairs", "--preset", "transformer-tiny", "--epochs", "1", "--batch-size", "8",
                       "--max-length", "16", "--vocabulary-size", "200", "--warmup-steps", "5", "--num-layers", "1",
-                      "--intermediate-dim", "64", "--beam-size", "2"],
+                      "--intermediate-dim", "64", "--beam-size", "2", "--strategy", "model-parallel", "--mesh", "1x2"],
         "bert_pretrain": ["--data", folder / "sst2", *bert],
         "bert_classify": ["--data", folder / "sst2", *bert],
     }
@@ -74,6 +76,8 @@ def commands(folder):
 
 def run(name, argv, folder):
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if "model-parallel" in argv:  # two virtual CPU devices for a 1x2 mesh
+        env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
     args = [sys.executable, "-c", RUN, name, *map(str, argv), "--output", str(folder / name)]
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
@@ -94,7 +98,8 @@ def test_recipe_runs_on_jax(finished, name):
     lines = result.stdout.strip().splitlines()
     assert lines[-1].startswith("distribution: ")
     assert FINAL_LINE.match(lines[-2]), lines[-5:]
-    expected = "DataParallel" if name == "gpt_char" else "NoneType"  # gpt_char: --strategy data-parallel
+    # gpt_char: --strategy data-parallel; translate: --strategy model-parallel over two devices
+    expected = {"gpt_char": "DataParallel", "translate": "ModelParallel"}.get(name, "NoneType")
     assert lines[-1] == f"distribution: {expected}"
 
 
@@ -113,6 +118,7 @@ def test_a_tensorflow_only_strategy_is_one_clear_error_on_jax():
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()
     assert lines[:3] == ["default ok", "data-parallel ok", "mirrored ok"]
+    assert len(lines) == 5
     for line, name in zip(lines[3:], ("tpu", "multi-worker")):
         assert line == (f"{name} --strategy {name} needs the TensorFlow backend (KERAS_BACKEND=tensorflow); "
                         "on jax use 'default' or 'data-parallel'."), line

@@ -7,6 +7,11 @@ strategy on TensorFlow, `keras.distribution.DataParallel` on JAX.
   `keras.distribution.DataParallel`; TensorFlow: `MirroredStrategy`.
 - "mirrored": TensorFlow's `MirroredStrategy` (on JAX, the same as
   "data-parallel").
+- "model-parallel": JAX only. `keras.distribution.ModelParallel` over a
+  (batch, model) mesh of the local devices (`--mesh 2x4`): the batch is
+  split along the first axis, and the large kernels along the second, by
+  the model's layout map (`ZooModel.get_layout_map`), so a model too big
+  for one device trains on several.
 - "multi-worker", "tpu": TensorFlow only (below).
 
 TensorFlow loads only when a TensorFlow strategy is asked for. One strategy
@@ -36,8 +41,9 @@ from pathlib import Path
 
 import keras
 
-STRATEGIES = ("default", "data-parallel", "mirrored", "multi-worker", "tpu")
+STRATEGIES = ("default", "data-parallel", "mirrored", "model-parallel", "multi-worker", "tpu")
 _TF_ONLY = ("multi-worker", "tpu")
+_JAX_ONLY = ("model-parallel",)
 TF_CONFIG_EXAMPLE = (
     '{"cluster": {"worker": ["host0:12345", "host1:12345"]}, "task": {"type": "worker", "index": 0}}'
 )
@@ -45,7 +51,7 @@ TF_CONFIG_EXAMPLE = (
 _strategies = {}  # name -> tf.distribute.Strategy, made once per process
 
 
-def distribution_scope(name):
+def distribution_scope(name, mesh=None, layout_map=None):
     """A scope for model creation and compile, by strategy name.
 
     TensorFlow: a `tf.distribute` strategy (the dataset's batch is the global
@@ -53,10 +59,16 @@ def distribution_scope(name):
     "multi-worker"). JAX: "data-parallel" (or "mirrored") sets
     `keras.distribution.DataParallel` over all local devices for the rest of
     the process, since `fit` must shard its batches under it too; the batch
-    size must then be a multiple of the device count.
+    size must then be a multiple of the device count. "model-parallel"
+    (JAX) sets `keras.distribution.ModelParallel` the same way.
 
     Args:
         name: one of `STRATEGIES`.
+        mesh: "model-parallel" only: (batch, model) device counts, or a
+            "BATCHxMODEL" string; their product must be the number of
+            local devices.
+        layout_map: "model-parallel" only: `get_layout_map(device_mesh)`,
+            the variables' layout (`zoo.models.ZooModel.get_layout_map`).
 
     Returns:
         A context manager to build and compile the model in.
@@ -73,10 +85,53 @@ def distribution_scope(name):
     check_strategy(name)
     if name == "default":
         return contextlib.nullcontext()
+    if name == "model-parallel":
+        if layout_map is None:
+            raise ValueError("--strategy model-parallel needs the model's layout map; got none.")
+        batch, model = parse_mesh(mesh)
+        device_mesh = keras.distribution.DeviceMesh(
+            (batch, model), ("batch", "model"), keras.distribution.list_devices()
+        )
+        keras.distribution.set_distribution(
+            keras.distribution.ModelParallel(layout_map=layout_map(device_mesh), batch_dim_name="batch")
+        )
+        return contextlib.nullcontext()
     if keras.backend.backend() == "jax":
         keras.distribution.set_distribution(keras.distribution.DataParallel())
         return contextlib.nullcontext()
     return _tf_strategy(name).scope()
+
+
+def parse_mesh(mesh):
+    """(batch, model) device counts from "BATCHxMODEL" or a pair, checked
+    against the local devices: one clear line if they do not fit."""
+    devices = len(keras.distribution.list_devices())
+    if mesh is None:
+        raise ValueError(f"--strategy model-parallel needs --mesh BATCHxMODEL (this machine has {devices} devices).")
+    try:
+        batch, model = (int(n) for n in (mesh.lower().split("x") if isinstance(mesh, str) else mesh))
+    except (TypeError, ValueError):
+        raise ValueError(f"--mesh must be BATCHxMODEL, two positive integers such as 2x4; got {mesh!r}.") from None
+    if batch < 1 or model < 1 or batch * model != devices:
+        raise ValueError(
+            f"--mesh {batch}x{model} needs {batch * model} devices; this machine has {devices} "
+            f"(expected BATCHxMODEL with BATCH * MODEL = {devices})."
+        )
+    return batch, model
+
+
+def check_batch_size(name, batch_size, mesh=None):
+    """One clear line unless the global batch splits evenly across the
+    replicas of strategy `name` (on JAX: the devices, or the mesh's batch
+    axis for "model-parallel")."""
+    if name == "default" or keras.backend.backend() != "jax":
+        return
+    replicas = parse_mesh(mesh)[0] if name == "model-parallel" else len(keras.distribution.list_devices())
+    if batch_size % replicas:
+        raise ValueError(
+            f"--batch-size {batch_size} does not split across {replicas} replicas of --strategy {name}; "
+            f"expected a multiple of {replicas}."
+        )
 
 
 def check_strategy(name):
@@ -85,10 +140,13 @@ def check_strategy(name):
     if name not in STRATEGIES:
         raise ValueError(f"--strategy must be one of {STRATEGIES}; got {name!r}.")
     backend = keras.backend.backend()
-    if name == "default" or backend == "tensorflow":
+    if name == "default" or (backend == "tensorflow" and name not in _JAX_ONLY):
         return
     if backend == "jax" and name not in _TF_ONLY:
         return
+    if name in _JAX_ONLY:
+        raise ValueError(f"--strategy {name} needs the JAX backend (KERAS_BACKEND=jax); on {backend} use 'default'"
+                         + (" or 'mirrored'." if backend == "tensorflow" else "."))
     runs_on = "'default'" if backend != "jax" else "'default' or 'data-parallel'"
     raise ValueError(
         f"--strategy {name} needs the TensorFlow backend (KERAS_BACKEND=tensorflow); "
@@ -96,12 +154,19 @@ def check_strategy(name):
     )
 
 
-def start_distribution(name):
+def start_distribution(name, mesh=None, batch_size=None):
     """Make the strategy now, before TensorFlow runs any op (a tf.data
     pipeline included): "multi-worker" must, the others may. The later
     `distribution_scope(name)` reuses it. Checks first that the strategy
-    runs on this backend, and TF_CONFIG for "multi-worker"."""
+    runs on this backend, TF_CONFIG for "multi-worker", and on JAX that
+    the mesh fits the devices and `batch_size` splits across them."""
     check_strategy(name)
+    if name == "model-parallel":
+        parse_mesh(mesh)
+    elif mesh is not None:
+        raise ValueError(f"--mesh is for --strategy model-parallel; got --strategy {name}.")
+    if batch_size is not None:
+        check_batch_size(name, batch_size, mesh)
     if name == "multi-worker":
         cluster_config()
     if name != "default" and keras.backend.backend() == "tensorflow":
