@@ -89,6 +89,17 @@ Unknown preset, task or override
     misspelled preset; an override of another task of the same family;
     an unknown task of the encoder-decoder; bad override values.
 
+Quantization
+    tests/models/test_quantize.py     an unknown mode and GPTQ (in
+                                      `quantize` and `from_pretrained`,
+                                      before the folder is read); a model
+                                      quantized twice; a config naming a
+                                      layer the model lacks
+    tests/recipes/test_cli_quantize.py  --quantize with an unknown mode or
+                                      GPTQ, for sample, translate, classify
+                                      and eval, before the run is read
+    here: `export` of a quantized model, in both formats.
+
 The `xfail(strict=True)` tests are error paths with an unclear error
 today; each says what happens instead and names that error (`raises=`), so
 that any other outcome - no error at all, or a different crash - fails the
@@ -390,3 +401,13 @@ def test_describe_a_misspelled_preset_suggests_the_closest():
 def test_bad_tasks_and_overrides_name_what_is_allowed(name, task, overrides, message):
     with pytest.raises(ValueError, match=message):
         zoo.build(name, task=task, **overrides)
+
+
+@pytest.mark.parametrize("format", ["huggingface", "keras-hub"])
+def test_export_of_a_quantized_model_says_to_export_the_float_one(format, tmp_path):
+    lm = zoo.build("gpt-nano", task="causal_lm")
+    lm.quantize("int8")
+    with pytest.raises(ValueError, match=r"export writes float weights, and this GPTCausalLM is quantized \(int8\); "
+                                         r"expected a float model: export it before quantizing"):
+        zoo.export(lm, tmp_path / "out", format=format)
+    assert not (tmp_path / "out").exists()

@@ -113,7 +113,7 @@ def is_checkpoint_folder(path):
         return False
 
 
-def from_pretrained(path, task="auto", num_classes=None, dtype=None):
+def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=None):
     """Load a GPT-2 or BERT checkpoint folder as a zoo model with its tokenizer.
 
     Args:
@@ -130,6 +130,10 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None):
             checkpoint's when None (2 when it has no classifier). A count
             other than the checkpoint's gives a fresh classifier layer.
         dtype: the model's dtype policy, e.g. "mixed_bfloat16".
+        quantize: None, or "int8", "int4" or "float8": the loaded model is
+            then quantized (`model.quantize(quantize)`, see
+            docs/quantization.md); the mode is checked before anything is
+            read.
 
     Returns:
         The zoo model (`GPTCausalLM`, `BertMaskedLM`, `BertClassifier`,
@@ -147,11 +151,19 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None):
     ids = lm.tokenizer("The meaning of life is")
     ```
     """
+    from zoo.models import check_quantization_mode
+
+    if quantize is not None:
+        check_quantization_mode(quantize)
     folder = Path(path)
     kind = checkpoint_format(folder)
     if kind == "keras-hub":
-        return _from_keras_hub_preset(folder, task, num_classes, dtype)
-    return _from_huggingface(folder, task, num_classes, dtype)
+        model = _from_keras_hub_preset(folder, task, num_classes, dtype)
+    else:
+        model = _from_huggingface(folder, task, num_classes, dtype)
+    if quantize is not None:
+        model.quantize(quantize)
+    return model
 
 
 def _resolve_task(family, task, head, where):
@@ -594,6 +606,10 @@ def export(model, path, format="huggingface", overwrite=False):
             `keras_hub.models.GPT2CausalLM.from_preset(path)` loads it.
         overwrite: replace the files of an existing folder.
 
+    A quantized model (`model.quantize`) is refused: both formats hold
+    float weights, and a dequantized copy would pass the quantization
+    error on as if it were the model's.
+
     Returns:
         The folder, a `pathlib.Path`. `from_pretrained(path)` loads it back
         with the same weights, logits and token ids.
@@ -604,10 +620,16 @@ def export(model, path, format="huggingface", overwrite=False):
     lm2 = zoo.from_pretrained("my_gpt2")
     ```
     """
-    from zoo.models import BertSentenceEncoder
+    from zoo.models import BertSentenceEncoder, quantization_mode
 
     if format not in FORMATS:
         raise ValueError(f"format={format!r}; expected one of {', '.join(map(repr, FORMATS))}.")
+    mode = quantization_mode(model)
+    if mode is not None:
+        raise ValueError(
+            f"export writes float weights, and this {type(model).__name__} is quantized ({mode}); expected a "
+            "float model: export it before quantizing (or load its float file), and quantize after loading."
+        )
     folder = Path(path)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())) and not overwrite:
         raise FileExistsError(f"{folder}: exists and is not empty; pass overwrite=True to replace its files.")

@@ -16,6 +16,16 @@ class TokenEmbedding(keras.layers.Embedding):
     weight tying of Press & Wolf (2017) used by the Transformer, GPT and
     BERT. Token ids outside [0, V) are an error in eager calls.
 
+    `quantize("int8")` and `quantize("int4")` (Keras' Embedding
+    quantization, what `model.quantize` calls) quantize the one table for
+    both directions. The reverse call then does what keras-hub's
+    `ReversibleEmbedding` does with tied weights: the hidden states are
+    quantized per row (abs-max, the activation quantizer of the config),
+    multiplied by the integer table, and the product is divided by both
+    scales; an int4 table quantized in groups (`block_size`) is dequantized
+    first. Keras has no float8 Embedding, so under "float8" the table and
+    the tied head stay in float.
+
     Args:
         input_dim: V. output_dim: d. Other arguments as
             `keras.layers.Embedding`.
@@ -47,6 +57,49 @@ class TokenEmbedding(keras.layers.Embedding):
             return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))
         _check_ids(inputs, self.input_dim)
         return super().call(inputs)
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras' Embedding refuses subclasses (`type_check`): the reverse call below is this subclass's part.
+        super().quantize(mode, type_check=False, config=config)
+
+    def _int8_build(self, embeddings_shape, config=None):
+        super()._int8_build(embeddings_shape, config)
+        self._build_inputs_quantizer(config)
+
+    def _int4_build(self, embeddings_shape, config=None):
+        super()._int4_build(embeddings_shape, config)
+        self._build_inputs_quantizer(config)
+
+    def _build_inputs_quantizer(self, config):
+        default = keras.quantizers.AbsMaxQuantizer(axis=-1)
+        self.inputs_quantizer = keras.quantizers.QuantizationConfig.activation_quantizer_or_default(config, default)
+
+    def _int8_call(self, inputs, reverse=False):
+        if not reverse:
+            _check_ids(inputs, self.input_dim)
+            return super()._int8_call(inputs)
+        return self._integer_reverse(inputs, ops.transpose(self._embeddings))  # (d, V) int8
+
+    def _int4_call(self, inputs, reverse=False):
+        if not reverse:
+            _check_ids(inputs, self.input_dim)
+            return super()._int4_call(inputs)
+        if getattr(self, "_int4_block_size", None) in (None, -1):  # one scale per token: exact integer product
+            table = keras.quantizers.unpack_int4(self._embeddings, self.output_dim, axis=-1)  # (V, d) int8
+            return self._integer_reverse(inputs, ops.transpose(table))
+        # Groups with zero points do not factor out of the product: dequantize the table by looking up every id.
+        table = super()._int4_call(ops.arange(self.input_dim, dtype="int32"))  # (V, d)
+        return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))
+
+    def _integer_reverse(self, inputs, kernel):
+        """(B, T, d) hidden states times the (d, V) integer table, de-scaled."""
+        if self.inputs_quantizer:
+            inputs, inputs_scale = self.inputs_quantizer(inputs)  # (B, T, d) int8, (B, T, 1)
+        else:
+            inputs, kernel = ops.cast(inputs, self.compute_dtype), ops.cast(kernel, self.compute_dtype)
+            inputs_scale = ops.ones((1,), dtype=self.compute_dtype)
+        logits = ops.cast(ops.matmul(inputs, kernel), self.compute_dtype)  # (B, T, V)
+        return ops.divide(logits, ops.multiply(inputs_scale, ops.cast(self.embeddings_scale, self.compute_dtype)))
 
     def compute_mask(self, inputs, mask=None):
         return None

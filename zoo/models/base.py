@@ -13,17 +13,48 @@ has its own vocabulary, `source_tokenizer=`). It is saved inside the `.keras` fi
 (its vocabulary as an asset) and comes back with the model, so that the
 text-level functions (`zoo.generate` on text, `zoo.translate`,
 `zoo.classify`, `zoo.embed`) need nothing else.
+
+A quantized zoo model (`model.quantize("int8")`, see `ZooModel.quantize`)
+records the dtype policy of each quantized layer in its config, by layer
+path; loading builds the float model from the constructor arguments and
+quantizes those layers again before the weights load, as it enables LoRA.
 """
 
+import contextlib
+import functools
+import gc
 import inspect
+import re
 
 import keras
 
 from zoo.layers.token_embedding import eager_values, first_out_of_range
 
+# Keras' weight quantization that needs no calibration data, and the layer types each one covers.
+QUANTIZATION_MODES = ("int8", "int4", "float8")
+_QUANTIZED_TYPES = {
+    "int8": (keras.layers.Dense, keras.layers.EinsumDense, keras.layers.Embedding),
+    "int4": (keras.layers.Dense, keras.layers.EinsumDense, keras.layers.Embedding),
+    "float8": (keras.layers.Dense, keras.layers.EinsumDense),  # Keras has no float8 Embedding
+}
+
 
 class ZooModel(keras.Model):
     """Base class: records constructor arguments and rebuilds from them."""
+
+    def __new__(cls, *args, **kwargs):
+        model = super().__new__(cls, *args, **kwargs)
+        # Keras wraps `quantize` on each instance (`Layer.__new__`) and checks the mode against all of
+        # its own first, GPTQ and AWQ included: the zoo's modes are checked before that.
+        keras_quantize = model.quantize
+
+        @functools.wraps(keras_quantize)
+        def quantize(mode=None, config=None, **kwargs):
+            check_quantization_mode(mode if mode is not None else getattr(config, "mode", None))
+            return keras_quantize(mode=mode, config=config, **kwargs)
+
+        model.quantize = quantize
+        return model
 
     def __init__(self, *args, tokenizer=None, source_tokenizer=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -118,6 +149,9 @@ class ZooModel(keras.Model):
             config[key] = value
         if getattr(self, "_lora", None):
             config["lora"] = dict(self._lora)
+        quantized = {path: layer.dtype_policy.name for path, layer in _own_leaf_layers(self) if _is_quantized(layer)}
+        if quantized:
+            config["quantization"] = quantized
         for key in ("tokenizer", "source_tokenizer"):  # the vocabularies travel as assets of the .keras file
             if getattr(self, key) is not None:
                 config[key] = keras.saving.serialize_keras_object(getattr(self, key))
@@ -127,6 +161,7 @@ class ZooModel(keras.Model):
     def from_config(cls, config):
         config = dict(config)
         lora = config.pop("lora", None)
+        quantization = config.pop("quantization", None)
         for key in ("tokenizer", "source_tokenizer"):
             if isinstance(config.get(key), dict):
                 config[key] = deserialize_tokenizer(config[key])
@@ -134,6 +169,8 @@ class ZooModel(keras.Model):
             if key in config and isinstance(config[key], dict):
                 config[key] = keras.saving.deserialize_keras_object(config[key])
         model = cls(**config)
+        if quantization:  # before the weights load, so the integer weights and their scales have somewhere to go
+            model._quantize_layers(quantization)
         if lora:  # before the weights load, so the LoRA matrices have somewhere to go
             model.enable_lora(lora["rank"], tuple(lora["target_names"]))
         return model
@@ -141,6 +178,64 @@ class ZooModel(keras.Model):
     @classmethod
     def _nested_models(cls):
         return ("backbone",)
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Quantize the weights with Keras' quantization, in place.
+
+        Every Dense and EinsumDense layer (attention projections,
+        feed-forward, pooler, classifier, an untied output projection) is
+        quantized, and under "int8" and "int4" the embeddings too,
+        including the token table and so the tied output head (see
+        `TokenEmbedding`). LayerNorms, position tables and biases stay in
+        float. The model's config records the quantized layers, so a saved
+        model reloads quantized (`zoo.load`, `keras.saving.load_model`).
+
+        Args:
+            mode: "int8" (weights as int8 with a scale per output unit,
+                activations quantized per row on the fly: a quarter of the
+                float32 bytes), "int4" (two weights a byte: about an eighth)
+                or "float8" (Keras' float8 training of Dense layers: the
+                weights stay in float, matmuls run in float8 with scales
+                kept per layer; no smaller file). Optional when `config`
+                names it.
+            config: a `keras.quantizers.QuantizationConfig` (e.g.
+                `Int4QuantizationConfig(block_size=128)` for int4 in groups).
+            filters: only the layers whose name matches (a regex, a list of
+                them, or a callable on the layer), as Keras'.
+
+        Raises:
+            ValueError: a mode other than "int8", "int4", "float8" (Keras'
+                "gptq" and "awq" need calibration data), or a model that is
+                already quantized.
+        """
+        quantized = [path for path, layer in _leaf_layers(self) if _is_quantized(layer)]
+        if quantized:
+            raise ValueError(
+                f"{type(self).__name__} is already quantized ({quantized[0]} and others); "
+                "expected a float model: load or build it again, then quantize."
+            )
+        types = _QUANTIZED_TYPES[mode]
+
+        def selected(layer):  # only layers Keras can quantize in this mode: no warning for the others
+            return isinstance(layer, types) and _matches(layer, filters)
+
+        with _one_garbage_collection():
+            super().quantize(mode, config=config, filters=selected, **kwargs)
+
+    def _quantize_layers(self, policies):
+        """Quantizes the layers at the given paths as their recorded dtype
+        policies say (skipping those a nested model quantized already)."""
+        layers = dict(_own_leaf_layers(self))
+        for path in policies:
+            if path not in layers:
+                raise ValueError(
+                    f"quantization: the config names the layer {path!r}, which this {type(self).__name__} does "
+                    "not have; expected the config the model wrote when it was saved."
+                )
+        with _one_garbage_collection():
+            for path, policy in policies.items():
+                if not _is_quantized(layers[path]):
+                    layers[path].dtype_policy = policy  # Keras quantizes a built layer given a quantized policy
 
     def enable_lora(self, rank, target_names=("query_key_value", "query", "key_value")):
         """Parameter-efficient fine-tuning with Keras' own LoRA (Hu et al. 2021).
@@ -171,6 +266,74 @@ class ZooModel(keras.Model):
         """The constructor arguments a preset or an override may set."""
         parameters = inspect.signature(cls.__init__).parameters
         return tuple(name for name in parameters if name not in ("self", "kwargs", "name", "dtype"))
+
+
+def check_quantization_mode(mode):
+    """Raises ValueError unless `mode` is one of QUANTIZATION_MODES."""
+    if mode not in QUANTIZATION_MODES:
+        why = " (Keras' GPTQ and AWQ need calibration data, which the zoo does not take)" if mode in ("gptq", "awq") else ""
+        raise ValueError(
+            f"quantize: mode={mode!r} is not supported{why}; expected one of {', '.join(map(repr, QUANTIZATION_MODES))}."
+        )
+
+
+def quantization_mode(model):
+    """The quantization mode of a model's quantized layers ("int8", ...),
+    or None for a float model."""
+    for _, layer in _leaf_layers(model):
+        if _is_quantized(layer):
+            return layer.dtype_policy.quantization_mode
+    return None
+
+
+@contextlib.contextmanager
+def _one_garbage_collection():
+    """Keras runs a full `gc.collect()` for each float weight a layer's
+    quantization drops (seconds each in a large process); the objects that
+    existed before are frozen meanwhile (`gc.freeze`, which those collections
+    skip), and one collection follows."""
+    if gc.get_freeze_count():  # someone else's frozen objects: leave them be
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.collect()
+
+
+def _is_quantized(layer):
+    return getattr(layer.dtype_policy, "quantization_mode", None) is not None
+
+
+def _matches(layer, filters):
+    if filters is None:
+        return True
+    if callable(filters):
+        return bool(filters(layer))
+    patterns = [filters] if isinstance(filters, str) else list(filters)
+    return any(re.search(pattern, layer.name) for pattern in patterns)
+
+
+def _leaf_layers(layer, prefix="", into_models=True):
+    """(path, layer) of every layer without sublayers under `layer`, the
+    path joining the names from it down ("block_0/attention/query")."""
+    for sublayer in layer._flatten_layers(include_self=False, recursive=False):
+        path = prefix + sublayer.name
+        if not into_models and isinstance(sublayer, ZooModel):
+            continue
+        children = list(sublayer._flatten_layers(include_self=False, recursive=False))
+        if children:
+            yield from _leaf_layers(sublayer, path + "/", into_models)
+        else:
+            yield path, sublayer
+
+
+def _own_leaf_layers(model):
+    """`_leaf_layers` without those of nested zoo models (a task's
+    backbone records its own)."""
+    return _leaf_layers(model, into_models=False)
 
 
 def deserialize_tokenizer(config):
