@@ -6,22 +6,30 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: install test test-tf test-jax test-torch test-slow mutate demo bench clean
+.PHONY: install browser test test-tf test-jax test-torch test-slow mutate demo bench clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,jax,eval]"
+	$(PY) -m pip install -q -e ".[test,jax,eval,explore]"
 	touch $(STAMP)
+
+# The explorer's browser test drives Debian's chromium through its driver;
+# installed when missing and apt-get can (as root), else that test skips.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || \
+		  echo "chromium not installed: the explorer's browser test will skip"; }
 
 # The layer, generation and training-mode tests and the error messages (with their
 # JAX-only strict xfail) on the JAX backend, then the whole default suite on
 # TensorFlow. Offline. Two pytest workers (pytest-xdist; a test file stays on
 # one worker, so its module fixtures are built once): most tests keep one
 # core busy with Python, so two of them use both cores of a small machine.
-test: $(STAMP)
+test: $(STAMP) browser
 	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 --dist loadfile tests/layers tests/generation tests/models/test_training_mode.py tests/test_error_messages.py
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 --dist loadfile
 
