@@ -16,6 +16,7 @@ from pathlib import Path
 import keras
 import pytest
 
+import zoo
 from zoo.models.layout import get_layout_map
 from zoo.training import distribution as distribution_lib
 
@@ -137,6 +138,6 @@ def test_layout_map_names_an_axis_of_the_mesh(four_devices):
     mesh = keras.distribution.DeviceMesh((2, 2), ("batch", "tensor"), ["cpu:0", "cpu:1", "cpu:2", "cpu:3"])
     with pytest.raises(ValueError, match=r"the mesh has the axes \['batch', 'tensor'\]; got 'model'"):
         get_layout_map(mesh)
-    layout_map = get_layout_map(mesh, model_parallel_dim_name="tensor")
+    layout_map = zoo.models.GPTBackbone.get_layout_map(mesh, model_parallel_dim_name="tensor")
     assert tuple(layout_map["block_3/self_attention/query_key_value/kernel"].axes) == (None, "tensor")
     assert layout_map["block_3/self_attention_add_norm/layer_norm/gamma"] is None  # replicated

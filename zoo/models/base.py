@@ -29,6 +29,7 @@ import re
 import keras
 
 from zoo.layers.token_embedding import eager_values, first_out_of_range
+from zoo.models.layout import get_layout_map
 
 # Keras' weight quantization that needs no calibration data, and the layer types each one covers.
 QUANTIZATION_MODES = ("int8", "int4", "float8")
@@ -260,6 +261,13 @@ class ZooModel(keras.Model):
                         dense.enable_lora(rank)
                         if dense.bias is not None:  # only the LoRA matrices train
                             dense.bias.trainable = False
+
+    @staticmethod
+    def get_layout_map(device_mesh, model_parallel_dim_name="model", data_parallel_dim_name="batch"):
+        """The `keras.distribution.LayoutMap` of model parallelism, as
+        keras-hub's backbones have it: `zoo.models.layout.get_layout_map`
+        (every family names its layers alike, so one map serves all)."""
+        return get_layout_map(device_mesh, model_parallel_dim_name, data_parallel_dim_name)
 
     @classmethod
     def argument_names(cls):
