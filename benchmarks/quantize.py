@@ -26,6 +26,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -62,7 +63,9 @@ def keras_hub_model(args, mode):
     )
     causal_lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
     if mode:
-        causal_lm.quantize(mode)
+        with warnings.catch_warnings():  # keras-hub quantizes every layer and warns for those without `quantize`
+            warnings.filterwarnings("ignore", message=r"(Layer \w+ does not have a `quantize`|Invalid quantization mode)")
+            causal_lm.quantize(mode)
     causal_lm.compile(sampler="greedy")
     return causal_lm
 
@@ -113,13 +116,13 @@ def run_speed(args, modes):
 def run_quality(folders, modes):
     from recipes.cli import open_run
 
-    print(f"\n{'run':<28}{'metric':<14}{'float32':>10}" + "".join(f"{mode:>16}" for mode in modes))
+    print(f"\n{'run':<28}{'metric':<14}{'float32':>10}" + "".join(f"{mode + ' (change)':>20}" for mode in modes))
     for folder in folders:
         values = {}
         for mode in (None, *modes):
             name, recipe, model = open_run(folder, quantize=mode)
             metric, values[mode] = recipe.evaluate(folder, split="dev" if name == "bert_classify" else "val", model=model)
-        change = "".join(f"{values[m]:>9.4f} ({values[m] - values[None]:+.4f})"[-16:].rjust(16) for m in modes)
+        change = "".join(f"{values[m]:.4f} ({values[m] - values[None]:+.4f})".rjust(20) for m in modes)
         print(f"{str(folder):<28}{metric:<14}{values[None]:>10.4f}{change}")
 
 
