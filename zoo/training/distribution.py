@@ -14,6 +14,13 @@ strategy on TensorFlow, `keras.distribution.DataParallel` on JAX.
   for one device trains on several.
 - "multi-worker", "tpu": TensorFlow only (below).
 
+On JAX, several processes (GPU hosts, a TPU slice) join when the
+environment says so, as `keras.distribution.initialize` reads it:
+KERAS_DISTRIBUTION_JOB_ADDRESSES (process 0's host:port first),
+KERAS_DISTRIBUTION_NUM_PROCESSES and KERAS_DISTRIBUTION_PROCESS_ID;
+`start_distribution` checks them and joins before JAX computes anything,
+and only process 0 writes the run's folder (`worker_output`).
+
 TensorFlow loads only when a TensorFlow strategy is asked for. One strategy
 is made per kind and process ("data-parallel" and "mirrored" share one), and
 kept: `MultiWorkerMirroredStrategy`
@@ -161,6 +168,8 @@ def start_distribution(name, mesh=None, batch_size=None):
     runs on this backend, TF_CONFIG for "multi-worker", and on JAX that
     the mesh fits the devices and `batch_size` splits across them."""
     check_strategy(name)
+    if name != "default" and keras.backend.backend() == "jax" and jax_process_count() > 1:
+        _initialize_jax_processes()
     if name == "model-parallel":
         parse_mesh(mesh)
     elif mesh is not None:
@@ -171,6 +180,52 @@ def start_distribution(name, mesh=None, batch_size=None):
         cluster_config()
     if name != "default" and keras.backend.backend() == "tensorflow":
         _tf_strategy(name)
+
+
+JAX_PROCESS_VARIABLES = (
+    "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+    "KERAS_DISTRIBUTION_NUM_PROCESSES",
+    "KERAS_DISTRIBUTION_PROCESS_ID",
+)
+
+
+def jax_process_count():
+    """The number of JAX processes the environment asks for
+    (`KERAS_DISTRIBUTION_NUM_PROCESSES`, as `keras.distribution.initialize`
+    reads it); 1 without it."""
+    value = os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1")
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"KERAS_DISTRIBUTION_NUM_PROCESSES must be a positive integer; got {value!r}.")
+    return int(value)
+
+
+def jax_process_id():
+    """This process's index among the JAX processes (0 without any)."""
+    return int(os.environ.get("KERAS_DISTRIBUTION_PROCESS_ID", "0")) if jax_process_count() > 1 else 0
+
+
+def _initialize_jax_processes():
+    """`keras.distribution.initialize()` from the environment, checked
+    first: the coordinator's address (process 0's host:port, first in
+    KERAS_DISTRIBUTION_JOB_ADDRESSES), the process count and this
+    process's index. Must run before JAX computes anything."""
+    import jax
+
+    if jax.distributed.is_initialized():
+        return
+    count = jax_process_count()
+    addresses = [a for a in os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES", "").split(",") if a]
+    index = os.environ.get("KERAS_DISTRIBUTION_PROCESS_ID", "")
+    expected = (
+        f"expected, on each of the {count} processes, KERAS_DISTRIBUTION_JOB_ADDRESSES=host0:port[,host1:port...] "
+        f"(process 0's first) and KERAS_DISTRIBUTION_PROCESS_ID=0..{count - 1}"
+    )
+    if not addresses or not all(":" in a for a in addresses):
+        raise ValueError(f"KERAS_DISTRIBUTION_JOB_ADDRESSES is {os.environ.get('KERAS_DISTRIBUTION_JOB_ADDRESSES')!r}; "
+                         f"{expected}.")
+    if not index.isdigit() or int(index) >= count:
+        raise ValueError(f"KERAS_DISTRIBUTION_PROCESS_ID is {index!r}; {expected}.")
+    keras.distribution.initialize(",".join(addresses), count, int(index))
 
 
 def _tf_strategy(name):
@@ -265,7 +320,10 @@ def cluster_config():
 
 def is_chief():
     """Whether this process writes the run's shared files: the "chief" task,
-    else worker 0 (tf.distribute's rule); always without TF_CONFIG."""
+    else worker 0 (tf.distribute's rule); JAX process 0; always with
+    neither TF_CONFIG nor several JAX processes."""
+    if keras.backend.backend() == "jax":
+        return jax_process_id() == 0
     if not os.environ.get("TF_CONFIG"):
         return True
     config = cluster_config()
@@ -278,7 +336,8 @@ def is_chief():
 def worker_output(path, name):
     """The folder this process writes a run's files to under strategy
     `name`: `path` itself, except for a "multi-worker" worker other than the
-    chief, which writes the same files (checkpoints, logs) to a private
+    chief, or a JAX process other than process 0, which writes the same
+    files (checkpoints, logs) to a private
     folder of its own, so that workers sharing a file system never write one
     file at once.
 
@@ -286,8 +345,12 @@ def worker_output(path, name):
     on `path` and the task, so a restarted worker finds its own backup
     (`BackupAndRestore`) again; its weights are the chief's.
     """
-    if name != "multi-worker" or is_chief():
+    jax_processes = keras.backend.backend() == "jax" and name != "default" and jax_process_count() > 1
+    if not (name == "multi-worker" or jax_processes) or is_chief():
         return Path(path)
-    task = cluster_config()["task"]
+    if jax_processes:
+        task = f"process{jax_process_id()}"
+    else:
+        task = "{type}{index}".format(**cluster_config()["task"])
     digest = hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:10]
-    return Path(tempfile.gettempdir()) / f"zoo-{Path(path).name}-{digest}-{task['type']}{task['index']}"
+    return Path(tempfile.gettempdir()) / f"zoo-{Path(path).name}-{digest}-{task}"
