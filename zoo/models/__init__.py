@@ -1,6 +1,7 @@
 """The three Transformer families as functional Keras models."""
 
-from zoo.models.base import QUANTIZATION_MODES, check_quantization_mode, quantization_mode
+# Quantization helpers, beside the models (`__all__` lists the model classes).
+from zoo.models.base import QUANTIZATION_MODES, check_quantization_mode, quantization_mode  # noqa: F401
 from zoo.models.bert import BertBackbone, BertClassifier, BertMaskedLM, BertSentenceEncoder
 from zoo.models.gpt import GPTBackbone, GPTCausalLM
 from zoo.models.transformer import EncoderDecoder
@@ -13,7 +14,4 @@ __all__ = [
     "EncoderDecoder",
     "GPTBackbone",
     "GPTCausalLM",
-    "QUANTIZATION_MODES",
-    "check_quantization_mode",
-    "quantization_mode",
 ]
