@@ -29,9 +29,9 @@ def serve(target, host="127.0.0.1", port=8000, labels=None):
     import uvicorn
 
     from recipes.explore.app import create_app
-    from recipes.explore.engine import Explorer, open_target
+    from recipes.explore.engine import Explorer, open_target, run_record
 
-    explorer = Explorer(open_target(target), name=target, labels=labels)
+    explorer = Explorer(open_target(target), name=target, labels=labels, run=run_record(target))
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

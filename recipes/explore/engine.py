@@ -57,6 +57,15 @@ def open_target(target):
     )
 
 
+def run_record(target):
+    """The run.json of a run folder (recipe, preset, final figures), or None
+    for a `.keras` file or a checkpoint folder."""
+    from recipes.common import RUN, read_run
+
+    path = Path(target)
+    return read_run(path) if path.is_dir() and (path / RUN).is_file() else None
+
+
 def kind_of(model):
     """LANGUAGE_MODEL, TRANSLATOR or CLASSIFIER; a ValueError for a model
     the page cannot show."""
@@ -92,10 +101,13 @@ class Explorer:
             carries its tokenizer.
         name: what the page calls it (the target's path).
         labels: the class names of a classifier, in class order.
+        run: the run.json record of a run folder (`run_record`), for the
+            model card.
     """
 
-    def __init__(self, model, name="", labels=None):
+    def __init__(self, model, name="", labels=None, run=None):
         self.model = model
+        self.run = run
         self.kind = kind_of(model)
         self.name = str(name)
         self.tokenizer = tokenizer_of(model)
@@ -111,9 +123,10 @@ class Explorer:
     # --- What every page asks first ----------------------------------------------
 
     def info(self):
-        """The model's kind and sizes."""
+        """The model's kind and sizes, and its card."""
         backbone = getattr(self.model, "backbone", self.model)
         return {
+            "card": self.card(),
             "kind": self.kind,
             "name": self.name,
             "model": type(self.model).__name__,
@@ -123,6 +136,29 @@ class Explorer:
             "vocabulary_size": int(self.tokenizer.vocabulary_size()),
             "labels": self.labels,
             "max_new_tokens": MAX_NEW_TOKENS,
+        }
+
+    def card(self):
+        """The model card: family, preset, parameters, sizes, tokenizer and,
+        for a run folder, its recipe and final figures."""
+        from zoo.models import BertClassifier
+
+        backbone = getattr(self.model, "backbone", self.model)
+        family = {LANGUAGE_MODEL: "gpt", TRANSLATOR: "transformer", CLASSIFIER: "bert"}[self.kind]
+        run = self.run or {}
+        results = run.get("results") or {}
+        return {
+            "family": family,
+            "task": "classifier" if isinstance(self.model, BertClassifier) else None,
+            "preset": run.get("preset"),
+            "parameters": int(self.model.count_params()),
+            "num_layers": int(backbone.num_layers),
+            "num_heads": int(backbone.num_heads),
+            "hidden_dim": int(backbone.hidden_dim),
+            "context": int(self.context),
+            "tokenizer": f"{type(self.tokenizer).__name__}, {int(self.tokenizer.vocabulary_size())} tokens",
+            "recipe": run.get("recipe"),
+            "results": {key: value for key, value in results.items() if isinstance(value, (int, float))},
         }
 
     @property

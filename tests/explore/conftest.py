@@ -7,6 +7,8 @@ import string
 import pytest
 
 SENTENCES = ["a gripping film", "a dull plot", "the acting is superb", "two dogs run in the snow"]
+# The language model's stand-in run.json, as a recipe writes it.
+RUN = {"recipe": "gpt_char", "preset": "gpt-nano", "finished": True, "results": {"val_loss": 1.9105, "note": "text"}}
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +37,7 @@ def explorers(models):
     from recipes.explore.engine import Explorer
 
     return {
-        "language_model": Explorer(models["language_model"], "runs/gpt_char"),
+        "language_model": Explorer(models["language_model"], "runs/gpt_char", run=RUN),
         "classifier": Explorer(models["classifier"], "runs/bert_classify", labels=["negative", "positive"]),
         "translator": Explorer(models["translator"], "runs/translate"),
     }

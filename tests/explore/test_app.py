@@ -69,6 +69,44 @@ def test_info_names_the_kind_and_sizes(clients, kind, model, layers):
     assert info["labels"] == (["negative", "positive"] if kind == "classifier" else None)
 
 
+def test_info_has_a_model_card_with_the_runs_recipe_and_figures(clients, models):
+    card = clients["language_model"].get("/api/info").json()["card"]
+    lm = models["language_model"]
+    assert card == {
+        "family": "gpt", "task": None, "preset": "gpt-nano", "parameters": lm.count_params(),
+        "num_layers": 2, "num_heads": 4, "hidden_dim": 32, "context": 32,
+        "tokenizer": f"CharTokenizer, {lm.tokenizer.vocabulary_size()} tokens",
+        "recipe": "gpt_char", "results": {"val_loss": 1.9105},  # figures only
+    }
+    card = clients["classifier"].get("/api/info").json()["card"]  # a .keras file: no run
+    assert (card["family"], card["task"], card["preset"], card["recipe"], card["results"]) == (
+        "bert", "classifier", None, None, {},
+    )
+    assert card["parameters"] == models["classifier"].count_params()
+
+
+def test_run_record_reads_a_run_folders_run_json_only(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.json").write_text(json.dumps({"recipe": "translate", "results": {"val_bleu": 38.0}}))
+    (tmp_path / "run" / "model.keras").write_bytes(b"")
+    assert engine.run_record(tmp_path / "run") == {"recipe": "translate", "results": {"val_bleu": 38.0}}
+    assert engine.run_record(tmp_path / "run" / "model.keras") is None
+    assert engine.run_record(tmp_path) is None
+
+
+def test_two_generations_at_once_both_finish_with_their_own_tokens(clients, models):
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = clients["language_model"]
+    bodies = [{"prompt": "ROMEO: my", "max_new_tokens": 20}, {"prompt": "JULIET: o", "max_new_tokens": 14}]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        streams = list(pool.map(lambda body: events(client.post("/api/generate", json=body)), bodies))
+    for body, stream in zip(bodies, streams):
+        assert [name for name, _ in stream] == ["prompt"] + ["token"] * body["max_new_tokens"] + ["done"]
+        expected = zoo.generate(models["language_model"], body["prompt"], max_new_tokens=body["max_new_tokens"])
+        assert stream[-1][1]["text"] == expected
+
+
 # --- Language model ---------------------------------------------------------------------
 
 

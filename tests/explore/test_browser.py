@@ -1,107 +1,38 @@
 """`zoo explore`'s page in a real browser: Debian's chromium, driven by
 Selenium through the system chromedriver (no downloaded browser). A server
 on 127.0.0.1 on a free port serves each tiny model; the test uses the page
-as a person would and takes a screenshot of each kind under /tmp.
+as a person would and takes a screenshot of each kind into its temporary
+folder (tests/explore/browser.py holds the steps; it also takes the
+screenshot of docs/explore.png).
 
 Skips, saying why, where selenium, chromium or chromedriver is absent
 (`apt-get install chromium chromium-driver`, `pip install selenium`)."""
-
-import contextlib
-import shutil
-import socket
-import threading
-import time
-import urllib.request
 
 import pytest
 
 pytest.importorskip("starlette", reason="zoo explore needs the explore extra: pip install -e .[explore]")
 pytest.importorskip("uvicorn", reason="zoo explore needs the explore extra: pip install -e .[explore]")
-webdriver = pytest.importorskip("selenium.webdriver", reason="the browser test needs selenium: pip install selenium")
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-WAIT = 30  # seconds, the most any step of the page may take
-pytestmark = pytest.mark.skipif(
-    not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
-    reason="no chromium and chromedriver on PATH (Debian: apt-get install chromium chromium-driver)",
-)
+from tests.explore.browser import available, css_all, fill, serving, start_browser, wait_for  # noqa: E402
 
-
-@contextlib.contextmanager
-def serving(explorer):
-    """The app of `explorer` under uvicorn on 127.0.0.1, a free port, in a
-    thread; yields its URL and stops the server on exit."""
-    import uvicorn
-
-    from recipes.explore.app import create_app
-
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
-    server = uvicorn.Server(uvicorn.Config(create_app(explorer), log_level="warning", timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            try:
-                urllib.request.urlopen(url + "api/info", timeout=2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=WAIT)
-        listener.close()
-        assert not thread.is_alive(), "the server did not stop"
+pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1280,1400", "--disable-extensions", "--no-first-run"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(WAIT)
+    driver = start_browser()
     yield driver
     driver.quit()
 
 
-def wait_for(driver, condition, what):
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, WAIT, poll_frequency=0.1).until(lambda d: condition(d), message=what)
-
-
-def css_all(driver, selector):
-    from selenium.webdriver.common.by import By
-
-    return driver.find_elements(By.CSS_SELECTOR, selector)
-
-
-def fill(driver, element_id, value):
-    from selenium.webdriver.common.by import By
-
-    field = driver.find_element(By.ID, element_id)
-    field.clear()
-    field.send_keys(str(value))
-
-
-def test_a_language_model_streams_tokens_and_shows_a_tokens_attention_and_probabilities(browser, explorers):
+def test_a_language_model_streams_tokens_and_shows_a_tokens_attention_and_probabilities(browser, explorers, tmp_path):
     from selenium.webdriver.common.by import By
 
     with serving(explorers["language_model"]) as url:
         browser.get(url)
         wait_for(browser, lambda d: "GPTCausalLM" in d.find_element(By.ID, "model-line").text, "the model line")
+        card = browser.find_element(By.ID, "card").text
+        assert "gpt_char" in card and "gpt-nano" in card and "val_loss" in card, card
         fill(browser, "prompt", "ROMEO: to")
         fill(browser, "length", 24)
         browser.find_element(By.ID, "generate").click()
@@ -130,7 +61,7 @@ def test_a_language_model_streams_tokens_and_shows_a_tokens_attention_and_probab
         assert "layer 2, head 3" in browser.find_element(By.ID, "lm-attention-enlarged").text
         weights = [float(chip.get_attribute("title")) for chip in chips]
         assert abs(sum(weights) - 1) < 1e-2
-        browser.save_screenshot("/tmp/zoo_explore_language_model.png")
+        browser.save_screenshot(str(tmp_path / "language_model.png"))
 
 
 def test_a_bad_setting_shows_the_servers_message(browser, explorers):
@@ -146,7 +77,7 @@ def test_a_bad_setting_shows_the_servers_message(browser, explorers):
         assert not css_all(browser, "#tokens .token")
 
 
-def test_a_translator_shows_its_translation_and_cross_attention(browser, explorers):
+def test_a_translator_shows_its_translation_and_cross_attention(browser, explorers, tmp_path):
     from selenium.webdriver.common.by import By
 
     with serving(explorers["translator"]) as url:
@@ -162,10 +93,10 @@ def test_a_translator_shows_its_translation_and_cross_attention(browser, explore
         source = explorers["translator"].translate({"source": "two dogs run in the snow", "num_beams": 3})
         assert columns == [token["text"] for token in source["source_tokens"]]
         assert browser.find_element(By.ID, "translation").text == (source["translation"] or "(empty)")
-        browser.save_screenshot("/tmp/zoo_explore_translator.png")
+        browser.save_screenshot(str(tmp_path / "translator.png"))
 
 
-def test_a_classifier_shows_label_probabilities_and_the_cls_attention(browser, explorers):
+def test_a_classifier_shows_label_probabilities_and_the_cls_attention(browser, explorers, tmp_path):
     from selenium.webdriver.common.by import By
 
     with serving(explorers["classifier"]) as url:
@@ -179,4 +110,4 @@ def test_a_classifier_shows_label_probabilities_and_the_cls_attention(browser, e
         cells[1].click()
         chips = wait_for(browser, lambda d: css_all(d, "#cls-attention-enlarged .weights span"), "the enlarged head")
         assert chips[0].text == "[CLS]" and chips[-1].text == "[SEP]"
-        browser.save_screenshot("/tmp/zoo_explore_classifier.png")
+        browser.save_screenshot(str(tmp_path / "classifier.png"))

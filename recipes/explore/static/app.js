@@ -287,10 +287,30 @@ async function classify(event) {
 
 // --- Start --------------------------------------------------------------------------------
 
+function showCard(card) {
+  const rows = [
+    ["family", card.family + (card.task ? ` (${card.task})` : "")],
+    ["preset", card.preset],
+    ["parameters", card.parameters.toLocaleString("en")],
+    ["size", `${card.num_layers} layers, ${card.num_heads} heads, width ${card.hidden_dim}, context ${card.context}`],
+    ["tokenizer", card.tokenizer],
+    ["recipe", card.recipe],
+    ...Object.entries(card.results).map(([name, value]) => [name, Number(value).toFixed(4)]),
+  ];
+  for (const [name, value] of rows) {
+    if (value === null || value === undefined) continue;
+    const term = document.createElement("dt"), description = document.createElement("dd");
+    term.textContent = name;
+    description.textContent = value;
+    $("card").append(term, description);
+  }
+}
+
 async function start() {
   const info = await (await fetch("/api/info")).json();
   $("model-line").textContent = `${info.model} (${info.kind.replace("_", " ")}) · ${info.num_layers} layers · ` +
     `${info.num_heads} heads · context ${info.context} · vocabulary ${info.vocabulary_size} · ${info.name}`;
+  showCard(info.card);
   document.body.dataset.kind = info.kind;
   $(info.kind.replace("_", "-")).hidden = false;
   if (info.kind === "language_model") {
