@@ -100,15 +100,18 @@ def fill(driver, element_id, value):
 
 
 
-def generate_and_inspect(driver, url, prompt, length, token, cell):
-    """Generates `length` tokens after `prompt`, clicks generated token
-    number `token`, then heatmap cell number `cell` (layer-major)."""
+def generate_and_inspect(driver, url, prompt, length, token, cell, sampler="greedy"):
+    """Generates `length` tokens after `prompt` (with `sampler`, seed 0),
+    clicks generated token number `token`, then heatmap cell number `cell`
+    (layer-major)."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
 
     driver.get(url)
     wait_for(driver, lambda d: "GPTCausalLM" in d.find_element(By.ID, "model-line").text, "the model line")
     fill(driver, "prompt", prompt)
     fill(driver, "length", length)
+    Select(driver.find_element(By.ID, "sampler")).select_by_value(sampler)
     driver.find_element(By.ID, "generate").click()
     wait_for(driver, lambda d: len(css_all(d, "#tokens .token.generated")) == length, f"{length} streamed tokens")
     wait_for(driver, lambda d: f"{length} new tokens" in d.find_element(By.ID, "generate-status").text, "done")
@@ -121,15 +124,16 @@ def generate_and_inspect(driver, url, prompt, length, token, cell):
 
 
 def screenshot(run, png, prompt="ROMEO:\nWhat", length=80):
-    """The page over the language model of run folder `run`, after a greedy
-    generation, one token inspected and one head enlarged, saved as `png`."""
+    """The page over the language model of run folder `run`, after a top-k
+    sample (seed 0), one token inspected and one head enlarged, saved as
+    `png`."""
     from recipes.explore.engine import Explorer, open_target, run_record
 
     explorer = Explorer(open_target(run), name=str(run), run=run_record(run))
     driver = start_browser()
     try:
         with serving(explorer) as url:
-            generate_and_inspect(driver, url, prompt, length, token=length - 20, cell=5)
+            generate_and_inspect(driver, url, prompt, length, token=length - 20, cell=5, sampler="top_k")
             driver.save_screenshot(str(png))
     finally:
         driver.quit()
