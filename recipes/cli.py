@@ -5,7 +5,7 @@
     zoo translate RUN "sentence" ...       beam search, one translation a line
     zoo classify RUN "sentence" ...        label and probability per sentence
     zoo eval RUN [--data DIR_OR_TFDS] [--split SPLIT]
-                                           (sample, translate, classify, eval: --quantize int8|int4|float8)
+                                           (sample, translate, classify, eval, explore: --quantize int8|int4|float8)
     zoo presets [--family F]               list the presets
     zoo describe NAME                      sizes, parameters and FLOPs of a preset
     zoo explore TARGET [--port N]          a local web page: generation, attention maps, probabilities
@@ -117,6 +117,7 @@ def parser():
     explore.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1: this machine)")
     explore.add_argument("--labels", default=None,
                          help="a classifier's class names in class order, e.g. negative,positive")
+    _add_quantize(explore)
     return top
 
 
@@ -277,7 +278,8 @@ def _explore(args):
         import uvicorn  # noqa: F401
     except ImportError as error:
         raise ValueError(f"{error.name} is not installed; expected the explore extra: pip install -e .[explore]") from None
-    return serve(args.target, host=args.host, port=args.port, labels=args.labels.split(",") if args.labels else None)
+    labels = args.labels.split(",") if args.labels else None
+    return serve(args.target, host=args.host, port=args.port, labels=labels, quantize=args.quantize)
 
 
 COMMANDS = {

@@ -15,7 +15,7 @@ uvicorn); the page is static HTML, CSS and JavaScript, with no network.
 """
 
 
-def serve(target, host="127.0.0.1", port=8000, labels=None):
+def serve(target, host="127.0.0.1", port=8000, labels=None, quantize=None):
     """Loads `target`, serves its page until Ctrl-C; returns 0.
 
     Args:
@@ -23,6 +23,8 @@ def serve(target, host="127.0.0.1", port=8000, labels=None):
         host: the address to listen on (127.0.0.1: this machine only).
         port: the port; 0 picks a free one (the printed URL names it).
         labels: a classifier's class names, in class order.
+        quantize: a quantization mode ("int8", "int4", "float8") applied
+            to the model in memory after it loads; None keeps it as saved.
     """
     import socket
 
@@ -31,7 +33,10 @@ def serve(target, host="127.0.0.1", port=8000, labels=None):
     from recipes.explore.app import create_app
     from recipes.explore.engine import Explorer, open_target, run_record
 
-    explorer = Explorer(open_target(target), name=target, labels=labels, run=run_record(target))
+    model = open_target(target)
+    if quantize is not None:
+        model.quantize(quantize)
+    explorer = Explorer(model, name=target, labels=labels, run=run_record(target))
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -82,5 +82,36 @@ def test_explore_help_names_its_flags(capsys):
     with pytest.raises(SystemExit):
         cli.main(["explore", "-h"])
     text = capsys.readouterr().out
-    for flag in ("TARGET", "--port", "--host", "--labels"):
+    for flag in ("TARGET", "--port", "--host", "--labels", "--quantize"):
         assert flag in text
+
+
+def test_quantize_serves_the_model_quantized_and_leaves_the_run_as_it_was(run_folder, monkeypatch, capsys):
+    import uvicorn
+
+    from recipes.explore import engine
+    from zoo.models import quantization_mode
+
+    served, original = {}, engine.Explorer
+
+    def explorer(model, **kwargs):
+        served["model"] = model
+        return original(model, **kwargs)
+
+    def run(server, sockets=None):  # the server would start here: stop as Ctrl-C would
+        raise KeyboardInterrupt
+
+    saved = (run_folder / "model.keras").read_bytes()
+    monkeypatch.setattr(engine, "Explorer", explorer)
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    assert cli.main(["explore", str(run_folder), "--port", "0", "--quantize", "int8"]) == 0
+    assert quantization_mode(served["model"]) == "int8"
+    assert (run_folder / "model.keras").read_bytes() == saved
+    assert capsys.readouterr().out.strip().endswith("zoo explore: stopped")
+
+
+def test_an_unknown_quantization_mode_is_refused_before_the_model_loads(run_folder, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["explore", str(run_folder), "--quantize", "int3"])
+    assert exit_.value.code == 2
+    assert "--quantize" in capsys.readouterr().err
