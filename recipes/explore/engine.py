@@ -20,6 +20,7 @@ import numpy as np
 LANGUAGE_MODEL, TRANSLATOR, CLASSIFIER = "language_model", "translator", "classifier"
 SAMPLERS = ("greedy", "temperature", "top_k", "top_p")
 MAX_NEW_TOKENS = 1024
+MAX_CHARACTERS = 10_000  # of a prompt, source or sentence: the page is for reading, not bulk work
 TOP = 10
 
 
@@ -398,6 +399,8 @@ class Explorer:
         saw) is the request's error, named by `field`."""
         from zoo.data import token_id_lists
 
+        if len(text) > MAX_CHARACTERS:
+            raise RequestError(f"{field}: {len(text)} characters; expected at most {MAX_CHARACTERS}")
         try:
             return token_id_lists(tokenizer or self.tokenizer, [text])[0]
         except ValueError as error:
