@@ -22,6 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from tests.recipes.multi_worker_script import StepLosses  # noqa: E402  (the loss of each step)
+
 B, T, V, STEPS = 8, 12, 50, 3
 LENGTHS = [12, 12, 12, 12, 4, 1, 3, 2]  # real tokens per row of each global batch
 
@@ -31,20 +33,6 @@ def global_batches():
     tokens = rng.integers(1, V, (STEPS * B, T + 1)).astype("int32")
     mask = np.array([[1] * n + [0] * (T - n) for n in LENGTHS] * STEPS, "int32")
     return {"token_ids": tokens[:, :-1] * mask, "padding_mask": mask}, tokens[:, 1:] * mask
-
-
-class StepLosses(keras.callbacks.Callback):
-    """The loss of each step (Keras logs the running mean over the epoch)."""
-
-    def on_train_begin(self, logs=None):
-        self.means = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.means.append(float(logs["loss"]))
-
-    def losses(self):
-        sums = [m * (i + 1) for i, m in enumerate(self.means)]
-        return [sums[0]] + [b - a for a, b in zip(sums, sums[1:])]
 
 
 def main(strategy, output):
