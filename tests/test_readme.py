@@ -96,5 +96,6 @@ def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
     exec(compile(code, request.node.callspec.id.split(":")[0], "exec"), {"__name__": "__readme__"})
 
 
-def test_the_readme_has_python_blocks():
-    assert len(list(python_blocks([README]))) >= 5
+def test_the_readme_and_its_guides_have_python_blocks():
+    assert len(list(python_blocks([README]))) >= 2  # the quick start
+    assert len(list(python_blocks())) >= 12

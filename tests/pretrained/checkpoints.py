@@ -7,7 +7,7 @@ both models that read the Hugging Face tensors directly.
 writes tiny random stand-ins named as the real checkpoints (gpt2,
 bert-base-uncased, gpt2_base_en, bert_base_en_uncased) into FOLDER (the
 current one by default), with the real context lengths, so that the
-README's "Start from pretrained weights" commands run offline.
+"Start from pretrained weights" commands of docs/pretrained.md run offline.
 
 Every weight is random (biases and LayerNorms included), so a tensor put in
 the wrong place changes the logits.
