@@ -23,9 +23,7 @@ translate the BLEU, bert_classify the dev accuracy.
 
 import argparse
 import os
-import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -37,6 +35,7 @@ import numpy as np  # noqa: E402
 
 from zoo.generation import generate  # noqa: E402
 from zoo.models import QUANTIZATION_MODES, GPTBackbone, GPTCausalLM  # noqa: E402
+from generate import measure  # noqa: E402  (benchmarks/: the zoo and keras-hub calls alternating)
 
 # --- The configuration: gpt2-small's sizes --------------------------------------
 VOCABULARY, LAYERS, WIDTH, HEADS, CONTEXT = 50257, 12, 768, 12, 1024
@@ -73,22 +72,6 @@ def keras_hub_model(args, mode):
 def weight_bytes(model):
     return sum(int(np.prod(w.shape)) * np.dtype(keras.backend.standardize_dtype(w.dtype)).itemsize
                for w in model.weights)
-
-
-def timed(fn):
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def measure(runners, repeats):
-    """First-call and median times of each runner, the runners alternating."""
-    first = {name: timed(fn) for name, fn in runners.items()}
-    times = {name: [] for name in runners}
-    for _ in range(repeats):
-        for name, fn in runners.items():
-            times[name].append(timed(fn))
-    return first, {name: statistics.median(t) for name, t in times.items()}
 
 
 def run_speed(args, modes):
