@@ -67,9 +67,10 @@ def generate(
         sampler: "greedy", "temperature", "top_k", "top_p" or "beam" (beam
             search only within the context window).
         stop_token_ids: ids that end a sequence. `"auto"`: for text, the
-            tokenizer's end token if it has one (`end_token_id`, e.g.
-            GPT-2's `<|endoftext|>`, `[END]` of a `WordTokenizer`), none
-            for a `CharTokenizer`; for token ids, none.
+            tokenizer's end tokens if it has them (`end_token_ids` of a
+            `HuggingFaceTokenizer`, else `end_token_id`, e.g. GPT-2's
+            `<|endoftext|>`, `[END]` of a `WordTokenizer`), none for a
+            `CharTokenizer`; for token ids, none.
         seed: an int makes sampling reproducible.
         max_length: for text, the most tokens of prompt plus continuation,
             as keras-hub's `CausalLM.generate`.
@@ -421,7 +422,7 @@ def _tokenizer_of(model, what):
             return tokenizer
     raise ValueError(
         f"{what}: the {type(model).__name__} carries no tokenizer; pass token ids or attach one with "
-        "model.tokenizer = ... (a keras-hub tokenizer, zoo.data.CharTokenizer or zoo.data.WordTokenizer)."
+        "model.tokenizer = ... (a keras-hub tokenizer, zoo.data.CharTokenizer, WordTokenizer or HuggingFaceTokenizer)."
     )
 
 
@@ -442,6 +443,10 @@ def _special_id(tokenizer, kind):
 
 
 def _auto_stop_ids(tokenizer):
+    # A checkpoint may declare several end ids (Llama 3 instruct: <|end_of_text|> and <|eot_id|>).
+    ends = getattr(tokenizer, "end_token_ids", None)
+    if ends:
+        return [int(end) for end in ends]
     end = getattr(tokenizer, "end_token_id", None)
     return None if end is None else [int(end)]
 

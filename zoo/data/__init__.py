@@ -1,12 +1,13 @@
 """Data for the zoo: readers, tokenizers, tf.data pipelines, synthetic tasks.
 
 Stands alone: nothing here imports `zoo.layers` or `zoo.models`.
-TensorFlow Datasets and keras-hub are imported only by the functions that
-need them.
+TensorFlow Datasets, keras-hub and `tokenizers` are imported only by the
+functions that need them.
 """
 
 from zoo.data.buckets import bucketed_batches, divisor_batch_size, int32_masks, interleave, length_buckets
 from zoo.data.errors import DataError
+from zoo.data.huggingface_tokenizer import HuggingFaceTokenizer
 from zoo.data.sources import read_labelled, read_parallel, read_text
 from zoo.data.synthetic import (
     Task,
@@ -37,6 +38,7 @@ __all__ = [
     "CharTokenizer",
     "CharVocabulary",
     "DataError",
+    "HuggingFaceTokenizer",
     "Task",
     "WordTokenizer",
     "WordVocabulary",

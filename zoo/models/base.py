@@ -363,8 +363,8 @@ def check_tokenizer(tokenizer, model=None, name="tokenizer"):
     if missing or not isinstance(tokenizer, keras.layers.Layer):
         raise TypeError(
             f"{name}: expected a keras-hub tokenizer (e.g. keras_hub.tokenizers.WordPieceTokenizer) or "
-            f"zoo.data.CharTokenizer / WordTokenizer, a Keras layer with tokenize, detokenize and "
-            f"vocabulary_size; got {type(tokenizer).__name__}."
+            f"zoo.data.CharTokenizer / WordTokenizer / HuggingFaceTokenizer, a Keras layer with tokenize, "
+            f"detokenize and vocabulary_size; got {type(tokenizer).__name__}."
         )
     if name == "source_tokenizer" and not hasattr(model, "source_vocabulary_size"):
         raise ValueError(f"source_tokenizer: a {type(model).__name__} has no source; only an encoder-decoder has one.")

@@ -1,0 +1,376 @@
+"""A Hugging Face `tokenizer.json` as a tokenizer a zoo model can carry.
+
+Llama, Mistral, Qwen2, Qwen3, SmolLM2 and TinyLlama checkpoints ship their
+tokenizer as one `tokenizer.json`: the normalizer, pre-tokenizer, BPE
+vocabulary and merges, added tokens, post-processor and decoder, read by
+the `tokenizers` package (the Rust library behind transformers' fast
+tokenizers). `HuggingFaceTokenizer` runs that file through `tokenizers`
+itself, not a re-implementation, so its ids are the package's ids, and
+wraps it in keras-hub's tokenizer surface (`tokenize`, `detokenize`,
+`vocabulary_size()`, `start_token_id`, `end_token_id`, ...) as a Keras
+layer. Inside a model's `.keras` file the JSON travels as the asset
+`tokenizer.json`, byte for byte; the config holds only the special-token
+settings.
+
+`tokenizers` is imported when a tokenizer file is read, so that
+`import zoo` (which registers this class) stays light.
+
+Example:
+```python
+tokenizer = HuggingFaceTokenizer.from_folder("checkpoints/llama")  # tokenizer.json + the config files
+ids = tokenizer("Grüße, 世界 🙂")  # int32 ids, BOS first when the checkpoint adds it
+tokenizer.detokenize(ids)  # "Grüße, 世界 🙂"
+lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
+```
+"""
+
+import json
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from zoo.data.errors import DataError
+from zoo.data.tokenizers import _strings
+from zoo.files import write_text
+
+ASSET_FILE = "tokenizer.json"
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class HuggingFaceTokenizer(keras.layers.Layer):
+    """A Hugging Face `tokenizer.json`, run by the `tokenizers` package, as a
+    Keras layer with keras-hub's tokenizer methods.
+
+    BOS is added to each text as the checkpoint does it: by default through
+    the file's own post-processor (`encode(text, add_special_tokens=True)`:
+    Llama 2 / 3, Mistral and TinyLlama add BOS; Qwen2 / Qwen3 and SmolLM2
+    add nothing), or explicitly with `add_bos` (transformers'
+    `add_bos_token` of `tokenizer_config.json`). `detokenize` skips the
+    special tokens. Tokenizing runs eagerly on Python strings; it is not
+    meant for a traced graph.
+
+    Args:
+        tokenizer_json: the tokenizer: a path to a `tokenizer.json`, its JSON
+            text, a `tokenizers.Tokenizer`, or None (set later with
+            `set_tokenizer_json`, e.g. when a saved model loads).
+        start_token_id: int or None. BOS, the id a prompt starts with.
+        end_token_ids: an int, a list of int, or None. The ids that end a
+            generated sequence (EOS; instruction-tuned checkpoints often
+            have several); `zoo.generate` on text stops at any of them.
+        pad_token_id: int or None. The padding id, None when the checkpoint
+            has none.
+        add_bos: None follows the post-processor of `tokenizer_json`; True
+            puts `start_token_id` first and False adds nothing, neither
+            running the post-processor's template.
+
+    Attributes:
+        start_token_id, end_token_ids (a tuple of int), end_token_id (the
+        first of them, or None), pad_token_id, add_bos.
+
+    Example:
+    ```python
+    tokenizer = HuggingFaceTokenizer.from_file("tokenizer.json", bos_token="<s>", eos_token="</s>")
+    tokenizer("naïve café")  # array([1, ...], dtype=int32), as tokenizers.Tokenizer.encode(...).ids
+    tokenizer.detokenize(tokenizer("naïve café"))  # "naïve café"
+    ```
+
+    References:
+        Hugging Face `tokenizers`: https://github.com/huggingface/tokenizers
+    """
+
+    def __init__(
+        self,
+        tokenizer_json=None,
+        start_token_id=None,
+        end_token_ids=None,
+        pad_token_id=None,
+        add_bos=None,
+        **kwargs,
+    ):
+        kwargs.setdefault("trainable", False)
+        super().__init__(**kwargs)
+        if isinstance(end_token_ids, (int, np.integer)):
+            end_token_ids = [end_token_ids]
+        self.start_token_id = _optional_id(start_token_id, "start_token_id")
+        self.end_token_ids = tuple(_optional_id(i, "end_token_ids") for i in end_token_ids or ())
+        self.pad_token_id = _optional_id(pad_token_id, "pad_token_id")
+        if add_bos not in (None, True, False):
+            raise ValueError(f"add_bos: expected None, True or False; got {add_bos!r}.")
+        if add_bos and self.start_token_id is None:
+            raise ValueError("add_bos=True needs a start_token_id, the BOS id to add.")
+        self.add_bos = add_bos
+        self._json = None
+        self._tokenizer = None
+        self._size = None
+        if tokenizer_json is not None:
+            self.set_tokenizer_json(tokenizer_json)
+
+    @property
+    def end_token_id(self):
+        """int or None. The first of `end_token_ids`."""
+        return self.end_token_ids[0] if self.end_token_ids else None
+
+    # --- Construction ------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, tokenizer_json, bos_token=None, eos_token=None, pad_token=None, add_bos=None, **kwargs):
+        """A tokenizer from a `tokenizer.json`, its special tokens named by
+        token or id.
+
+        Args:
+            tokenizer_json: a path to a `tokenizer.json`, or its JSON text.
+            bos_token: a token (str), an id (int) or None.
+            eos_token: a token or id, a list of them, or None.
+            pad_token: a token or id, or None.
+            add_bos: as the constructor's.
+            **kwargs: passed to the constructor.
+
+        Returns:
+            A `HuggingFaceTokenizer`.
+
+        Raises:
+            DataError: the file is missing or not a tokenizer.json.
+            ValueError: a special token is not in the vocabulary.
+        """
+        tokenizer = cls(tokenizer_json, **kwargs)
+        if not isinstance(eos_token, (list, tuple)):
+            eos_token = [] if eos_token is None else [eos_token]
+        tokenizer.start_token_id = tokenizer._id_of(bos_token, "bos_token")
+        tokenizer.end_token_ids = tuple(dict.fromkeys(tokenizer._id_of(t, "eos_token") for t in eos_token))
+        tokenizer.pad_token_id = tokenizer._id_of(pad_token, "pad_token")
+        if add_bos and tokenizer.start_token_id is None:
+            raise ValueError("add_bos=True needs a bos_token, the BOS to add.")
+        tokenizer.add_bos = add_bos
+        return tokenizer
+
+    @classmethod
+    def from_folder(cls, folder, **kwargs):
+        """The tokenizer of a Hugging Face checkpoint folder.
+
+        Reads `tokenizer.json` and, where present, the special tokens of
+        `tokenizer_config.json` (`bos_token`, `eos_token`, `pad_token`: a
+        str or a dict with `"content"`; `add_bos_token`), `config.json` and
+        `generation_config.json` (`bos_token_id`, `eos_token_id` an int or a
+        list, `pad_token_id`):
+
+        - BOS and padding: `tokenizer_config.json`'s token, else the id of
+          `generation_config.json`, else of `config.json`;
+        - the end ids: `generation_config.json`'s `eos_token_id` (what
+          transformers' `generate` stops at), else `config.json`'s, then
+          `tokenizer_config.json`'s `eos_token` if not among them;
+        - `add_bos`: `add_bos_token` when given, else None (the
+          post-processor decides).
+
+        Args:
+            folder: str or `pathlib.Path`, the checkpoint folder.
+            **kwargs: passed to the constructor.
+
+        Returns:
+            A `HuggingFaceTokenizer`.
+
+        Raises:
+            DataError: `tokenizer.json` is missing or invalid, or a config
+                file is not JSON.
+        """
+        folder = Path(folder)
+        tokenizer_config = _read_json_object(folder / "tokenizer_config.json")
+        configs = [_read_json_object(folder / name) for name in ("generation_config.json", "config.json")]
+
+        def token(key):
+            value = tokenizer_config.get(key)
+            return value.get("content") if isinstance(value, dict) else value
+
+        def config_ids(key):
+            for config in configs:
+                value = config.get(key)
+                if value is not None:
+                    return list(value) if isinstance(value, (list, tuple)) else [value]
+            return []
+
+        bos = token("bos_token") or next(iter(config_ids("bos_token_id")), None)
+        pad = token("pad_token") or next(iter(config_ids("pad_token_id")), None)
+        eos = config_ids("eos_token_id") + ([token("eos_token")] if token("eos_token") else [])
+        add_bos = tokenizer_config.get("add_bos_token")
+        return cls.from_file(
+            folder / ASSET_FILE, bos_token=bos, eos_token=eos, pad_token=pad, add_bos=add_bos, **kwargs
+        )
+
+    def set_tokenizer_json(self, tokenizer_json):
+        """Sets the tokenizer: a path to a `tokenizer.json`, its JSON text,
+        or a `tokenizers.Tokenizer`.
+
+        Raises:
+            DataError: the file is missing or not a tokenizer.json.
+        """
+        import tokenizers
+
+        if isinstance(tokenizer_json, tokenizers.Tokenizer):
+            text, where = tokenizer_json.to_str(), "the tokenizers.Tokenizer"
+        elif isinstance(tokenizer_json, str) and tokenizer_json.lstrip().startswith("{"):
+            text, where = tokenizer_json, "the tokenizer JSON"
+        elif isinstance(tokenizer_json, (str, Path)):
+            path = Path(tokenizer_json)
+            if not path.is_file():
+                raise DataError(f"{path}: does not exist; expected a Hugging Face tokenizer.json file")
+            text, where = path.read_text(encoding="utf-8"), str(path)
+        else:
+            raise TypeError(
+                "tokenizer_json: expected a path to a tokenizer.json, its JSON text or a tokenizers.Tokenizer; "
+                f"got {type(tokenizer_json).__name__}."
+            )
+        try:
+            backend = tokenizers.Tokenizer.from_str(text)
+        except Exception as error:  # tokenizers raises a plain Exception for JSON and schema errors alike
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise DataError(f"{where}: not a Hugging Face tokenizer.json ({reason})") from None
+        vocabulary = backend.get_vocab(with_added_tokens=True)
+        # One more than the largest id, not the count: an embedding must hold every id, gaps included.
+        size = max(vocabulary.values()) + 1 if vocabulary else 0
+        for name in ("start_token_id", "pad_token_id", "end_token_ids"):
+            value = getattr(self, name)
+            for i in value if isinstance(value, tuple) else [value]:
+                if i is not None and i >= size:
+                    raise ValueError(f"{name}: id {i} is out of range; the tokenizer has ids [0, {size}).")
+        self._json, self._tokenizer, self._size = text, backend, size
+
+    def _checked(self):
+        if self._tokenizer is None:
+            raise ValueError(
+                "HuggingFaceTokenizer has no tokenizer.json yet; pass `tokenizer_json=` or call `set_tokenizer_json`."
+            )
+        return self._tokenizer
+
+    def _id_of(self, token, name):
+        """The id of a special token given as a str or an int (None stays None)."""
+        if token is None or isinstance(token, (int, np.integer)):
+            value = _optional_id(token, name)
+            if value is not None and value >= self._size:
+                raise ValueError(f"{name}: id {value} is out of range; the tokenizer has ids [0, {self._size}).")
+            return value
+        return self.token_to_id(token)
+
+    # --- Keras-hub's tokenizer surface ----------------------------------------
+
+    def tokenize(self, inputs):
+        """Text to ids.
+
+        Args:
+            inputs: a str, or a list of str.
+
+        Returns:
+            For a str, an int32 array (T,); for a list, a list of them.
+        """
+        backend = self._checked()
+        if isinstance(inputs, bytes):
+            inputs = inputs.decode("utf-8")
+        texts = [inputs] if isinstance(inputs, str) else _strings(inputs)
+        encodings = backend.encode_batch(texts, add_special_tokens=self.add_bos is None)
+        prefix = [self.start_token_id] if self.add_bos else []
+        rows = [np.asarray(prefix + encoding.ids, dtype=np.int32) for encoding in encodings]
+        return rows[0] if isinstance(inputs, str) else rows
+
+    def call(self, inputs):
+        return self.tokenize(inputs)
+
+    def __call__(self, inputs, *args, **kwargs):
+        # Strings are not tensors: tokenize directly, without Keras' call machinery.
+        return self.tokenize(inputs)
+
+    def detokenize(self, inputs):
+        """Ids to text, the special tokens skipped.
+
+        Args:
+            inputs: one sequence of ids (a list or a 1-D array), or several
+                (a list of lists or a 2-D array).
+
+        Returns:
+            A str for one sequence, a list of str for several.
+        """
+        backend = self._checked()
+        rows, single = _id_rows(inputs)
+        texts = backend.decode_batch(rows, skip_special_tokens=True)
+        return texts[0] if single else list(texts)
+
+    def vocabulary_size(self):
+        """int. The number of token ids, the added tokens included."""
+        self._checked()
+        return self._size
+
+    def get_vocabulary(self):
+        """The tokens, a list of str in id order (an unused id is `""`)."""
+        tokens = [""] * self.vocabulary_size()
+        for token, i in self._checked().get_vocab(with_added_tokens=True).items():
+            tokens[i] = token
+        return tokens
+
+    def id_to_token(self, id):
+        """The token of an id."""
+        token = self._checked().id_to_token(int(id))
+        if token is None:
+            raise ValueError(f"id {id} is out of range; expected an id in [0, {self._size}).")
+        return token
+
+    def token_to_id(self, token):
+        """The id of a token."""
+        i = self._checked().token_to_id(token)
+        if i is None:
+            raise ValueError(f"token {token!r} is not in the vocabulary of {self._size} tokens.")
+        return i
+
+    # --- Saving -----------------------------------------------------------------
+
+    def save_assets(self, dir_path):
+        self._checked()
+        write_text(Path(dir_path) / ASSET_FILE, self._json)
+
+    def load_assets(self, dir_path):
+        self.set_tokenizer_json(Path(dir_path) / ASSET_FILE)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            tokenizer_json=None,  # saved as an asset
+            start_token_id=self.start_token_id,
+            end_token_ids=list(self.end_token_ids),
+            pad_token_id=self.pad_token_id,
+            add_bos=self.add_bos,
+        )
+        return config
+
+
+def _optional_id(value, name):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name}: expected a non-negative int id or None; got {value!r}.")
+    return int(value)
+
+
+def _id_rows(inputs):
+    """Lists of Python ints from one sequence of ids or several, and whether
+    it was one."""
+    if hasattr(inputs, "to_list"):  # a tf.RaggedTensor
+        inputs = inputs.to_list()
+    if not isinstance(inputs, (list, tuple)):
+        inputs = keras.ops.convert_to_numpy(inputs)
+    if isinstance(inputs, np.ndarray):
+        if inputs.ndim <= 1:
+            return [inputs.reshape(-1).astype(np.int64).tolist()], True
+        return [row.astype(np.int64).tolist() for row in inputs.reshape(-1, inputs.shape[-1])], False
+    if len(inputs) and not np.isscalar(inputs[0]):
+        return [np.asarray(row, dtype=np.int64).reshape(-1).tolist() for row in inputs], False
+    return [np.asarray(inputs, dtype=np.int64).reshape(-1).tolist()], True
+
+
+def _read_json_object(path):
+    """The JSON object of an optional config file ({} when absent)."""
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise DataError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
