@@ -67,18 +67,18 @@ def _copy_attention_back(target, source, d):
 
 def _copy_block(target, source, d):
     _copy_attention(target.self_attention, source._self_attention_layer, d)
-    _copy_norm(target.self_attention_add_norm.layer_norm, source._self_attention_layer_norm)
+    _copy_norm(target.self_attention_add_norm.norm, source._self_attention_layer_norm)
     _copy_dense(target.feed_forward.intermediate_dense, source._feedforward_intermediate_dense)
     _copy_dense(target.feed_forward.output_dense, source._feedforward_output_dense)
-    _copy_norm(target.feed_forward_add_norm.layer_norm, source._feedforward_layer_norm)
+    _copy_norm(target.feed_forward_add_norm.norm, source._feedforward_layer_norm)
 
 
 def _copy_block_back(target, source, d):
     _copy_attention_back(target._self_attention_layer, source.self_attention, d)
-    _copy_norm(target._self_attention_layer_norm, source.self_attention_add_norm.layer_norm)
+    _copy_norm(target._self_attention_layer_norm, source.self_attention_add_norm.norm)
     _copy_dense(target._feedforward_intermediate_dense, source.feed_forward.intermediate_dense)
     _copy_dense(target._feedforward_output_dense, source.feed_forward.output_dense)
-    _copy_norm(target._feedforward_layer_norm, source.feed_forward_add_norm.layer_norm)
+    _copy_norm(target._feedforward_layer_norm, source.feed_forward_add_norm.norm)
 
 
 def _copy_embeddings(target, source):
@@ -262,14 +262,14 @@ def _gpt2_names(backbone, prefix="transformer."):
         h = f"{p}h.{i}."
         attention, ff = block.self_attention, block.feed_forward
         names += [
-            TensorName(h + "ln_1.weight", block.self_attention_add_norm.layer_norm.gamma),
-            TensorName(h + "ln_1.bias", block.self_attention_add_norm.layer_norm.beta),
+            TensorName(h + "ln_1.weight", block.self_attention_add_norm.norm.gamma),
+            TensorName(h + "ln_1.bias", block.self_attention_add_norm.norm.beta),
             TensorName(h + "attn.c_attn.weight", attention.query_key_value_dense.kernel),  # Conv1D (d, 3d)
             TensorName(h + "attn.c_attn.bias", attention.query_key_value_dense.bias),
             TensorName(h + "attn.c_proj.weight", attention.output_dense.kernel),
             TensorName(h + "attn.c_proj.bias", attention.output_dense.bias),
-            TensorName(h + "ln_2.weight", block.feed_forward_add_norm.layer_norm.gamma),
-            TensorName(h + "ln_2.bias", block.feed_forward_add_norm.layer_norm.beta),
+            TensorName(h + "ln_2.weight", block.feed_forward_add_norm.norm.gamma),
+            TensorName(h + "ln_2.bias", block.feed_forward_add_norm.norm.beta),
             TensorName(h + "mlp.c_fc.weight", ff.intermediate_dense.kernel),
             TensorName(h + "mlp.c_fc.bias", ff.intermediate_dense.bias),
             TensorName(h + "mlp.c_proj.weight", ff.output_dense.kernel),
@@ -310,10 +310,10 @@ def _bert_names(backbone, prefix="", pooler=True):
             ]
         names += [
             *_linear(f"{layer}attention.output.dense", block.self_attention.output_dense),
-            *_norm(f"{layer}attention.output.LayerNorm", block.self_attention_add_norm.layer_norm),
+            *_norm(f"{layer}attention.output.LayerNorm", block.self_attention_add_norm.norm),
             *_linear(f"{layer}intermediate.dense", block.feed_forward.intermediate_dense),
             *_linear(f"{layer}output.dense", block.feed_forward.output_dense),
-            *_norm(f"{layer}output.LayerNorm", block.feed_forward_add_norm.layer_norm),
+            *_norm(f"{layer}output.LayerNorm", block.feed_forward_add_norm.norm),
         ]
     if pooler:
         names += _linear(f"{p}pooler.dense", backbone.pooler)

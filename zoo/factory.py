@@ -10,15 +10,18 @@ from zoo.models import (
     EncoderDecoder,
     GPTBackbone,
     GPTCausalLM,
+    LlamaBackbone,
+    LlamaCausalLM,
 )
 from zoo.presets import PRESETS
 from zoo.pretrained import from_pretrained, is_checkpoint_folder
 
-BACKBONES = {"gpt": GPTBackbone, "bert": BertBackbone, "transformer": EncoderDecoder}
+BACKBONES = {"gpt": GPTBackbone, "llama": LlamaBackbone, "bert": BertBackbone, "transformer": EncoderDecoder}
 
 # task name -> (task class, the task's own arguments); None is the backbone.
 TASKS = {
     "gpt": {None: None, "causal_lm": (GPTCausalLM, ())},
+    "llama": {None: None, "causal_lm": (LlamaCausalLM, ())},
     "bert": {
         None: None,
         "masked_lm": (BertMaskedLM, ()),

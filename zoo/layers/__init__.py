@@ -11,6 +11,8 @@ from zoo.layers.mean_pooling import MeanPooling
 from zoo.layers.multi_head_attention import MultiHeadAttention
 from zoo.layers.output_bias import OutputBias
 from zoo.layers.position_embedding import PositionEmbedding
+from zoo.layers.rms_norm import RMSNorm
+from zoo.layers.rotary_embedding import RotaryEmbedding
 from zoo.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from zoo.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from zoo.layers.token_embedding import TokenEmbedding
@@ -26,6 +28,8 @@ __all__ = [
     "MultiHeadAttention",
     "OutputBias",
     "PositionEmbedding",
+    "RMSNorm",
+    "RotaryEmbedding",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
     "TokenEmbedding",

@@ -5,6 +5,10 @@ Shape letters: B batch, T length, d width.
 
 import keras
 
+from zoo.layers.rms_norm import RMSNorm
+
+NORMALIZATIONS = ("layer_norm", "rms_norm")
+
 
 @keras.saving.register_keras_serializable(package="zoo")
 class AddNorm(keras.layers.Layer):
@@ -21,9 +25,11 @@ class AddNorm(keras.layers.Layer):
     Args:
         norm_first: False for post-LN (the paper), True for pre-LN (GPT-2).
         dropout: residual dropout on the sub-layer output (P_drop).
-        epsilon: LayerNorm epsilon.
+        epsilon: the normalisation's epsilon.
         use_bias: whether the LayerNorm has its offset beta (nanoGPT's
             `bias=False` drops it).
+        normalization: "layer_norm" (the paper, GPT, BERT) or "rms_norm"
+            (`RMSNorm`: Llama, Mistral, Qwen; no offset).
 
     Call arguments:
         residual: (B, T, d) the sub-layer's input x.
@@ -47,7 +53,7 @@ class AddNorm(keras.layers.Layer):
         Radford et al. 2019 (GPT-2), section 2.3.
     """
 
-    def __init__(self, norm_first=False, dropout=0.0, epsilon=1e-5, use_bias=True, **kwargs):
+    def __init__(self, norm_first=False, dropout=0.0, epsilon=1e-5, use_bias=True, normalization="layer_norm", **kwargs):
         super().__init__(**kwargs)
         if not isinstance(norm_first, bool):
             raise ValueError(
@@ -59,24 +65,30 @@ class AddNorm(keras.layers.Layer):
         self.norm_first = norm_first
         self.dropout = dropout
         self.epsilon = epsilon
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"`normalization` must be one of {NORMALIZATIONS}; got {normalization!r}.")
         self.use_bias = use_bias
+        self.normalization = normalization
         self.supports_masking = True
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=epsilon, center=use_bias, dtype=self.dtype_policy, name="layer_norm"
-        )
+        if normalization == "rms_norm":
+            self.norm = RMSNorm(epsilon, dtype=self.dtype_policy, name="rms_norm")
+        else:
+            self.norm = keras.layers.LayerNormalization(
+                epsilon=epsilon, center=use_bias, dtype=self.dtype_policy, name="layer_norm"
+            )
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, residual_shape, sublayer_output_shape=None):
-        self.layer_norm.build(residual_shape)
+        self.norm.build(residual_shape)
         self.built = True
 
     def sublayer_input(self, x):
-        """What the sub-layer sees: LayerNorm(x) for pre-LN, x for post-LN."""
-        return self.layer_norm(x) if self.norm_first else x
+        """What the sub-layer sees: Norm(x) for pre-LN, x for post-LN."""
+        return self.norm(x) if self.norm_first else x
 
     def call(self, residual, sublayer_output, training=None):
         x = residual + self.dropout_layer(sublayer_output, training=training)
-        return x if self.norm_first else self.layer_norm(x)
+        return x if self.norm_first else self.norm(x)
 
     def compute_output_shape(self, residual_shape, sublayer_output_shape=None):
         return residual_shape
@@ -84,6 +96,7 @@ class AddNorm(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            {"norm_first": self.norm_first, "dropout": self.dropout, "epsilon": self.epsilon, "use_bias": self.use_bias}
+            {"norm_first": self.norm_first, "dropout": self.dropout, "epsilon": self.epsilon, "use_bias": self.use_bias,
+             "normalization": self.normalization}
         )
         return config

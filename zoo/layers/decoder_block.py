@@ -1,7 +1,7 @@
 """The decoder block (Vaswani et al., Figure 1, right; GPT's layer).
 
 Shape letters: B batch, T target length, S source length, d width,
-h heads, k = d / h.
+h heads, g key/value heads, k head width (d / h unless set).
 """
 
 import keras
@@ -18,7 +18,11 @@ class DecoderBlock(keras.layers.Layer):
     and a feed-forward network, each wrapped in Add & Norm.
 
     Without cross-attention this is the GPT block (with `norm_first=True`,
-    GPT-2's pre-LN; with False, GPT-1's post-LN).
+    GPT-2's pre-LN; with False, GPT-1's post-LN), and with the later
+    variants as flags the Llama block: RMSNorm (`normalization="rms_norm"`),
+    rotary positions (`rope_theta`), grouped-query attention
+    (`num_key_value_heads`) and SwiGLU (`activation="silu",
+    gated_feed_forward=True`), no biases.
 
     Args:
         num_heads: h.
@@ -29,6 +33,13 @@ class DecoderBlock(keras.layers.Layer):
             as in `EncoderBlock`.
         use_bias: whether the projections and LayerNorms have biases
             (False is nanoGPT's `bias=False`).
+        normalization: "layer_norm" or "rms_norm" (see `AddNorm`).
+        gated_feed_forward: the GLU feed-forward network (see
+            `FeedForward`'s `gated`).
+        num_key_value_heads, head_dim, rope_theta, rope_scaling,
+        query_key_norm: the self-attention's (see `MultiHeadAttention`).
+        attention_bias: whether the Q, K and V projections have biases;
+            None for `use_bias` (Qwen2 has them in a model without others).
 
     Call arguments:
         x: (B, T, d).
@@ -81,6 +92,14 @@ class DecoderBlock(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         output_kernel_initializer=None,
         use_bias=True,
+        normalization="layer_norm",
+        gated_feed_forward=False,
+        num_key_value_heads=None,
+        head_dim=None,
+        rope_theta=None,
+        rope_scaling=None,
+        query_key_norm=False,
+        attention_bias=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -98,26 +117,44 @@ class DecoderBlock(keras.layers.Layer):
             output_kernel_initializer or kernel_initializer
         )
         self.use_bias = use_bias
+        self.normalization = normalization
+        self.gated_feed_forward = gated_feed_forward
+        self.num_key_value_heads = num_key_value_heads
+        self.head_dim = head_dim
+        self.rope_theta = rope_theta
+        self.rope_scaling = rope_scaling
+        self.query_key_norm = query_key_norm
+        self.attention_bias = attention_bias
         self.supports_masking = True
 
         policy = self.dtype_policy
 
-        def attention(cross, name):
+        def attention(cross, name, **variants):
             return MultiHeadAttention(
                 num_heads,
                 dropout=self.attention_dropout,
                 cross_attention=cross,
-                use_bias=use_bias,
+                use_bias=use_bias if attention_bias is None else attention_bias,
+                use_output_bias=use_bias,
                 kernel_initializer=self.kernel_initializer,
                 output_kernel_initializer=self.output_kernel_initializer,
+                num_key_value_heads=num_key_value_heads,
+                head_dim=head_dim,
+                norm_epsilon=layer_norm_epsilon,
                 dtype=policy,
                 name=name,
+                **variants,
             )
 
         def add_norm(name):
-            return AddNorm(norm_first, dropout, layer_norm_epsilon, use_bias=use_bias, dtype=policy, name=name)
+            return AddNorm(
+                norm_first, dropout, layer_norm_epsilon, use_bias=use_bias, normalization=normalization,
+                dtype=policy, name=name,
+            )
 
-        self.self_attention = attention(False, "self_attention")
+        self.self_attention = attention(
+            False, "self_attention", rope_theta=rope_theta, rope_scaling=rope_scaling, query_key_norm=query_key_norm
+        )
         self.self_attention_add_norm = add_norm("self_attention_add_norm")
         if cross_attention:
             self.cross_attention_layer = attention(True, "cross_attention")
@@ -128,6 +165,7 @@ class DecoderBlock(keras.layers.Layer):
             kernel_initializer=self.kernel_initializer,
             output_kernel_initializer=self.output_kernel_initializer,
             use_bias=use_bias,
+            gated=gated_feed_forward,
             dtype=policy,
             name="feed_forward",
         )
@@ -218,7 +256,7 @@ class DecoderBlock(keras.layers.Layer):
 
         Args:
             x: (B, T, d) the new positions, the first at `cache_index`.
-            self_attention_cache: (B, 2, h, S_max, k) keys and values of
+            self_attention_cache: (B, 2, g, S_max, k) keys and values of
                 the positions decoded so far; the new ones are written at
                 `cache_index`. The causal mask over absolute positions hides
                 the empty slots, so no padding mask is taken: prompts are
@@ -328,6 +366,14 @@ class DecoderBlock(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "output_kernel_initializer": keras.initializers.serialize(self.output_kernel_initializer),
                 "use_bias": self.use_bias,
+                "normalization": self.normalization,
+                "gated_feed_forward": self.gated_feed_forward,
+                "num_key_value_heads": self.num_key_value_heads,
+                "head_dim": self.head_dim,
+                "rope_theta": self.rope_theta,
+                "rope_scaling": self.rope_scaling,
+                "query_key_norm": self.query_key_norm,
+                "attention_bias": self.attention_bias,
             }
         )
         return config

@@ -5,10 +5,12 @@ Shape letters: B batch, T length, d width, f inner width (d_ff).
 
 import keras
 
-ACTIVATIONS = ("relu", "gelu", "gelu_approximate")
+ACTIVATIONS = ("relu", "gelu", "gelu_approximate", "silu")
 
 
 def _activation(name):
+    if name == "silu":  # Swish-1, the gate of SwiGLU
+        return keras.activations.silu
     if name == "gelu":
         return lambda x: keras.activations.gelu(x, approximate=False)
     if name == "gelu_approximate":  # GPT-2's tanh approximation
@@ -18,12 +20,17 @@ def _activation(name):
 
 @keras.saving.register_keras_serializable(package="zoo")
 class FeedForward(keras.layers.Layer):
-    """FFN(x) = W2 act(W1 x + b1) + b2.
+    """FFN(x) = W2 act(W1 x + b1) + b2, or with `gated=True` the GLU
+    variant FFN(x) = W2 (act(W_gate x) * W1 x): SwiGLU with "silu", the
+    feed-forward network of Llama, Mistral and Qwen.
 
     Args:
         intermediate_dim: d_ff; 4 * d by default (the paper's 2048 for 512).
-        activation: "relu" (the paper), "gelu" (BERT, exact) or
-            "gelu_approximate" (GPT-2's tanh form).
+        activation: "relu" (the paper), "gelu" (BERT, exact),
+            "gelu_approximate" (GPT-2's tanh form) or "silu" (with
+            `gated=True`, SwiGLU).
+        gated: multiply the activation of a third projection W_gate (the
+            "gate") by W1 x (the "up" projection); Shazeer 2020.
         dropout: dropout on the inner activations (0 in the paper).
         kernel_initializer: of both matrices.
         output_kernel_initializer: of W2 (GPT-2 scales it); defaults to
@@ -46,7 +53,8 @@ class FeedForward(keras.layers.Layer):
 
     References:
         Vaswani et al. 2017, section 3.3 ("Position-wise Feed-Forward
-        Networks", eq. 2); Hendrycks and Gimpel 2016 (GELU).
+        Networks", eq. 2); Hendrycks and Gimpel 2016 (GELU); Shazeer 2020,
+        "GLU Variants Improve Transformer", eq. 6 (SwiGLU).
     """
 
     def __init__(
@@ -58,6 +66,7 @@ class FeedForward(keras.layers.Layer):
         output_kernel_initializer=None,
         bias_initializer="zeros",
         use_bias=True,
+        gated=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -76,14 +85,26 @@ class FeedForward(keras.layers.Layer):
         )
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.use_bias = use_bias
+        self.gated = gated
         self.supports_masking = True
 
     def build(self, input_shape):
         d = input_shape[-1]
         inner = self.intermediate_dim or 4 * d
+        if self.gated:
+            self.gate_dense = keras.layers.Dense(
+                inner,
+                activation=_activation(self.activation),
+                use_bias=self.use_bias,
+                kernel_initializer=self.kernel_initializer,
+                bias_initializer=self.bias_initializer,
+                dtype=self.dtype_policy,
+                name="gate",
+            )
+            self.gate_dense.build(input_shape)
         self.intermediate_dense = keras.layers.Dense(
             inner,
-            activation=_activation(self.activation),
+            activation=None if self.gated else _activation(self.activation),
             use_bias=self.use_bias,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
@@ -105,6 +126,8 @@ class FeedForward(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         h = self.intermediate_dense(inputs)  # (B, T, f)
+        if self.gated:
+            h = self.gate_dense(inputs) * h  # (B, T, f)
         return self.output_dense(self.dropout_layer(h, training=training))  # (B, T, d)
 
     def compute_output_shape(self, input_shape):
@@ -121,6 +144,7 @@ class FeedForward(keras.layers.Layer):
                 "output_kernel_initializer": keras.initializers.serialize(self.output_kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "use_bias": self.use_bias,
+                "gated": self.gated,
             }
         )
         return config

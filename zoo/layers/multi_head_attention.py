@@ -1,13 +1,16 @@
 """Multi-head attention (Vaswani et al. 2017, section 3.2.2).
 
 Shape letters: B batch, T query length, S key/value length, d model width,
-h heads, k = d / h the width of one head.
+h heads, g key/value heads (h for the paper, fewer for grouped-query
+attention), k the width of one head (d / h unless set).
 """
 
 import keras
 from keras import ops
 
 from zoo.layers.attention import attention_weights, fused_attention, merge_masks
+from zoo.layers.rms_norm import RMSNorm
+from zoo.layers.rotary_embedding import RotaryEmbedding
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -34,8 +37,15 @@ class MultiHeadAttention(keras.layers.Layer):
     causal kernel (cuDNN's causal flash attention with JAX on a GPU) rather
     than a dense mask.
 
+    The later variants are named flags: `num_key_value_heads` (grouped-query
+    attention: g < h key/value heads, each shared by h / g query heads; 1 is
+    multi-query attention), `rope_theta` (rotary positions on Q and K),
+    `query_key_norm` (Qwen3's RMSNorm of each query and key head) and an
+    explicit `head_dim`. The cache holds the g key/value heads only.
+
     Args:
-        num_heads: h. The query width d must be divisible by it.
+        num_heads: h. The query width d must be divisible by it unless
+            `head_dim` is given.
         dropout: dropout rate on the attention weights.
         cross_attention: False for self-attention, True to attend to a
             second sequence passed as `key_value`.
@@ -45,6 +55,16 @@ class MultiHeadAttention(keras.layers.Layer):
             (GPT-2 scales it down by sqrt(2 * layers)); defaults to
             `kernel_initializer`.
         bias_initializer: initializer of the biases.
+        num_key_value_heads: g, dividing h; None for h (the paper).
+        head_dim: k; None for d / h.
+        use_output_bias: whether the output projection has a bias; None
+            for `use_bias` (Qwen2 has Q, K, V biases and none on the output).
+        rope_theta: None for no rotary embedding, else its frequency base
+            (see `RotaryEmbedding`); self-attention only.
+        rope_scaling: None or a "llama3" frequency scaling dict.
+        query_key_norm: an `RMSNorm` over k on each query and key head,
+            before the rotation (Qwen3).
+        norm_epsilon: that RMSNorm's epsilon.
 
     Call arguments:
         query: (B, T, d).
@@ -73,7 +93,9 @@ class MultiHeadAttention(keras.layers.Layer):
     References:
         Vaswani et al. 2017, section 3.2.2 (multi-head attention) and
         section 3.2.3 (its three uses: encoder self-attention, masked
-        decoder self-attention, encoder-decoder attention).
+        decoder self-attention, encoder-decoder attention); Shazeer 2019
+        (multi-query attention); Ainslie et al. 2023 (grouped-query
+        attention); Su et al. 2021 (rotary positions).
     """
 
     def __init__(
@@ -85,11 +107,26 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         output_kernel_initializer=None,
         bias_initializer="zeros",
+        num_key_value_heads=None,
+        head_dim=None,
+        use_output_bias=None,
+        rope_theta=None,
+        rope_scaling=None,
+        query_key_norm=False,
+        norm_epsilon=1e-6,
         **kwargs,
     ):
         super().__init__(**kwargs)
         if not isinstance(num_heads, int) or num_heads < 1:
             raise ValueError(f"`num_heads` must be a positive integer; got {num_heads!r}.")
+        num_key_value_heads = num_heads if num_key_value_heads is None else num_key_value_heads
+        if not isinstance(num_key_value_heads, int) or num_key_value_heads < 1 or num_heads % num_key_value_heads:
+            raise ValueError(
+                f"`num_key_value_heads` must be a positive integer dividing num_heads={num_heads}; "
+                f"got {num_key_value_heads!r}."
+            )
+        if cross_attention and rope_theta is not None:
+            raise ValueError("Rotary positions (`rope_theta`) are for self-attention; a cross-attention layer takes none.")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1); got {dropout!r}.")
         self.num_heads = num_heads
@@ -101,12 +138,19 @@ class MultiHeadAttention(keras.layers.Layer):
             output_kernel_initializer or kernel_initializer
         )
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.num_key_value_heads = num_key_value_heads
+        self.head_dim = head_dim
+        self.use_output_bias = use_bias if use_output_bias is None else use_output_bias
+        self.rope_theta = rope_theta
+        self.rope_scaling = rope_scaling
+        self.query_key_norm = query_key_norm
+        self.norm_epsilon = norm_epsilon
         self.supports_masking = True
 
-    def _dense(self, units, name, initializer=None):
+    def _dense(self, units, name, initializer=None, use_bias=None):
         return keras.layers.Dense(
             units,
-            use_bias=self.use_bias,
+            use_bias=self.use_bias if use_bias is None else use_bias,
             kernel_initializer=initializer or self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
@@ -117,40 +161,49 @@ class MultiHeadAttention(keras.layers.Layer):
         d = query_shape[-1]
         if d is None:
             raise ValueError("The query width (last axis) must be known to build MultiHeadAttention.")
-        if d % self.num_heads:
+        if self.head_dim is None and d % self.num_heads:
             raise ValueError(
                 f"The model width d_model={d} must be divisible by num_heads="
-                f"{self.num_heads} (each head has width d_model / num_heads)."
+                f"{self.num_heads} (each head has width d_model / num_heads), or pass `head_dim`."
             )
         self.model_dim = d
-        self.head_dim = d // self.num_heads
+        self.head_dim = self.head_dim or d // self.num_heads
+        query_width = self.num_heads * self.head_dim  # h k
+        key_width = self.num_key_value_heads * self.head_dim  # g k
         if self.cross_attention:
             kv_shape = key_value_shape or query_shape
-            self.query_dense = self._dense(d, "query")
+            self.query_dense = self._dense(query_width, "query")
             self.query_dense.build(query_shape)
-            self.key_value_dense = self._dense(2 * d, "key_value")
+            self.key_value_dense = self._dense(2 * key_width, "key_value")
             self.key_value_dense.build(kv_shape)
         else:
-            self.query_key_value_dense = self._dense(3 * d, "query_key_value")
+            self.query_key_value_dense = self._dense(query_width + 2 * key_width, "query_key_value")
             self.query_key_value_dense.build(query_shape)
+        if self.query_key_norm:
+            self.query_norm = RMSNorm(self.norm_epsilon, dtype=self.dtype_policy, name="query_norm")
+            self.query_norm.build((self.head_dim,))
+            self.key_norm = RMSNorm(self.norm_epsilon, dtype=self.dtype_policy, name="key_norm")
+            self.key_norm.build((self.head_dim,))
+        self.rotary = None
+        if self.rope_theta is not None:
+            self.rotary = RotaryEmbedding(
+                self.head_dim, self.rope_theta, self.rope_scaling, dtype=self.dtype_policy, name="rotary"
+            )
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
-        self.output_dense = self._dense(d, "output", self.output_kernel_initializer)
-        self.output_dense.build(tuple(query_shape[:-1]) + (d,))
+        self.output_dense = self._dense(d, "output", self.output_kernel_initializer, self.use_output_bias)
+        self.output_dense.build(tuple(query_shape[:-1]) + (query_width,))
         self.built = True
 
-    def _split_heads(self, x, parts):
-        # (B, L, parts * d) -> (B, parts, h, L, k), head-major
-        b, length = ops.shape(x)[0], ops.shape(x)[1]
-        x = ops.reshape(x, (b, length, parts, self.num_heads, self.head_dim))
-        return ops.transpose(x, (0, 2, 3, 1, 4))
-
-    def _heads(self, x):
-        # (B, L, d) -> (B, L, h, k)
-        return ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[1], self.num_heads, self.head_dim))
+    def _heads(self, x, heads):
+        # (B, L, heads * k) -> (B, L, heads, k)
+        return ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[1], heads, self.head_dim))
 
     def compute_key_value(self, key_value):
-        """Project a cross-attention sequence once: (B, S, d_kv) -> (B, 2, h, S, k)."""
-        return self._split_heads(self.key_value_dense(key_value), 2)
+        """Project a cross-attention sequence once: (B, S, d_kv) -> (B, 2, g, S, k)."""
+        x = self.key_value_dense(key_value)  # (B, S, 2 g k)
+        b, length = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (b, length, 2, self.num_key_value_heads, self.head_dim))
+        return ops.transpose(x, (0, 2, 3, 1, 4))  # (B, 2, g, S, k), head-major
 
     def call(
         self,
@@ -219,7 +272,7 @@ class MultiHeadAttention(keras.layers.Layer):
         Args:
             query: (B, T, d) the new positions (T = 1 for one decoding step,
                 the padded prompts for the prefill).
-            cache: (B, 2, h, S_max, k), the keys and values of all
+            cache: (B, 2, g, S_max, k), the keys and values of all
                 positions so far, head-major (each of K and V is the
                 (B, h, S, k) operand of the attention product, so no step
                 transposes the whole cache); the new positions' keys and
@@ -278,9 +331,9 @@ class MultiHeadAttention(keras.layers.Layer):
                     "This MultiHeadAttention was built for cross-attention: pass the "
                     "sequence to attend to as `key_value`."
                 )
-            q = self._heads(self.query_dense(query))  # (B, T, h, k)
-            kv = self.compute_key_value(key_value) if cache is None else cache  # (B, 2, h, S, k)
-            key, value = kv[:, 0], kv[:, 1]  # (B, h, S, k)
+            q = self._heads(self.query_dense(query), self.num_heads)  # (B, T, h, k)
+            kv = self.compute_key_value(key_value) if cache is None else cache  # (B, 2, g, S, k)
+            key, value = kv[:, 0], kv[:, 1]  # (B, g, S, k)
             key_mask = key_value_mask
         else:
             if key_value is not None:
@@ -291,18 +344,28 @@ class MultiHeadAttention(keras.layers.Layer):
                 )
             # One matrix product for Q, K and V, then a split (whose gradient
             # is a concatenation; strided slices' gradients cost far more).
-            q, key, value = ops.split(self.query_key_value_dense(query), 3, axis=-1)  # 3 x (B, T, d)
-            q, key, value = (self._heads(t) for t in (q, key, value))  # (B, T, h, k)
+            query_width = self.num_heads * self.head_dim
+            key_width = self.num_key_value_heads * self.head_dim
+            q, key, value = ops.split(
+                self.query_key_value_dense(query), [query_width, query_width + key_width], axis=-1
+            )  # (B, T, h k), 2 x (B, T, g k)
+            q = self._heads(q, self.num_heads)  # (B, T, h, k)
+            key, value = (self._heads(t, self.num_key_value_heads) for t in (key, value))  # (B, T, g, k)
+            if self.query_key_norm:
+                q, key = self.query_norm(q), self.key_norm(key)
+            if self.rotary is not None:
+                position = 0 if cache_index is None else cache_index
+                q, key = self.rotary(q, start_index=position), self.rotary(key, start_index=position)
             # Head-major K and V, the layout of the attention product (and
             # of the cache): only the new positions are transposed.
-            key = ops.transpose(key, (0, 2, 1, 3))  # (B, h, T, k)
-            value = ops.transpose(value, (0, 2, 1, 3))  # (B, h, T, k)
+            key = ops.transpose(key, (0, 2, 1, 3))  # (B, g, T, k)
+            value = ops.transpose(value, (0, 2, 1, 3))  # (B, g, T, k)
             if cache is not None:
                 # Write the new positions into the preallocated cache.
-                kv = ops.stack([key, value], axis=1)  # (B, 2, h, T, k)
+                kv = ops.stack([key, value], axis=1)  # (B, 2, g, T, k)
                 start = [0, 0, 0, ops.cast(cache_index, "int32"), 0]
                 cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
-                key, value = cache[:, 0], cache[:, 1]  # (B, h, S, k)
+                key, value = cache[:, 0], cache[:, 1]  # (B, g, S, k)
             key_mask = query_mask if cache is None else None
 
         attend_mask = merge_masks(
@@ -325,7 +388,8 @@ class MultiHeadAttention(keras.layers.Layer):
             causal_only = use_causal_mask and all(
                 m is None for m in (padding_mask, attention_mask, query_mask, key_mask)
             )
-            key, value = ops.swapaxes(key, 1, 2), ops.swapaxes(value, 1, 2)  # (B, S, h, k)
+            # The op shares each of the g key/value heads among h / g query heads itself.
+            key, value = ops.swapaxes(key, 1, 2), ops.swapaxes(value, 1, 2)  # (B, S, g, k)
             out = fused_attention(
                 q,
                 key,
@@ -334,13 +398,20 @@ class MultiHeadAttention(keras.layers.Layer):
                 is_causal=causal_only,
             )  # (B, T, h, k)
         else:
+            b, t = ops.shape(q)[0], ops.shape(q)[1]
+            groups = self.num_heads // self.num_key_value_heads
+            # The query heads that share a key/value head become rows of one
+            # product, so K and V (and the cache) are read once, not copied
+            # per query head: (B, h, T, k) -> (B, g, h/g * T, k).
             q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
-            mask = None if attend_mask is None else attend_mask[:, None]  # (B, 1, T, S)
-            weights = attention_weights(q, key, mask=mask)  # (B, h, T, S)
+            q = ops.reshape(q, (b, self.num_key_value_heads, groups * t, self.head_dim))
+            mask = None if attend_mask is None else ops.tile(attend_mask[:, None], (1, 1, groups, 1))  # (B, 1, h/g T, S)
+            weights = attention_weights(q, key, mask=mask)  # (B, g, h/g T, S)
             dropped = self.dropout_layer(weights, training=training)
-            out = ops.matmul(dropped, ops.cast(value, dropped.dtype))  # (B, h, T, k)
-            out = ops.transpose(out, (0, 2, 1, 3))  # (B, T, h, k)
-        out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.model_dim))
+            out = ops.matmul(dropped, ops.cast(value, dropped.dtype))  # (B, g, h/g T, k)
+            out = ops.transpose(ops.reshape(out, (b, self.num_heads, t, self.head_dim)), (0, 2, 1, 3))  # (B, T, h, k)
+            weights = ops.reshape(weights, (b, self.num_heads, t, ops.shape(weights)[-1]))  # (B, h, T, S)
+        out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.num_heads * self.head_dim))
         return self.output_dense(out), weights, cache  # (B, T, d)
 
     def compute_output_spec(self, query, *args, **kwargs):
@@ -362,6 +433,13 @@ class MultiHeadAttention(keras.layers.Layer):
                     self.output_kernel_initializer
                 ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "num_key_value_heads": self.num_key_value_heads,
+                "head_dim": self.head_dim,
+                "use_output_bias": self.use_output_bias,
+                "rope_theta": self.rope_theta,
+                "rope_scaling": self.rope_scaling,
+                "query_key_norm": self.query_key_norm,
+                "norm_epsilon": self.norm_epsilon,
             }
         )
         return config

@@ -1,9 +1,10 @@
-"""The three Transformer families as functional Keras models."""
+"""The Transformer families as functional Keras models."""
 
 # Quantization helpers, beside the models (`__all__` lists the model classes).
 from zoo.models.base import QUANTIZATION_MODES, check_quantization_mode, quantization_mode  # noqa: F401
 from zoo.models.bert import BertBackbone, BertClassifier, BertMaskedLM, BertSentenceEncoder
 from zoo.models.gpt import GPTBackbone, GPTCausalLM
+from zoo.models.llama import LlamaBackbone, LlamaCausalLM
 from zoo.models.transformer import EncoderDecoder
 
 __all__ = [
@@ -14,4 +15,6 @@ __all__ = [
     "EncoderDecoder",
     "GPTBackbone",
     "GPTCausalLM",
+    "LlamaBackbone",
+    "LlamaCausalLM",
 ]

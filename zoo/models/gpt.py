@@ -12,8 +12,84 @@ from zoo.layers import DecoderBlock, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel, check_positive, gpt_initializer
 
 
+class DecoderStack:
+    """What every decoder-only backbone shares, written once: the block
+    loop, the cached step and the attention scores.
+
+    A backbone that mixes it in has `blocks` (`DecoderBlock`s),
+    `final_norm` (or None), `embed(token_ids, start_index, training)`,
+    `embedding` (the token embedding, tied to the logits unless `logits`
+    is overridden), `num_key_value_heads` and `head_dim`.
+    """
+
+    def _stack(self, x, run_block):
+        """The stack, written once: x (B, T, d) through every block
+        (`run_block(i, block, x) -> (x, per_block)`), then the final norm.
+
+        The functional graph, the cached step and `attention_scores` differ
+        only in how they call a block. Returns (hidden, tuple of per_block).
+        """
+        per_block = []
+        for i, block in enumerate(self.blocks):
+            x, extra = run_block(i, block, x)
+            per_block.append(extra)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, tuple(per_block)
+
+    def hidden_states_with_cache(self, token_ids, cache, cache_index):
+        """The cached forward pass: (B, T) token ids at positions
+        cache_index.. -> ((B, T, d) hidden states, cache), in inference mode.
+
+        Args:
+            token_ids: (B, T) int32.
+            cache: N per-block (B, 2, g, S_max, k) self-attention caches
+                (`empty_cache`); the new positions are written at
+                `cache_index`.
+            cache_index: the absolute position of the first token.
+        """
+        x = self.embed(token_ids, start_index=cache_index, training=False)
+        return self._stack(
+            x, lambda i, block, x: block.call_with_cache(x, cache[i], cache_index)
+        )
+
+    def logits(self, hidden):
+        """(B, T, d) final hidden states -> (B, T, V) logits through the
+        tied token embedding (a family with an untied head overrides it)."""
+        return self.embedding(hidden, reverse=True)
+
+    def call_with_cache(self, token_ids, cache, cache_index, context=None):
+        """The cached step with the language-model logits (what the causal
+        LM computes): -> ((B, T, V) float32 logits, cache). So a bare
+        backbone generates too."""
+        hidden, cache = self.hidden_states_with_cache(token_ids, cache, cache_index)
+        return keras.ops.cast(self.logits(hidden), "float32"), cache
+
+    def empty_cache(self, batch_size, length):
+        """N per-block (B, 2, g, length, k) zero caches (head-major keys and
+        values of the g key/value heads), a tuple rather than one stacked
+        tensor, so that a compiled loop updates each in place."""
+        shape = (batch_size, 2, self.num_key_value_heads, length, self.head_dim)
+        return tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in self.blocks)
+
+    def attention_scores(self, inputs):
+        """The attention weights of every block and head for `inputs` (the
+        model's input dict; `padding_mask` optional), computed by the
+        blocks' own layers in inference mode.
+
+        Returns:
+            {"self": (N, B, h, T, T)}: `scores["self"][i]` is block i's.
+        """
+        padding_mask = inputs.get("padding_mask")
+        _, scores = self._stack(
+            self.embed(inputs["token_ids"], training=False),
+            lambda i, block, x: block.call_with_attention_scores(x, padding_mask=padding_mask),
+        )
+        return {"self": keras.ops.stack([s["self"] for s in scores])}
+
+
 @keras.saving.register_keras_serializable(package="zoo")
-class GPTBackbone(ZooModel):
+class GPTBackbone(DecoderStack, ZooModel):
     """Token + learned position embeddings, N causal blocks, and (pre-LN)
     a final LayerNorm. Outputs the (B, T, d) hidden states.
 
@@ -143,6 +219,8 @@ class GPTBackbone(ZooModel):
         self.max_sequence_length = max_sequence_length
         self.dropout = dropout
         self.norm_first = norm_first
+        self.num_key_value_heads = num_heads
+        self.head_dim = hidden_dim // num_heads
         self._record_config(
             vocabulary_size=vocabulary_size,
             num_layers=num_layers,
@@ -162,66 +240,6 @@ class GPTBackbone(ZooModel):
         """(B, T) token ids at positions start_index.. -> (B, T, d)."""
         x = self.embedding(token_ids, start_index=start_index)
         return self.embeddings_dropout(x, training=training)
-
-    def _stack(self, x, run_block):
-        """The stack, written once: x (B, T, d) through every block
-        (`run_block(i, block, x) -> (x, per_block)`), then the final norm.
-
-        The functional graph, the cached step and `attention_scores` differ
-        only in how they call a block. Returns (hidden, tuple of per_block).
-        """
-        per_block = []
-        for i, block in enumerate(self.blocks):
-            x, extra = run_block(i, block, x)
-            per_block.append(extra)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return x, tuple(per_block)
-
-    def hidden_states_with_cache(self, token_ids, cache, cache_index):
-        """The cached forward pass: (B, T) token ids at positions
-        cache_index.. -> ((B, T, d) hidden states, cache), in inference mode.
-
-        Args:
-            token_ids: (B, T) int32.
-            cache: N per-block (B, 2, h, S_max, k) self-attention caches
-                (`empty_cache`); the new positions are written at
-                `cache_index`.
-            cache_index: the absolute position of the first token.
-        """
-        x = self.embed(token_ids, start_index=cache_index, training=False)
-        return self._stack(
-            x, lambda i, block, x: block.call_with_cache(x, cache[i], cache_index)
-        )
-
-    def call_with_cache(self, token_ids, cache, cache_index, context=None):
-        """The cached step with the logits of the tied token embedding
-        (what `GPTCausalLM` computes): -> ((B, T, V) float32 logits, cache).
-        So a bare backbone generates too."""
-        hidden, cache = self.hidden_states_with_cache(token_ids, cache, cache_index)
-        return keras.ops.cast(self.embedding(hidden, reverse=True), "float32"), cache
-
-    def empty_cache(self, batch_size, length):
-        """N per-block (B, 2, h, length, k) zero caches (head-major keys and
-        values), a tuple rather than one stacked tensor, so that a compiled
-        loop updates each in place."""
-        shape = (batch_size, 2, self.num_heads, length, self.hidden_dim // self.num_heads)
-        return tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in self.blocks)
-
-    def attention_scores(self, inputs):
-        """The attention weights of every block and head for `inputs` (the
-        model's input dict; `padding_mask` optional), computed by the
-        blocks' own layers in inference mode.
-
-        Returns:
-            {"self": (N, B, h, T, T)}: `scores["self"][i]` is block i's.
-        """
-        padding_mask = inputs.get("padding_mask")
-        _, scores = self._stack(
-            self.embed(inputs["token_ids"], training=False),
-            lambda i, block, x: block.call_with_attention_scores(x, padding_mask=padding_mask),
-        )
-        return {"self": keras.ops.stack([s["self"] for s in scores])}
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -284,11 +302,11 @@ class GPTCausalLM(ZooModel):
 
     def logits(self, hidden):
         """(B, T, d) final hidden states -> (B, T, V) logits (compute dtype)."""
-        return self.logits_cast(self.backbone.embedding(hidden, reverse=True))
+        return self.logits_cast(self.backbone.logits(hidden))
 
     def empty_cache(self, batch_size, length):
         """The zero key/value cache of `call_with_cache`: N per-block
-        (B, 2, h, length, k) tensors."""
+        (B, 2, g, length, k) tensors."""
         return self.backbone.empty_cache(batch_size, length)
 
     def call_with_cache(self, token_ids, cache, cache_index, context=None):
