@@ -22,7 +22,8 @@ import numpy as np
 
 from zoo import generation
 from zoo.data.tokenizers import token_id_lists
-from zoo.models import BertClassifier, BertSentenceEncoder, EncoderDecoder, GPTBackbone, GPTCausalLM
+from zoo.models import BertClassifier, BertSentenceEncoder, EncoderDecoder, GPTCausalLM
+from zoo.models.gpt import DecoderStack
 
 # The default of `stop_token_ids`: the tokenizer's end token for text (as
 # keras-hub's CausalLM), none for token ids (as `zoo.generation.generate`).
@@ -59,7 +60,7 @@ def generate(
     returns its `GenerationOutput`.
 
     Args:
-        model: a `GPTCausalLM` (or a `GPTBackbone`); for text it must carry
+        model: a causal LM (`GPTCausalLM`, `LlamaCausalLM`) or its backbone; for text it must carry
             a tokenizer (`model.tokenizer`).
         prompt: a str, a list of str, or token ids.
         max_new_tokens: the most new tokens per prompt (required for token
@@ -288,8 +289,8 @@ def embed(model, sentences, batch_size=32):
 def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, k, p, kwargs):
     if isinstance(model, EncoderDecoder):
         raise ValueError("zoo.generate on text takes a decoder-only model; for an EncoderDecoder use zoo.translate.")
-    if not isinstance(model, (GPTCausalLM, GPTBackbone)):
-        raise ValueError(f"zoo.generate on text needs a GPTCausalLM; got a {type(model).__name__}.")
+    if not isinstance(model, (GPTCausalLM, DecoderStack)):
+        raise ValueError(f"zoo.generate on text needs a causal LM (a GPTCausalLM or LlamaCausalLM); got a {type(model).__name__}.")
     tokenizer = _tokenizer_of(model, "zoo.generate")
     if sampler not in SAMPLERS:
         raise ValueError(f"Unknown sampler {sampler!r}; expected one of {', '.join(map(repr, SAMPLERS))}.")
@@ -376,8 +377,8 @@ def _last_logits(model, ids, mask, last):
     """(B, V) float32 logits at position `last[b]` of each row."""
     outputs = model.predict_on_batch({"token_ids": ids, "padding_mask": mask})  # (B, C, V) or (B, C, d)
     picked = np.asarray(outputs)[np.arange(len(last)), last]  # (B, V) or (B, d)
-    if isinstance(model, GPTBackbone):  # the logits of a bare backbone come from its tied embedding
-        picked = keras.ops.convert_to_numpy(model.embedding(picked[:, None, :], reverse=True))[:, 0]
+    if isinstance(model, DecoderStack):  # a bare backbone: its hidden states through its language-model head
+        picked = keras.ops.convert_to_numpy(model.logits(picked[:, None, :]))[:, 0]
     return picked.astype("float32")
 
 

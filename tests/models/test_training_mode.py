@@ -32,9 +32,9 @@ def _lm_loss():
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def _gpt(task):
+def _gpt(task, preset="gpt-nano"):
     x = gpt_inputs(batch=BATCH, length=LENGTH, seed=1)
-    model = zoo.build("gpt-nano", task=task, dropout=DROPOUT)
+    model = zoo.build(preset, task=task, dropout=DROPOUT)
     n = model.num_layers if task is None else model.backbone.num_layers
     expected = 1 + 3 * n  # embeddings; per block: attention weights, two residuals
     if task is None:
@@ -72,13 +72,15 @@ def _transformer(task):
 MODELS = {
     "gpt": lambda: _gpt(None),
     "gpt-causal_lm": lambda: _gpt("causal_lm"),
+    "llama": lambda: _gpt(None, "llama-nano"),
+    "llama-causal_lm": lambda: _gpt("causal_lm", "llama-nano"),
     "bert": lambda: _bert(None),
     "bert-masked_lm": lambda: _bert("masked_lm"),
     "bert-classifier": lambda: _bert("classifier"),
     "bert-sentence_encoder": lambda: _bert("sentence_encoder"),
     "transformer-seq2seq": lambda: _transformer("seq2seq"),
 }
-GENERATORS = ("gpt", "gpt-causal_lm", "transformer-seq2seq")
+GENERATORS = ("gpt", "gpt-causal_lm", "llama", "llama-causal_lm", "transformer-seq2seq")
 
 
 class DropoutCalls:

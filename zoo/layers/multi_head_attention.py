@@ -390,6 +390,9 @@ class MultiHeadAttention(keras.layers.Layer):
             )
             # The op shares each of the g key/value heads among h / g query heads itself.
             key, value = ops.swapaxes(key, 1, 2), ops.swapaxes(value, 1, 2)  # (B, S, g, k)
+            if self.num_key_value_heads == 1 < self.num_heads and keras.backend.backend() == "tensorflow":
+                # Keras' TensorFlow op repeats g > 1 heads but does not broadcast a single one.
+                key, value = ops.repeat(key, self.num_heads, axis=2), ops.repeat(value, self.num_heads, axis=2)
             out = fused_attention(
                 q,
                 key,
