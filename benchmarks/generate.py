@@ -4,12 +4,16 @@
     python benchmarks/generate.py --quick                             # a fast look
     python benchmarks/generate.py --settings 256x1 --no-growth        # one setting
     python benchmarks/generate.py --no-settings --width 768 --heads 12  # growth at GPT-2 width
+    python benchmarks/generate.py --family llama                      # the Llama block
 
 The same model for all three: 4 layers, width 128, 4 heads, d_ff 512, a
 65-token vocabulary (characters), random weights, greedy decoding from an
 8-token prompt to the end of the context (as
-shared/anchors/keras_hub_generate.py). keras-hub's `GPT2CausalLM` runs with
-`compile(sampler="greedy", jit_compile=True)`, its fastest setting.
+shared/anchors/keras_hub_generate.py). With `--family gpt` (the default)
+it is GPT-2's block against keras-hub's `GPT2CausalLM`; with `--family
+llama`, the Llama block (RMSNorm, rotary, SwiGLU, 2 key/value heads of the
+4) against keras-hub's `LlamaCausalLM` at the same sizes. keras-hub runs
+with `compile(sampler="greedy", jit_compile=True)`, its fastest setting.
 
 Each figure is new tokens per second: batch x new tokens / seconds, the
 median of a few calls after a first (compiling) call, whose time is shown
@@ -32,11 +36,13 @@ import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
 from zoo.generation import generate  # noqa: E402
-from zoo.models import GPTBackbone, GPTCausalLM  # noqa: E402
+from zoo.models import GPTBackbone, GPTCausalLM, LlamaBackbone, LlamaCausalLM  # noqa: E402
 
 # --- The configuration ---------------------------------------------------------
 VOCABULARY = 65
 LAYERS, WIDTH, HEADS, FEED_FORWARD = 4, 128, 4, 512
+FAMILY = "gpt"
+KEY_VALUE_HEADS = 2  # the Llama block's grouped-query attention
 PROMPT = 8
 SETTINGS = ((256, 1), (256, 8), (1024, 1))  # (context, batch)
 GROWTH = (64, 128, 256, 512, 1024)  # new tokens, context 1024 + PROMPT
@@ -45,6 +51,9 @@ UNCACHED_TOKENS = 32
 
 def zoo_model(context):
     keras.utils.set_random_seed(0)
+    if FAMILY == "llama":
+        return LlamaCausalLM(LlamaBackbone(VOCABULARY, LAYERS, HEADS, WIDTH, FEED_FORWARD,
+                                           num_key_value_heads=KEY_VALUE_HEADS, max_sequence_length=context))
     backbone = GPTBackbone(
         VOCABULARY, LAYERS, HEADS, WIDTH, FEED_FORWARD, max_sequence_length=context, dropout=0.0
     )
@@ -55,6 +64,14 @@ def keras_hub_model(context):
     import keras_hub
 
     keras.utils.set_random_seed(0)
+    if FAMILY == "llama":
+        backbone = keras_hub.models.LlamaBackbone(
+            vocabulary_size=VOCABULARY, num_layers=LAYERS, num_query_heads=HEADS, hidden_dim=WIDTH,
+            intermediate_dim=FEED_FORWARD, num_key_value_heads=KEY_VALUE_HEADS, tie_word_embeddings=True,
+        )
+        causal_lm = keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
+        causal_lm.compile(sampler="greedy", jit_compile=True)
+        return causal_lm
     backbone = keras_hub.models.GPT2Backbone(
         vocabulary_size=VOCABULARY,
         num_layers=LAYERS,
@@ -178,7 +195,7 @@ def run_growth(lengths, repeats, keras_hub):
 
 
 def main():
-    global LAYERS, WIDTH, HEADS, FEED_FORWARD
+    global LAYERS, WIDTH, HEADS, FEED_FORWARD, FAMILY
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", default=",".join(f"{c}x{b}" for c, b in SETTINGS),
                         help="CONTEXTxBATCH,... (default: %(default)s)")
@@ -192,17 +209,21 @@ def main():
     parser.add_argument("--layers", type=int, default=LAYERS, help="(default %(default)s)")
     parser.add_argument("--width", type=int, default=WIDTH, help="d_model; d_ff is 4x (default %(default)s)")
     parser.add_argument("--heads", type=int, default=HEADS, help="(default %(default)s)")
+    parser.add_argument("--family", choices=("gpt", "llama"), default=FAMILY,
+                        help="GPT-2's block against keras-hub's GPT2CausalLM, or the Llama block against its "
+                             "LlamaCausalLM (default %(default)s)")
     parser.add_argument("--quick", action="store_true",
                         help="2 timed calls, context 256 at batch 1 only, growth up to 256")
     args = parser.parse_args()
     LAYERS, WIDTH, HEADS, FEED_FORWARD = args.layers, args.width, args.heads, 4 * args.width
+    FAMILY = args.family
     settings = [tuple(int(x) for x in s.split("x")) for s in args.settings.split(",") if s]
     growth = [int(n) for n in args.growth.split(",") if n]
     repeats = args.repeats
     if args.quick:
         settings, growth, repeats = [(256, 1)], [n for n in growth if n <= 256], 2
     print(f"backend {keras.config.backend()}, keras {keras.__version__}, {os.cpu_count()} CPUs; "
-          f"{LAYERS} layers, width {WIDTH}, {HEADS} heads, vocabulary {VOCABULARY}, "
+          f"{FAMILY} block, {LAYERS} layers, width {WIDTH}, {HEADS} heads, vocabulary {VOCABULARY}, "
           f"prompt {PROMPT}, greedy; median of {repeats}")
     if not args.no_settings:
         run_settings(settings, repeats, not args.no_keras_hub, not args.no_uncached)

@@ -125,16 +125,20 @@ def data_source(value):
 
 
 def check_preset(parser, name, family, given=None):
-    """The preset `name` of `family`, or a parser error (exit 2) with the
-    closest names, before any work starts; `given` is what the user typed
-    when the recipe completed it (gpt_char: "nano" -> "gpt-nano")."""
+    """The preset `name` of `family` (a family name or a tuple of them), or
+    a parser error (exit 2) with the closest names, before any work starts;
+    `given` is what the user typed when the recipe completed it (gpt_char:
+    "nano" -> "gpt-nano")."""
     import zoo
 
-    names = zoo.list_presets(family)
+    families = (family,) if isinstance(family, str) else tuple(family)
+    names = [preset for each in families for preset in zoo.list_presets(each)]
     if name not in names:
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.3)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
-        parser.error(f"--preset {given or name}: unknown {family} preset; {hint}expected one of {', '.join(names)}")
+        parser.error(
+            f"--preset {given or name}: unknown {' or '.join(families)} preset; {hint}expected one of {', '.join(names)}"
+        )
     return name
 
 

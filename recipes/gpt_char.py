@@ -67,17 +67,19 @@ NANOGPT = dict(use_bias=False, activation="gelu")
 
 
 def preset_name(preset):
-    """'baby' -> 'gpt-baby'; a full zoo preset name is kept."""
-    return preset if preset.startswith("gpt") else f"gpt-{preset}"
+    """'baby' -> 'gpt-baby'; a full zoo preset name ('gpt-baby',
+    'llama-baby') is kept."""
+    return preset if preset.startswith(("gpt", "llama")) else f"gpt-{preset}"
 
 
 def build_model(preset, vocabulary_size, **overrides):
-    """The GPTCausalLM of a gpt preset with nanoGPT's choices."""
+    """The causal LM of a preset: a GPT one with nanoGPT's choices, a Llama
+    one as it is (it has no biases and its own activation already)."""
     import zoo
 
-    return zoo.build(
-        preset_name(preset), "causal_lm", vocabulary_size=vocabulary_size, **{**NANOGPT, **overrides}
-    )
+    name = preset_name(preset)
+    choices = NANOGPT if zoo.preset_info(name)["family"] == "gpt" else {}
+    return zoo.build(name, "causal_lm", vocabulary_size=vocabulary_size, **{**choices, **overrides})
 
 
 def compile_model(model, steps, learning_rate, jit_compile=True, steps_per_execution=1, **settings):
@@ -234,7 +236,7 @@ def main(argv=None):
 
     parser = make_parser()
     args = parser.parse_args(argv)
-    preset = check_preset(parser, preset_name(args.preset), "gpt", given=args.preset)
+    preset = check_preset(parser, preset_name(args.preset), ("gpt", "llama"), given=args.preset)
     # multi-worker: before TensorFlow runs anything
     start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
     jit_compile = jit_compile_flag(args)  # before TensorFlow runs anything

@@ -1,11 +1,15 @@
-"""Fine-tune a pretrained GPT-2 on a text file, with GPT-2's own byte-pair tokenizer.
+"""Fine-tune a pretrained causal LM (GPT-2, Llama, Qwen, SmolLM2, Mistral) on a text file, with its own tokenizer.
 
     python -m recipes.gpt_finetune --pretrained gpt2 --output runs/gpt_finetune
+    python -m recipes.gpt_finetune --pretrained SmolLM2-135M --lora 8 --learning-rate 1e-3
 
---pretrained is a GPT-2 checkpoint folder: a keras-hub preset
+--pretrained is a checkpoint folder: a keras-hub preset
 (`keras_hub.models.GPT2CausalLM.from_preset("gpt2_base_en").save_to_preset("gpt2_base_en")`)
-or a Hugging Face folder (`huggingface-cli download gpt2 --local-dir gpt2`),
-loaded by `zoo.from_pretrained` with its tokenizer. The text (Tiny
+or a Hugging Face folder (`huggingface-cli download HuggingFaceTB/SmolLM2-135M
+--local-dir SmolLM2-135M`), loaded by `zoo.from_pretrained` with its
+tokenizer. With --lora RANK only low-rank adapters (Keras' LoRA, Hu et al.
+2021) on every attention and feed-forward projection train; the rest stays
+frozen, and the saved model reloads with them. The text (Tiny
 Shakespeare by default) is encoded with that tokenizer, split 90/10, and
 trained on in random windows of --sequence-length tokens, with AdamW (a
 linear warm-up, then cosine decay to a tenth of the peak rate, weight decay
@@ -13,7 +17,7 @@ on the matrices, global clipping 1.0). The validation loss (nats per
 token) is estimated on --eval-batches fixed random windows of the last 10%,
 before and after, and a sample continues --prompt.
 
-Writes to --output: `model.keras` (the fine-tuned GPTCausalLM carrying its
+Writes to --output: `model.keras` (the fine-tuned causal LM carrying its
 tokenizer; `zoo sample RUN "prompt"` continues text with it),
 `history.csv`, `curves.png`, `logs/` (TensorBoard), `samples.txt` and
 `run.json`. The last two lines are `run folder: RUN` and `val_loss=...`.
@@ -35,10 +39,11 @@ from recipes.common import eval_inputs, train_dataset  # noqa: E402
 DEFAULTS = dict(
     data=str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare" / "input.txt"),
     preset=None,  # the model is --pretrained's
-    pretrained=None,  # required: a keras-hub preset or Hugging Face GPT-2 folder
+    pretrained=None,  # required: a keras-hub preset or Hugging Face folder
+    lora=0,  # LoRA rank; 0 fine-tunes every weight
     steps=300,
     batch_size=8,
-    sequence_length=256,  # tokens per window (at most the checkpoint's context, 1024 for GPT-2)
+    sequence_length=256,  # tokens per window (at most the checkpoint's context)
     learning_rate=6e-5,  # peak; fine-tuning rates are 10-100x below pretraining's
     min_learning_rate_fraction=0.1,
     warmup_steps=30,
@@ -55,6 +60,10 @@ DEFAULTS = dict(
     output="runs/gpt_finetune",
     seed=1337,
 )
+
+
+# Every projection of the attention and feed-forward layers (PEFT's usual set for Llama-style models).
+LORA_TARGETS = ("query_key_value", "output", "gate", "intermediate")
 
 
 def encode_text(tokenizer, text):
@@ -138,6 +147,7 @@ def sample(model, prompt="ROMEO:", length=100, temperature=0.8, top_p=None, top_
 
 def main(argv=None):
     import keras
+    import numpy as np
 
     from zoo.data import read_text
     from zoo.models.layout import get_layout_map
@@ -159,7 +169,9 @@ def main(argv=None):
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train gpt_finetune")
     parser.add_argument("--pretrained", required=True,
-                        help="a GPT-2 checkpoint folder: keras-hub preset or Hugging Face (config.json + model.safetensors)")
+                        help="a causal-LM checkpoint folder: keras-hub preset or Hugging Face (config.json + model.safetensors)")
+    parser.add_argument("--lora", type=int, default=DEFAULTS["lora"], metavar="RANK",
+                        help="train LoRA adapters of this rank on every projection only (0: every weight)")
     parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"], help="tokens per window")
     parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"], help="linear warm-up steps")
     parser.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"], help="AdamW, matrices only")
@@ -179,6 +191,8 @@ def main(argv=None):
         parser.error(f"{flags}: the sizes come from the --pretrained checkpoint; leave them out")
     if args.sequence_length < 1 or args.steps < 1:
         parser.error("--sequence-length and --steps: expected positive integers")
+    if args.lora < 0:
+        parser.error(f"--lora {args.lora}: expected a rank >= 1, or 0 for full fine-tuning")
     # multi-worker: before TensorFlow runs anything
     start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
     jit_compile = jit_compile_flag(args)
@@ -189,14 +203,17 @@ def main(argv=None):
     set_precision(args.mixed_precision)
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.from_pretrained(args.pretrained, task="causal_lm")
+        if args.lora:
+            model.enable_lora(args.lora, target_names=LORA_TARGETS)
     context = model.backbone.max_sequence_length
     if args.sequence_length > context:
         parser.error(f"--sequence-length {args.sequence_length}: the checkpoint's context is {context} tokens")
     text = read_text(args.data)
     ids = encode_text(model.tokenizer, text)
     train_ids, val_ids = split_ids(ids, args.data, DEFAULTS["train_fraction"], args.sequence_length)
+    trainable = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     print(
-        f"gpt_finetune: {args.pretrained} ({model.count_params():,} parameters), {len(ids):,} tokens of "
+        f"gpt_finetune: {args.pretrained} ({model.count_params():,} parameters, {trainable:,} trained), {len(ids):,} tokens of "
         f"{Path(args.data).name}, windows of {args.sequence_length}",
         flush=True,
     )
@@ -242,7 +259,7 @@ def main(argv=None):
     val_loss = mean_cross_entropy(model, x_val, y_val, args.batch_size)
 
     # 4. Curves and a sample.
-    write_curves(folder, model, title=f"GPT-2 fine-tuned on {Path(args.data).name}")
+    write_curves(folder, model, title=f"{Path(args.pretrained).name} fine-tuned on {Path(args.data).name}")
     if args.sample_length > 0:
         text = sample(model, args.prompt, args.sample_length, seed=args.seed)
         (folder / "samples.txt").write_text(text, encoding="utf-8")

@@ -242,19 +242,23 @@ class ZooModel(keras.Model):
         """Parameter-efficient fine-tuning with Keras' own LoRA (Hu et al. 2021).
 
         Freezes every layer of this model, then enables LoRA of the given rank
-        on the attention projections (the Dense layers named in
-        `target_names`): only their low-rank A and B matrices train. A head
-        put on top of the model afterwards trains as usual. The model's
+        on the projections named in `target_names`: by default the
+        attention's query/key/value projections (the paper's choice); add
+        "output" (the attention's and the feed-forward network's output
+        projections), "gate" and "intermediate" (the feed-forward network's
+        other projections) for every projection, PEFT's usual choice for
+        Llama-style models. Only their low-rank A and B matrices train. A
+        head put on top of the model afterwards trains as usual. The model's
         config records it, so a saved model reloads with LoRA enabled.
         """
-        from zoo.layers import MultiHeadAttention
+        from zoo.layers import FeedForward, MultiHeadAttention
 
         self._lora = {"rank": int(rank), "target_names": list(target_names)}
         self.trainable = True
         for layer in self._flatten_layers(include_self=False):
             layer.trainable = False
         for layer in self._flatten_layers(include_self=False):
-            if isinstance(layer, MultiHeadAttention):
+            if isinstance(layer, (MultiHeadAttention, FeedForward)):
                 for dense in layer._flatten_layers(include_self=False):
                     if dense.name in target_names and hasattr(dense, "enable_lora"):
                         dense.trainable = True
