@@ -203,6 +203,7 @@ def main(argv=None):
     set_precision(args.mixed_precision)
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.from_pretrained(args.pretrained, task="causal_lm")
+        parameters = model.count_params()  # the checkpoint's, before any adapters
         if args.lora:
             model.enable_lora(args.lora, target_names=LORA_TARGETS)
     context = model.backbone.max_sequence_length
@@ -213,7 +214,7 @@ def main(argv=None):
     train_ids, val_ids = split_ids(ids, args.data, DEFAULTS["train_fraction"], args.sequence_length)
     trainable = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     print(
-        f"gpt_finetune: {args.pretrained} ({model.count_params():,} parameters, {trainable:,} trained), {len(ids):,} tokens of "
+        f"gpt_finetune: {args.pretrained} ({parameters:,} parameters, {trainable:,} trained), {len(ids):,} tokens of "
         f"{Path(args.data).name}, windows of {args.sequence_length}",
         flush=True,
     )
