@@ -35,13 +35,14 @@ _EXPORTS = {
     "translate": "zoo.inference",
     "classify": "zoo.inference",
     "embed": "zoo.inference",
-    "from_keras_hub": "zoo.convert",
-    "from_pretrained": "zoo.pretrained",
-    "export": "zoo.pretrained",
+    "from_keras_hub": "zoo.checkpoints",
+    "from_pretrained": "zoo.checkpoints",
+    "export": "zoo.checkpoints",
     "load": "zoo.saving",
     "save": "zoo.saving",
 }
 _SUBMODULES = (
+    "checkpoints",
     "convert",
     "data",
     "factory",

@@ -14,7 +14,7 @@ from zoo.models import (
     LlamaCausalLM,
 )
 from zoo.presets import PRESETS
-from zoo.pretrained import from_pretrained, is_checkpoint_folder
+from zoo.checkpoints import from_pretrained, is_checkpoint_folder
 
 BACKBONES = {"gpt": GPTBackbone, "llama": LlamaBackbone, "bert": BertBackbone, "transformer": EncoderDecoder}
 
@@ -59,8 +59,9 @@ def build(name, task=None, **overrides):
     """Build a zoo model from a preset.
 
     Args:
-        name: a preset name (`zoo.list_presets()`), or a GPT-2 / BERT checkpoint
-            folder, loaded by `zoo.from_pretrained(name, task, **overrides)`.
+        name: a preset name (`zoo.list_presets()`), or a GPT-2, BERT or
+            Llama-family checkpoint folder, loaded by
+            `zoo.from_pretrained(name, task, **overrides)`.
         task: None for the backbone, or the family's task: "causal_lm"
             (gpt); "masked_lm", "classifier", "sentence_encoder" (bert);
             "seq2seq" (transformer, the same model as None).

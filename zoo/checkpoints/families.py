@@ -1,0 +1,64 @@
+"""The checkpoint families, and which one a checkpoint or a model belongs to.
+
+A family is a module (`gpt2`, `bert`, `llama`) with the same names:
+
+* who it is: `NAME`, `MODEL_TYPES` (transformers' `model_type`s),
+  `TASKS`, `DEFAULT_TASK`, `HEADS_WITH_WEIGHTS` (tasks whose head has
+  weights of its own), `owns(model)`, `build_backbone(zoo_config,
+  dtype)`, `build_task(backbone, task, num_classes)`;
+* Hugging Face: `from_huggingface_config(config, config_file)` ->
+  (architecture, head, zoo config), `check_huggingface_export(backbone)`,
+  `to_huggingface_config(model)`, `huggingface_names(model)` (the export's
+  table), `checkpoint_name(name)`, `import_names(model, checkpoint_names,
+  with_head)` (the table in a checkpoint's own layout), `ignorable(name)`,
+  `tied_copies(checkpoint_names)`, `read_huggingface_tokenizer(folder,
+  vocabulary_size, weights_file)`, `tokenizer_problem(tokenizer)`,
+  `write_huggingface_tokenizer(tokenizer, folder, model)`;
+* keras-hub: `KERAS_HUB_BACKBONES`, `KERAS_HUB_TASKS`,
+  `KERAS_HUB_TOKENIZERS` (registered names), `from_keras_hub(backbone,
+  dtype, **overrides)`, `to_keras_hub(backbone)`,
+  `keras_hub_incompatibilities(backbone)`, `copy_keras_hub_head(model,
+  hub_task, task, where)`, `keras_hub_tokenizer(tokenizer)`,
+  `keras_hub_task(model, hub_backbone, hub_tokenizer, folder)`.
+
+A new family is a new module with these names and a line in `FAMILIES`.
+"""
+
+from zoo.checkpoints import bert, gpt2, llama
+from zoo.checkpoints.common import CheckpointError
+
+FAMILIES = (gpt2, bert, llama)
+
+MODEL_TYPES = {model_type: family for family in FAMILIES for model_type in family.MODEL_TYPES}
+KERAS_HUB_BACKBONES = {name: family for family in FAMILIES for name in family.KERAS_HUB_BACKBONES}
+KERAS_HUB_TASKS = {name: task for family in FAMILIES for name, task in family.KERAS_HUB_TASKS.items()}
+KERAS_HUB_TOKENIZERS = {name: files for family in FAMILIES for name, files in family.KERAS_HUB_TOKENIZERS.items()}
+
+
+def for_model_type(model_type, config_file):
+    """The family of a Hugging Face `model_type`; a CheckpointError naming `config_file` for another."""
+    if model_type not in MODEL_TYPES:
+        raise CheckpointError(
+            f"{config_file}: model_type {model_type!r} is not supported; expected "
+            f"{', '.join(map(repr, MODEL_TYPES))}."
+        )
+    return MODEL_TYPES[model_type]
+
+
+def for_keras_hub_backbone(registered_name, config_file):
+    """The family of a keras-hub backbone's `registered_name`."""
+    if registered_name not in KERAS_HUB_BACKBONES:
+        raise CheckpointError(
+            f"{config_file}: a keras-hub preset of {registered_name}; expected one of {', '.join(KERAS_HUB_BACKBONES)}."
+        )
+    return KERAS_HUB_BACKBONES[registered_name]
+
+
+def for_model(model):
+    """The family of a zoo model (a backbone or a task on one); a ValueError for another model."""
+    for family in FAMILIES:
+        if family.owns(model):
+            return family
+    raise ValueError(
+        f"Checkpoints exist for zoo GPT, BERT and Llama-family models; got a {type(model).__name__}."
+    )
