@@ -87,7 +87,7 @@ def zoo_setup(ids, vocabulary_size, steps, args, jit_compile, mixed_precision):
     import keras
 
     from recipes import gpt_char
-    from recipes.common import set_precision
+    from recipes.flags import set_precision
 
     set_precision(mixed_precision)
     keras.utils.set_random_seed(1337)
@@ -167,7 +167,7 @@ def main(argv=None):
     if args.jit_compile == "fusible" or "fusible/" in args.also:
         # Process-wide, before TensorFlow runs anything; keras-hub's
         # jit_compile=True step is compiled whole by XLA either way.
-        from recipes.common import enable_fusible_autoclustering
+        from recipes.flags import enable_fusible_autoclustering
 
         enable_fusible_autoclustering()
     text = read_text(args.data)

@@ -20,47 +20,8 @@ After training:
     zoo eval runs/bert_classify --split dev
 """
 
-import os
 import time
 from pathlib import Path
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-import zoo  # noqa: E402
-from zoo.data import (  # noqa: E402
-    DataError,
-    bucketed_batches,
-    classification_dataset,
-    divisor_batch_size,
-    read_labelled,
-    save_vocabulary,
-    train_word_piece,
-    token_id_lists,
-)
-from zoo.models import BertClassifier  # noqa: E402
-from zoo.models.layout import get_layout_map  # noqa: E402
-from zoo.training import WarmupCosineDecay, adamw, distribution_scope, start_distribution  # noqa: E402
-
-from recipes.common import (  # noqa: E402
-    load_model,
-    SIZE_FLAGS,
-    OutputFolder,
-    callbacks,
-    check_preset,
-    finish,
-    is_run_folder,
-    jit_compile_flag,
-    read_run,
-    recipe_parser,
-    run_config,
-    set_precision,
-    size_overrides,
-    startup_line,
-    write_curves,
-)
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
@@ -78,7 +39,7 @@ DEFAULTS = dict(
     sequence_length=64,
     buckets=(16, 32, 64),
     output="runs/bert_classify",
-    jit_compile="true",  # XLA: 4.7 min for 3 epochs here against 6.2 without
+    jit_compile="true",  # XLA; Keras' "auto" turns it off on a CPU
 )
 
 
@@ -87,6 +48,8 @@ VOCABULARY = "vocabulary.txt"
 
 def make_parser():
     """The recipe's flags (`zoo train bert_classify -h`)."""
+    from recipes.flags import recipe_parser
+
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train bert_classify")
     parser.add_argument(
         "--pretrained", default=None,
@@ -105,6 +68,8 @@ def make_parser():
 
 
 def parse(argv):
+    from recipes.flags import SIZE_FLAGS, check_preset
+
     parser = make_parser()
     args = parser.parse_args(argv)
     check_preset(parser, args.preset, "bert")
@@ -120,6 +85,11 @@ def pretrained_parts(folder, num_classes):
     """(backbone, tokenizer, where) of --pretrained: a bert_pretrain run
     folder, or a keras-hub / Hugging Face folder through
     `zoo.from_pretrained`; a `DataError` names what is missing."""
+    import zoo
+    from zoo.data import DataError
+
+    from recipes.run_folder import is_run_folder, load_model, read_run
+
     folder = Path(folder)
     if is_run_folder(folder):
         record = read_run(folder)
@@ -160,6 +130,13 @@ def evaluate(folder, data=None, split="dev", model=None):
     Returns:
         `("val_accuracy", float)`.
     """
+    import numpy as np
+
+    import zoo
+    from zoo.data import read_labelled
+
+    from recipes.run_folder import load_model, read_run
+
     args = read_run(folder)["args"]
     split = "dev" if split == "val" else split
     sentences, labels = read_labelled(data or args["data"], split)
@@ -168,23 +145,54 @@ def evaluate(folder, data=None, split="dev", model=None):
     return "val_accuracy", float(np.mean(predicted == np.asarray(labels)))
 
 
-def main(argv=None):
-    args = parse(argv)
-    overrides = size_overrides(args)
-    # multi-worker: before TensorFlow runs anything
+def start(args):
+    """Keras, the distribution, the seed and the precision, before
+    TensorFlow runs anything."""
+    from zoo.training import start_distribution
+
+    from recipes.flags import set_precision
+    from recipes.startup import load_keras
+
+    keras = load_keras(tensorflow=True)
     start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
 
-    # --- Data: read everything before the output folder is touched ---------
+
+def batches(token_ids, labels, batch_size, buckets, length, ids, shuffle, seed):
+    """`[CLS] tokens [SEP]` batches padded to the shortest bucket bound
+    that holds them. Returns (dataset, steps per pass)."""
+    from zoo.data import bucketed_batches, classification_dataset
+
+    def pipeline(rows, bound):
+        return classification_dataset(
+            [token_ids[r] for r in rows],
+            labels[rows],
+            batch_size,
+            bound,
+            ids["[CLS]"],
+            ids["[SEP]"],
+            shuffle=shuffle,
+            seed=seed,
+        )
+
+    lengths = [len(row) + 2 for row in token_ids]
+    return bucketed_batches(pipeline, lengths, buckets, batch_size, max_length=length, shuffle=shuffle, seed=seed)
+
+
+def read_data(args):
+    """The backbone to start from (None: from scratch), the tokenizer and
+    the pipelines, read before the output folder is touched: a dict of
+    pretrained, source, tokenizer, length, num_classes, train, steps, dev,
+    dev_steps."""
+    from zoo.data import divisor_batch_size, read_labelled, token_id_lists, train_word_piece
+
     train_text, train_labels = read_labelled(args.data, "train")
     dev_text, dev_labels = read_labelled(args.data, "dev")
     num_classes = max(2, int(max(train_labels.max(), dev_labels.max())) + 1)
     if args.pretrained:
         pretrained, tokenizer, source = pretrained_parts(args.pretrained, num_classes)
         length = min(args.sequence_length, pretrained.max_sequence_length)
-        overrides = {k: v for k, v in overrides.items() if k == "dropout"}  # the sizes are the backbone's
     else:
         pretrained, source = None, "from scratch"
         tokenizer = train_word_piece(train_text, args.vocabulary_size)
@@ -192,37 +200,58 @@ def main(argv=None):
     vocabulary = tokenizer.get_vocabulary()
     ids = {token: i for i, token in enumerate(vocabulary)}
     train_ids, dev_ids = token_id_lists(tokenizer, train_text), token_id_lists(tokenizer, dev_text)
-
-    def batches(token_ids, labels, batch_size, buckets, shuffle):
-        def pipeline(rows, bound):
-            return classification_dataset(
-                [token_ids[r] for r in rows],
-                labels[rows],
-                batch_size,
-                bound,
-                ids["[CLS]"],
-                ids["[SEP]"],
-                shuffle=shuffle,
-                seed=args.seed,
-            )
-
-        lengths = [len(row) + 2 for row in token_ids]
-        return bucketed_batches(pipeline, lengths, buckets, batch_size, max_length=length, shuffle=shuffle, seed=args.seed)
-
-    train, steps = batches(train_ids, train_labels, args.batch_size, DEFAULTS["buckets"], True)
+    train, steps = batches(train_ids, train_labels, args.batch_size, DEFAULTS["buckets"], length, ids, True, args.seed)
     # Dev: one length, a batch size that divides it, so every sentence counts.
-    dev, dev_steps = batches(dev_ids, dev_labels, divisor_batch_size(len(dev_ids), args.batch_size), (length,), False)
+    dev_batch = divisor_batch_size(len(dev_ids), args.batch_size)
+    dev, dev_steps = batches(dev_ids, dev_labels, dev_batch, (length,), length, ids, False, args.seed)
     print(
         f"{len(train_ids):,} training sentences, {len(dev_ids):,} dev sentences, "
         f"vocabulary {len(vocabulary):,}, {steps} steps an epoch, backbone: {source}",
         flush=True,
     )
-    print(startup_line("bert_classify", args.preset if pretrained is None else source, overrides), flush=True)
+    return dict(pretrained=pretrained, source=source, tokenizer=tokenizer, length=length, num_classes=num_classes,
+                train=train, steps=steps, dev=dev, dev_steps=dev_steps)
+
+
+def overrides_of(args):
+    """The size overrides: with --pretrained only dropout (the sizes are
+    the backbone's)."""
+    from recipes.flags import size_overrides
+
+    overrides = size_overrides(args)
+    return {k: v for k, v in overrides.items() if k == "dropout"} if args.pretrained else overrides
+
+
+def open_folder(args, data):
+    """The run folder, with the vocabulary in it."""
+    from zoo.data import save_vocabulary
+
+    from recipes.flags import startup_line
+    from recipes.run_folder import OutputFolder, run_config
+
+    overrides = overrides_of(args)
+    what = args.preset if data["pretrained"] is None else data["source"]
+    print(startup_line("bert_classify", what, overrides), flush=True)
     config = run_config("bert_classify", args, args.preset, overrides, pretrained=args.pretrained)
     folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
-    save_vocabulary(tokenizer, folder / VOCABULARY)
+    save_vocabulary(data["tokenizer"], folder / VOCABULARY)
+    return folder
 
-    # --- Model -------------------------------------------------------------------
+
+def make_model(args, data):
+    """The compiled classifier: BERT's [CLS] head on the pretrained
+    backbone (a copy, with --dropout) or a new one; AdamW with a linear
+    warm-up and cosine decay."""
+    import keras
+
+    import zoo
+    from zoo.models import BertClassifier
+    from zoo.models.layout import get_layout_map
+    from zoo.training import WarmupCosineDecay, adamw, distribution_scope
+
+    from recipes.flags import jit_compile_flag
+
+    overrides, pretrained, tokenizer = overrides_of(args), data["pretrained"], data["tokenizer"]
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         if pretrained is not None:
             skip = ("name", "trainable", "tokenizer")
@@ -230,9 +259,14 @@ def main(argv=None):
             backbone = type(pretrained).from_config({**backbone_config, **overrides})
             backbone.set_weights(pretrained.get_weights())
         else:
-            backbone = zoo.build(args.preset, vocabulary_size=len(vocabulary), max_sequence_length=length, **overrides)
-        model = BertClassifier(backbone, num_classes=num_classes, dropout=args.classifier_dropout, tokenizer=tokenizer)
-        total = steps * args.epochs
+            backbone = zoo.build(
+                args.preset, vocabulary_size=len(tokenizer.get_vocabulary()), max_sequence_length=data["length"],
+                **overrides,
+            )
+        model = BertClassifier(
+            backbone, num_classes=data["num_classes"], dropout=args.classifier_dropout, tokenizer=tokenizer
+        )
+        total = data["steps"] * args.epochs
         schedule = WarmupCosineDecay(args.learning_rate, int(args.warmup_fraction * total), total, 0.0)
         model.compile(
             optimizer=adamw(schedule, weight_decay=args.weight_decay, beta_2=0.999, model=model),
@@ -241,17 +275,36 @@ def main(argv=None):
             jit_compile=jit_compile_flag(args),
         )
     print(f"BERT classifier: {model.count_params():,} parameters", flush=True)
+    return model
 
-    # --- Train: model.keras is the best epoch by dev accuracy ------------------
+
+def train(model, args, folder, data):
+    """--epochs epochs; model.keras is the best epoch by dev accuracy."""
+    from recipes.plots import write_curves
+    from recipes.run_folder import callbacks
+
     model.fit(
-        train.repeat(),
-        steps_per_epoch=steps,
+        data["train"].repeat(),
+        steps_per_epoch=data["steps"],
         epochs=args.epochs,
-        validation_data=dev,
-        validation_steps=dev_steps,
+        validation_data=data["dev"],
+        validation_steps=data["dev_steps"],
         callbacks=callbacks(folder, monitor="val_accuracy", mode="max"),
+        shuffle=False,  # the pipeline shuffles
     )
     write_curves(folder, model, title="SST-2 [CLS] fine-tuning")
+
+
+def main(argv=None):
+    from recipes.run_folder import finish
+
+    args = parse(argv)
+    start(args)
+    started = time.time()
+    data = read_data(args)
+    folder = open_folder(args, data)
+    model = make_model(args, data)
+    train(model, args, folder, data)
     _, accuracy = evaluate(folder.path)
     seconds = time.time() - started
     print(f"total {seconds / 60:.1f} min", flush=True)
@@ -260,6 +313,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from recipes.common import run_recipe
+    from recipes.errors import run_recipe
 
     run_recipe(main)

@@ -18,44 +18,7 @@ the masked-LM loss on the held-out sentences, with masks drawn once from
 --seed (so `zoo eval RUN` prints it again).
 """
 
-import os
 import time
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-import zoo  # noqa: E402
-from zoo.data import (  # noqa: E402
-    DataError,
-    bucketed_batches,
-    masked_lm_dataset,
-    read_labelled,
-    read_text,
-    save_vocabulary,
-    train_word_piece,
-    token_id_lists,
-)
-from zoo.models.layout import get_layout_map  # noqa: E402
-from zoo.training import WarmupCosineDecay, adamw, distribution_scope, start_distribution  # noqa: E402
-
-from recipes.common import (  # noqa: E402
-    load_model,
-    OutputFolder,
-    callbacks,
-    check_preset,
-    finish,
-    jit_compile_flag,
-    mean_cross_entropy,
-    read_run,
-    recipe_parser,
-    run_config,
-    set_precision,
-    size_overrides,
-    startup_line,
-    write_curves,
-)
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
@@ -64,7 +27,7 @@ DEFAULTS = dict(
     preset="bert-small",  # 4 layers, h=4
     hidden_dim=128,  # CPU size: d=128, d_ff=512 (the preset has 256 / 1024)
     intermediate_dim=512,
-    epochs=20,  # 34.5 min with XLA on the quiet 2-core CPU (masked-token accuracy 0.47; 0.40 after 14)
+    epochs=20,
     batch_size=128,
     learning_rate=1e-3,  # peak, after a linear warm-up, then cosine decay
     warmup_fraction=0.06,
@@ -74,7 +37,7 @@ DEFAULTS = dict(
     buckets=(16, 32, 64),
     held_out=1000,  # sentences kept aside for the validation loss
     output="runs/bert_pretrain",
-    jit_compile="true",  # XLA: 1.65 min an epoch here against 2.9 without (Keras' "auto" turns it off on CPU)
+    jit_compile="true",  # XLA; Keras' "auto" turns it off on a CPU
 )
 
 
@@ -84,6 +47,8 @@ MASK_RATE = 0.15  # BERT: 15% of the tokens selected; of those 80% [MASK], 10% r
 
 def make_parser():
     """The recipe's flags (`zoo train bert_pretrain -h`)."""
+    from recipes.flags import recipe_parser
+
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train bert_pretrain")
     parser.add_argument("--text", nargs="*", default=[], help="more UTF-8 text files, one sentence a line")
     parser.add_argument("--split", default=DEFAULTS["split"], help="the TSV split whose sentences are read")
@@ -100,6 +65,8 @@ def make_parser():
 
 
 def parse(argv):
+    from recipes.flags import check_preset
+
     parser = make_parser()
     args = parser.parse_args(argv)
     check_preset(parser, args.preset, "bert")
@@ -109,6 +76,8 @@ def parse(argv):
 def read_sentences(args):
     """The --data TSV's sentences, then each --text file's lines, without
     repeats (SST-2 lists some phrases more than once)."""
+    from zoo.data import read_labelled, read_text
+
     sentences, _ = read_labelled(args["data"], args["split"])
     for path in args["text"]:
         sentences = sentences + [line.strip() for line in read_text(path).split("\n") if line.strip()]
@@ -118,12 +87,18 @@ def read_sentences(args):
 def split_sentences(sentences, held_out, seed):
     """(training sentences, held-out sentences): a random `held_out`
     (at most a tenth) are kept aside."""
+    import numpy as np
+
     order = np.random.default_rng(seed).permutation(len(sentences))
     count = min(held_out, len(sentences) // 10)
     return [sentences[i] for i in order[count:]], [sentences[i] for i in order[:count]]
 
 
 def batches(token_ids, batch_size, args, ids, vocabulary_size, shuffle, seed):
+    """Masked-LM batches padded to the shortest bucket bound that holds
+    them. Returns (dataset, steps per pass)."""
+    from zoo.data import bucketed_batches, masked_lm_dataset
+
     def pipeline(rows, bound):
         return masked_lm_dataset(
             [token_ids[r] for r in rows],
@@ -153,6 +128,8 @@ def fixed_masks(token_ids, sequence_length, vocabulary, seed=0):
         (inputs, mask_ids, mask_weights) as `masked_lm_dataset` gives them,
         as NumPy arrays of N rows.
     """
+    import numpy as np
+
     ids = {token: i for i, token in enumerate(vocabulary)}
     rng = np.random.default_rng(seed)
     n, t = len(token_ids), sequence_length
@@ -201,6 +178,11 @@ def evaluate(folder, data=None, split="val", model=None):
     Returns:
         `("val_loss", float)`.
     """
+    from zoo.data import DataError, read_labelled, token_id_lists
+
+    from recipes.lm_data import mean_cross_entropy
+    from recipes.run_folder import load_model, read_run
+
     args = read_run(folder)["args"]
     if data is None and split == "val":
         _, sentences = split_sentences(read_sentences(args), args["held_out"], args["seed"])
@@ -215,16 +197,25 @@ def evaluate(folder, data=None, split="val", model=None):
     return "val_loss", mean_cross_entropy(model, inputs, mask_ids, args["batch_size"], weights)
 
 
-def main(argv=None):
-    args = parse(argv)
-    overrides = size_overrides(args)
-    # multi-worker: before TensorFlow runs anything
+def start(args):
+    """Keras, the distribution, the seed and the precision, before
+    TensorFlow runs anything."""
+    from zoo.training import start_distribution
+
+    from recipes.flags import set_precision
+    from recipes.startup import load_keras
+
+    keras = load_keras(tensorflow=True)
     start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
 
-    # --- Data: read everything before the output folder is touched ---------
+
+def read_data(args):
+    """(tokenizer, train pipeline and its steps, held-out pipeline and its
+    steps), read before the output folder is touched."""
+    from zoo.data import token_id_lists, train_word_piece
+
     train_text, val_text = split_sentences(read_sentences(vars(args)), args.held_out, args.seed)
     tokenizer = train_word_piece(train_text, args.vocabulary_size)
     vocabulary = tokenizer.get_vocabulary()
@@ -239,22 +230,46 @@ def main(argv=None):
         f"vocabulary {len(vocabulary):,} WordPieces, {steps} steps an epoch",
         flush=True,
     )
+    return tokenizer, (train, steps), (val, val_steps)
 
+
+def open_folder(args, tokenizer):
+    """The run folder, with the vocabulary in it."""
+    from zoo.data import save_vocabulary
+
+    from recipes.flags import size_overrides, startup_line
+    from recipes.run_folder import OutputFolder, run_config
+
+    overrides = size_overrides(args)
     print(startup_line("bert_pretrain", args.preset, overrides), flush=True)
     config = run_config("bert_pretrain", args, args.preset, overrides)
     folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
     save_vocabulary(tokenizer, folder / VOCABULARY)
+    return folder
 
-    # --- Model -------------------------------------------------------------------
+
+def make_model(args, tokenizer, steps):
+    """The compiled masked LM: AdamW, a linear warm-up then cosine decay
+    to a tenth of the peak, the loss on the selected positions only."""
+    import keras
+
+    import zoo
+    from zoo.models.layout import get_layout_map
+    from zoo.training import WarmupCosineDecay, adamw, distribution_scope
+
+    from recipes.flags import jit_compile_flag, size_overrides
+
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.build(
             args.preset,
             task="masked_lm",
-            vocabulary_size=len(vocabulary),
+            vocabulary_size=len(tokenizer.get_vocabulary()),
             max_sequence_length=args.sequence_length,
             tokenizer=tokenizer,
-            **overrides,
+            **size_overrides(args),
         )
+        # The masked-LM loss never reaches the [CLS] pooler: it is bert_classify's to train.
+        model.backbone.pooler.trainable = False
         total = steps * args.epochs
         schedule = WarmupCosineDecay(
             args.learning_rate, int(args.warmup_fraction * total), total, args.learning_rate / 10
@@ -267,8 +282,15 @@ def main(argv=None):
             jit_compile=jit_compile_flag(args),
         )
     print(f"{args.preset} masked LM: {model.count_params():,} parameters", flush=True)
+    return model
 
-    # --- Train: model.keras is the best epoch by held-out loss -----------------
+
+def train(model, args, folder, train, val):
+    """--epochs epochs; model.keras is the best epoch by held-out loss."""
+    from recipes.plots import write_curves
+    from recipes.run_folder import callbacks
+
+    (train, steps), (val, val_steps) = train, val
     model.fit(
         train.repeat(),
         steps_per_epoch=steps,
@@ -276,8 +298,21 @@ def main(argv=None):
         validation_data=val,
         validation_steps=val_steps,
         callbacks=callbacks(folder),
+        shuffle=False,  # the pipeline shuffles
     )
     write_curves(folder, model, title=f"{args.preset} masked LM")
+
+
+def main(argv=None):
+    from recipes.run_folder import finish
+
+    args = parse(argv)
+    start(args)
+    started = time.time()
+    tokenizer, train_batches, val_batches = read_data(args)
+    folder = open_folder(args, tokenizer)
+    model = make_model(args, tokenizer, train_batches[1])
+    train(model, args, folder, train_batches, val_batches)
     _, val_loss = evaluate(folder.path)
     seconds = time.time() - started
     print(f"total {seconds / 60:.1f} min", flush=True)
@@ -286,6 +321,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from recipes.common import run_recipe
+    from recipes.errors import run_recipe
 
     run_recipe(main)

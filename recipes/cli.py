@@ -20,11 +20,11 @@ tokenizer, `RUN/run.json` names the recipe. `zoo eval` calls the recipe's own
 import argparse
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow loads
+from recipes.errors import REFUSED, error_line
+from recipes.startup import load_keras
 
 # name -> (module, one line)
 RECIPES = {
@@ -131,6 +131,7 @@ def _add_quantize(command):
 
 def _quantization_mode(mode):
     """argparse type of --quantize: the mode, checked before the model loads."""
+    load_keras()
     from zoo.models import check_quantization_mode
 
     try:
@@ -141,7 +142,7 @@ def _quantization_mode(mode):
 
 
 def main(argv=None):
-    """Runs `zoo ...`; returns the exit status (0 ok, 2 a refused input)."""
+    """Runs `zoo ...`; returns the exit status (0 ok, `REFUSED` (2) a refused input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"] and len(argv) > 1 and recipe_name(argv[1]):
         # Everything after the recipe's name belongs to the recipe's own parser.
@@ -151,8 +152,7 @@ def main(argv=None):
     if args.command == "train":
         names = ", ".join(RECIPES)
         top.error(f"zoo train {args.recipe}: unknown recipe; expected one of {names}")
-    from recipes.common import error_line
-
+    load_keras()
     try:
         return COMMANDS[args.command](args)
     except Exception as error:
@@ -160,12 +160,10 @@ def main(argv=None):
         if line is None:
             raise
         print(f"zoo {args.command}: error: {line}", file=sys.stderr)
-        return 2
+        return REFUSED
 
 
 def _train(name, recipe_argv):
-    from recipes.common import error_line
-
     recipe = importlib.import_module(RECIPES[name][0])
     try:
         recipe.main(recipe_argv)
@@ -174,7 +172,7 @@ def _train(name, recipe_argv):
         if line is None:
             raise
         print(f"zoo train {name}: error: {line}", file=sys.stderr)
-        return 2
+        return REFUSED
     return 0
 
 
@@ -184,7 +182,7 @@ def open_run(folder, use=None, quantize=None):
     `quantize` (a mode) quantizes the model after loading."""
     from zoo.data import DataError
 
-    from recipes.common import load_model, read_run
+    from recipes.run_folder import load_model, read_run
 
     record = read_run(folder)
     name = record.get("recipe")
@@ -205,14 +203,9 @@ def _sample(args):
     _, _, model = open_run(args.run, "sample", args.quantize)
     if args.max_length < 1:
         raise ValueError(f"--max-length {args.max_length}: expected a positive number of characters")
-    sampler = {"sampler": "temperature"}
-    if args.top_p is not None:
-        sampler = {"sampler": "top_p", "p": args.top_p}
-    elif args.top_k is not None:
-        sampler = {"sampler": "top_k", "k": args.top_k}
     text = zoo.generate(
         model, args.prompt, max_length=max(args.max_length, len(args.prompt) + 1),
-        temperature=args.temperature, seed=args.seed, **sampler,
+        temperature=args.temperature, seed=args.seed, **zoo.generation.sampler_options(args.top_p, args.top_k),
     )
     print(text)
     return 0
@@ -242,7 +235,7 @@ def _classify(args):
 
 
 def _eval(args):
-    from recipes.common import final_line
+    from recipes.run_folder import final_line
 
     name, recipe, model = open_run(args.run, quantize=args.quantize)
     split = args.split or ("dev" if name == "bert_classify" else "val")

@@ -18,47 +18,7 @@ held-out loss), `vocabulary.json`, `history.csv`, `curves.png`,
     zoo eval runs/demo                 # the val_accuracy printed, again
 """
 
-import os
 import time
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-import zoo  # noqa: E402
-from zoo.data import (  # noqa: E402
-    DataError,
-    WordTokenizer,
-    WordVocabulary,
-    held_out_split,
-    int32_masks,
-    seq2seq_dataset,
-    toy_translation,
-)
-from zoo.models.layout import get_layout_map  # noqa: E402
-from zoo.training import (  # noqa: E402
-    MaskedAccuracy,
-    MaskedSparseCrossentropy,
-    distribution_scope,
-    start_distribution,
-)
-
-from recipes.common import (  # noqa: E402
-    load_model,
-    OutputFolder,
-    callbacks,
-    check_preset,
-    finish,
-    jit_compile_flag,
-    read_run,
-    recipe_parser,
-    run_config,
-    set_precision,
-    size_overrides,
-    startup_line,
-    write_curves,
-)
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
@@ -78,6 +38,8 @@ VOCABULARY = "vocabulary.json"
 
 def make_parser():
     """The recipe's flags (`zoo train demo -h`)."""
+    from recipes.flags import recipe_parser
+
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train demo")
     parser.add_argument("--num-pairs", type=int, default=DEFAULTS["num_pairs"], help="sentence pairs generated")
     parser.add_argument("--held-out-fraction", type=float, default=DEFAULTS["held_out_fraction"],
@@ -90,6 +52,8 @@ def make_parser():
 
 
 def parse(argv):
+    from recipes.flags import check_preset
+
     parser = make_parser()
     args = parser.parse_args(argv)
     check_preset(parser, args.preset, "transformer")
@@ -99,6 +63,8 @@ def parse(argv):
 def pairs(args, split):
     """The (english, german) sentences of `split` ("train" or "val", the
     held-out ones) of the grammar the run's arguments generate."""
+    from zoo.data import DataError, held_out_split, toy_translation
+
     if args["data"] != "toy":
         raise DataError(f"--data {args['data']}: the demo trains on the synthetic grammar only; expected 'toy'")
     if split not in ("train", "val"):
@@ -121,6 +87,10 @@ def evaluate(folder, data=None, split="val", model=None):
     Returns:
         `("val_accuracy", float)`.
     """
+    import numpy as np
+
+    from recipes.run_folder import load_model, read_run
+
     args = dict(read_run(folder)["args"])
     args["data"] = data or args["data"]
     english, german = pairs(args, split)
@@ -132,25 +102,32 @@ def evaluate(folder, data=None, split="val", model=None):
 def translate(model, sentences, length):
     """Greedy translations of a list of sentences (`zoo.translate`), at
     most `length` words each."""
+    import zoo
+
     return zoo.translate(model, list(sentences), max_length=length, num_beams=1)
 
 
-def main(argv=None):
-    args = parse(argv)
-    overrides = size_overrides(args)
-    # multi-worker: before TensorFlow runs anything
+def start(args):
+    """Keras, the distribution, the seed and the precision, before
+    TensorFlow runs anything."""
+    from zoo.training import start_distribution
+
+    from recipes.flags import set_precision
+    from recipes.startup import load_keras
+
+    keras = load_keras(tensorflow=True)
     start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
-    if args.data != "toy":
-        raise DataError(f"--data {args.data}: the demo trains on the synthetic grammar only; expected 'toy'")
 
-    # --- Data ----------------------------------------------------------------------
-    english, german = toy_translation(args.num_pairs, seed=args.seed)
-    (train_en, train_de), (val_en, val_de) = held_out_split(english, german, args.held_out_fraction, args.seed)
-    vocabulary = WordVocabulary.from_texts(train_en + train_de)
-    v = vocabulary
+
+def read_data(args):
+    """(vocabulary, train pipeline, held-out pipeline, held-out english,
+    held-out german) of the grammar."""
+    from zoo.data import WordVocabulary, int32_masks, seq2seq_dataset
+
+    (train_en, train_de), (val_en, val_de) = pairs(vars(args), "train"), pairs(vars(args), "val")
+    vocabulary = v = WordVocabulary.from_texts(train_en + train_de)
 
     def batches(sources, targets, shuffle):
         batch_size = min(args.batch_size, len(sources))
@@ -167,40 +144,77 @@ def main(argv=None):
         )
         return int32_masks(dataset)  # bool masks cannot be split over replicas
 
-    train, val = batches(train_en, train_de, True), batches(val_en, val_de, False)
     print(f"{len(train_en):,} training pairs, {len(val_en):,} held-out pairs, {v.vocabulary_size} words", flush=True)
+    return vocabulary, batches(train_en, train_de, True), batches(val_en, val_de, False), val_en, val_de
+
+
+def open_folder(args, vocabulary):
+    """The run folder, with the vocabulary in it."""
+    from recipes.flags import size_overrides, startup_line
+    from recipes.run_folder import OutputFolder, run_config
+
+    overrides = size_overrides(args)
     print(startup_line("demo", args.preset, overrides), flush=True)
     config = run_config("demo", args, args.preset, overrides)
     folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
     vocabulary.save(folder / VOCABULARY)
+    return folder
 
-    # --- Model ---------------------------------------------------------------------
+
+def make_model(args, vocabulary):
+    """The compiled encoder-decoder, carrying its `WordTokenizer`."""
+    import keras
+
+    import zoo
+    from zoo.data import WordTokenizer
+    from zoo.models.layout import get_layout_map
+    from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, distribution_scope
+
+    from recipes.flags import jit_compile_flag, size_overrides
+
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.build(
             args.preset,
-            vocabulary_size=v.vocabulary_size,
+            vocabulary_size=vocabulary.vocabulary_size,
             max_sequence_length=args.sequence_length,
             tokenizer=WordTokenizer(vocabulary),
-            **overrides,
+            **size_overrides(args),
         )
         model.compile(
             optimizer=keras.optimizers.Adam(args.learning_rate),
-            loss=MaskedSparseCrossentropy(pad_id=v.pad_id),
-            metrics=[MaskedAccuracy(pad_id=v.pad_id)],
+            loss=MaskedSparseCrossentropy(pad_id=vocabulary.pad_id),
+            metrics=[MaskedAccuracy(pad_id=vocabulary.pad_id)],
             jit_compile=jit_compile_flag(args),
         )
+    return model
 
-    # --- Train: model.keras is the best epoch by held-out loss ----------------------
-    model.fit(train, epochs=args.epochs, validation_data=val, callbacks=callbacks(folder), verbose=2)
-    write_curves(folder, model, title="toy English -> German")
 
-    # --- Translate sentences never seen in training, with the saved model ----------
-    best = load_model(folder)
-    _, exact = evaluate(folder.path, model=best)
-    outputs = translate(best, val_en[: args.num_samples], args.sequence_length - 1) if args.num_samples > 0 else []
-    for source, reference, output in list(zip(val_en, val_de, outputs))[: args.num_samples]:
+def show_translations(model, args, val_en, val_de):
+    """--num-samples held-out sentences, translated by the saved model."""
+    count = args.num_samples
+    outputs = translate(model, val_en[:count], args.sequence_length - 1) if count > 0 else []
+    for source, reference, output in list(zip(val_en, val_de, outputs))[:count]:
         mark = "ok" if output == reference else "WRONG"
         print(f"{source:32s} -> {output:32s} (reference: {reference}; {mark})")
+
+
+def main(argv=None):
+    from recipes.plots import write_curves
+    from recipes.run_folder import callbacks, finish, load_model
+
+    args = parse(argv)
+    start(args)
+    started = time.time()
+    vocabulary, train, val, val_en, val_de = read_data(args)
+    folder = open_folder(args, vocabulary)
+    model = make_model(args, vocabulary)
+    # model.keras is the best epoch by held-out loss.
+    model.fit(train, epochs=args.epochs, validation_data=val, callbacks=callbacks(folder), verbose=2,
+              shuffle=False)  # the pipeline shuffles
+    write_curves(folder, model, title="toy English -> German")
+    best = load_model(folder)
+    _, exact = evaluate(folder.path, model=best)
+    show_translations(best, args, val_en, val_de)
     seconds = time.time() - started
     print(f"{exact:.1%} of {len(val_en)} held-out sentences exactly right, in {seconds:.0f} s", flush=True)
     finish(folder, "val_accuracy", exact, total_seconds=seconds)
@@ -208,6 +222,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from recipes.common import run_recipe
+    from recipes.errors import run_recipe
 
     run_recipe(main)

@@ -11,11 +11,11 @@ on 200 random batches of the last 10% (1.91 here; nanoGPT reports 1.88 from
 20 batches), prints a sample and, as its last lines, `run folder: RUN` and
 `val_loss=1.9105`.
 
-By default the train step is XLA-compiled in float32 (`--jit-compile true`),
-the fastest setting measured on this project's idle 2-core CPU (73 s for
-2000 steps). `--jit-compile fusible --mixed-precision` (XLA for the
-element-wise ops only, oneDNN bf16 matmuls on AMX) was faster only while the
-machine was heavily shared, and took 104 s when idle.
+By default the train step is XLA-compiled in float32 (`--jit-compile
+true`), the fastest setting on an idle CPU (docs/results.md).
+`--jit-compile fusible --mixed-precision` compiles only the element-wise
+ops with XLA and leaves the matrix products to oneDNN's bf16 kernels
+(AMX).
 
 The run folder (--output, `runs/gpt_char`): `model.keras` (the final model;
 its validation loss is the one printed), `chars.json` (the vocabulary),
@@ -28,13 +28,10 @@ replaced only with --overwrite. After training:
 """
 
 import os
+import time
+from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from recipes.common import eval_inputs, train_dataset  # noqa: E402,F401 (train_dataset: also benchmarks/train_throughput.py)
+from recipes.lm_data import eval_inputs, train_dataset  # noqa: F401 (train_dataset: also benchmarks/train_throughput.py)
 
 
 # --- Defaults: nanoGPT's config/train_shakespeare_char.py with its README's
@@ -55,8 +52,8 @@ DEFAULTS = dict(
     epoch_eval_batches=20,  # validation batches per epoch, for the curves
     eval_batches=200,  # validation batches of the final estimate
     steps_per_execution=50,  # train steps per compiled call
-    jit_compile="true",  # XLA: fastest measured on the idle machine (73 s vs 104 s fusible+bf16)
-    mixed_precision=False,  # float32; `--jit-compile fusible --mixed-precision` won only under heavy load
+    jit_compile="true",  # XLA in float32: the fastest setting on an idle CPU
+    mixed_precision=False,
     sample_length=300,
     output="runs/gpt_char",
     seed=1337,
@@ -125,8 +122,6 @@ def split_text(text, source, train_fraction, sequence_length, vocabulary=None):
     return vocabulary, train, val
 
 
-
-
 def _printable(c):
     return {"\n": "\\n", " ": "\u2423", "\t": "\\t"}.get(c, c)
 
@@ -157,12 +152,8 @@ def sample(model, prompt="\n", length=300, temperature=0.8, top_p=None, top_k=No
     """
     import zoo
 
-    sampler = {"sampler": "temperature"}
-    if top_p is not None:
-        sampler = {"sampler": "top_p", "p": top_p}
-    elif top_k is not None:
-        sampler = {"sampler": "top_k", "k": top_k}
     prompt = prompt or "\n"
+    sampler = zoo.generation.sampler_options(top_p, top_k)
     text = zoo.generate(model, prompt, max_length=len(prompt) + length, temperature=temperature, seed=seed, **sampler)
     return text[len(prompt):]
 
@@ -183,7 +174,8 @@ def evaluate(folder, data=None, split="val", model=None):
     """
     from zoo.data import DataError, read_text
 
-    from recipes.common import load_model, mean_cross_entropy, read_run
+    from recipes.lm_data import mean_cross_entropy
+    from recipes.run_folder import load_model, read_run
 
     args = read_run(folder)["args"]
     if split not in ("train", "val"):
@@ -198,7 +190,7 @@ def evaluate(folder, data=None, split="val", model=None):
 
 def make_parser():
     """The recipe's flags (`zoo train gpt_char -h`)."""
-    from recipes.common import recipe_parser
+    from recipes.flags import recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train gpt_char")
     parser.add_argument("--steps-per-execution", type=int, default=DEFAULTS["steps_per_execution"],
@@ -212,91 +204,118 @@ def make_parser():
     return parser
 
 
-def main(argv=None):
-    import keras
-
-    from zoo.data import CharTokenizer, read_text
-    from zoo.models.layout import get_layout_map
-    from zoo.training import distribution_scope, start_distribution
-
-    from recipes.common import (
-        MODEL,
-        OutputFolder,
-        callbacks,
-        check_preset,
-        finish,
-        jit_compile_flag,
-        plot_attention,
-        run_config,
-        set_precision,
-        size_overrides,
-        startup_line,
-        write_curves,
-    )
+def parse(argv):
+    """The flags, and the full name of the preset (checked)."""
+    from recipes.flags import check_preset
 
     parser = make_parser()
     args = parser.parse_args(argv)
-    preset = check_preset(parser, preset_name(args.preset), ("gpt", "llama"), given=args.preset)
-    # multi-worker: before TensorFlow runs anything
-    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    jit_compile = jit_compile_flag(args)  # before TensorFlow runs anything
+    return args, check_preset(parser, preset_name(args.preset), ("gpt", "llama"), given=args.preset)
 
-    # 1. Data, checked before anything is written.
+
+def start(args):
+    """Keras, the distribution and XLA's flags, before TensorFlow runs
+    anything; returns Keras' `jit_compile`."""
+    from zoo.training import start_distribution
+
+    from recipes.flags import jit_compile_flag
+
+    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
+    return jit_compile_flag(args)
+
+
+def read_data(args, preset):
+    """(vocabulary, train ids, validation ids, block), checked before
+    anything is written."""
     import zoo
+    from zoo.data import read_text
 
     block = zoo.preset_info(preset)["config"]["max_sequence_length"]
-    text = read_text(args.data)
-    vocabulary, train_ids, val_ids = split_text(text, args.data, DEFAULTS["train_fraction"], block)
+    vocabulary, train_ids, val_ids = split_text(read_text(args.data), args.data, DEFAULTS["train_fraction"], block)
+    return vocabulary, train_ids, val_ids, block
+
+
+def open_folder(args, preset, vocabulary):
+    """The run folder, with the vocabulary in it."""
+    from recipes.flags import size_overrides, startup_line
+    from recipes.run_folder import OutputFolder, run_config
+
     overrides = size_overrides(args)
     print(startup_line("gpt_char", preset, overrides), flush=True)
     config = run_config("gpt_char", args, preset, overrides)
     folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
     vocabulary.save(folder / VOCABULARY)
+    return folder
 
-    # 2. Model, optimizer, data pipelines.
+
+def steps_per_call(args):
+    """--steps-per-execution, at most a validation period, and 1 under a
+    strategy with replicas: Keras 3 cannot loop several steps in one call
+    across replicas (keras-team/keras#19246)."""
+    steps = min(args.steps_per_execution, args.steps_per_epoch)
+    if args.strategy in ("mirrored", "data-parallel", "multi-worker") and steps > 1:
+        print(f"--strategy {args.strategy}: --steps-per-execution {steps} -> 1 (keras#19246)")
+        steps = 1
+    return steps
+
+
+def make_model(args, preset, vocabulary, jit_compile):
+    """The compiled causal LM, carrying its `CharTokenizer`."""
+    import keras
+
+    from zoo.data import CharTokenizer
+    from zoo.models.layout import get_layout_map
+    from zoo.training import distribution_scope
+
+    from recipes.flags import set_precision, size_overrides
+
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
-    steps_per_execution = min(args.steps_per_execution, args.steps_per_epoch)
-    if args.strategy in ("mirrored", "data-parallel", "multi-worker") and steps_per_execution > 1:
-        # Keras 3 cannot loop several steps in one call across replicas
-        # (keras-team/keras#19246): one step per call there.
-        print(f"--strategy {args.strategy}: --steps-per-execution {steps_per_execution} -> 1 (keras#19246)")
-        steps_per_execution = 1
+    steps_per_execution = steps_per_call(args)
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
-        model = build_model(preset, vocabulary.vocabulary_size, tokenizer=CharTokenizer(vocabulary), **overrides)
-        compile_model(
-            model,
-            args.steps,
-            args.learning_rate,
-            jit_compile=jit_compile,
-            steps_per_execution=steps_per_execution,
+        model = build_model(
+            preset, vocabulary.vocabulary_size, tokenizer=CharTokenizer(vocabulary), **size_overrides(args)
         )
+        compile_model(
+            model, args.steps, args.learning_rate, jit_compile=jit_compile, steps_per_execution=steps_per_execution
+        )
+    return model
+
+
+def train(model, args, folder, train_ids, val_ids, block):
+    """--steps steps, then model.keras is the final model; returns the
+    seconds of training."""
+    import zoo
+
+    from recipes.run_folder import MODEL, callbacks
+
     steps_per_epoch = min(args.steps_per_epoch, args.steps)
-    epochs = -(-args.steps // steps_per_epoch)
     # A resumed run skips the batches the backup has seen: the windows are a
     # function of (seed, step), so it trains on what the killed run would have.
-    train = train_dataset(train_ids, args.batch_size, block, args.seed).skip(folder.resumed_epoch * steps_per_epoch)
-    epoch_val = eval_inputs(val_ids, args.batch_size, block, DEFAULTS["epoch_eval_batches"], seed=1)
-
-    # 3. Train; model.keras is the final model.
+    windows = train_dataset(train_ids, args.batch_size, block, args.seed).skip(folder.resumed_epoch * steps_per_epoch)
     start = time.perf_counter()
     model.fit(
-        train,
+        windows,
         steps_per_epoch=steps_per_epoch,
-        epochs=epochs,
-        validation_data=epoch_val,
+        epochs=-(-args.steps // steps_per_epoch),
+        validation_data=eval_inputs(val_ids, args.batch_size, block, DEFAULTS["epoch_eval_batches"], seed=1),
         validation_batch_size=args.batch_size,
         callbacks=callbacks(folder, save_best=False),
         shuffle=False,  # the windows are already random
         verbose=2 if os.environ.get("CI") else 1,
     )
-    train_seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start
     zoo.save(model, folder / MODEL)
+    return seconds
 
-    # 4. Validation loss over random batches of the last 10%, of the saved model.
-    _, val_loss = evaluate(folder.path)
 
-    # 5. Plots and a sample.
+def draw(model, args, preset, folder, vocabulary, val_ids, block):
+    """curves.png, and attention.png: the last block's self-attention over
+    32 validation characters."""
+    import keras
+
+    from recipes.plots import plot_attention, write_curves
+
     write_curves(folder, model, title=f"{preset} on {Path(args.data).name}")
     x_val, _ = eval_inputs(val_ids, 1, block, 1, seed=0)
     example = x_val["token_ids"][:1, :32]
@@ -306,11 +325,30 @@ def main(argv=None):
         keras.ops.convert_to_numpy(scores[-1])[0], chars, chars, folder / "attention.png",
         title=f"last block's self-attention, {len(scores)} blocks",
     )
+
+
+def write_sample(model, args, folder):
+    """samples.txt: --sample-length characters after a newline, printed."""
     if args.sample_length > 0:
         text = sample(model, "\n", args.sample_length, seed=args.seed)
         (folder / "samples.txt").write_text(text, encoding="utf-8")
         print(text)
 
+
+def main(argv=None):
+    from recipes.run_folder import finish
+    from recipes.startup import load_keras
+
+    args, preset = parse(argv)
+    load_keras(tensorflow=True)
+    jit_compile = start(args)
+    vocabulary, train_ids, val_ids, block = read_data(args, preset)
+    folder = open_folder(args, preset, vocabulary)
+    model = make_model(args, preset, vocabulary, jit_compile)
+    train_seconds = train(model, args, folder, train_ids, val_ids, block)
+    _, val_loss = evaluate(folder.path)  # of the saved model, as `zoo eval` computes it
+    draw(model, args, preset, folder, vocabulary, val_ids, block)
+    write_sample(model, args, folder)
     tokens = args.steps * args.batch_size * block
     print(f"trained {args.steps} steps in {train_seconds:.1f} s ({tokens / train_seconds:,.0f} tokens/s)")
     finish(folder, "val_loss", val_loss, train_seconds=train_seconds)
@@ -318,6 +356,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from recipes.common import run_recipe
+    from recipes.errors import run_recipe
 
     run_recipe(main)

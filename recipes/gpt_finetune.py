@@ -26,14 +26,11 @@ writes the result as a checkpoint folder again.
 """
 
 import os
+import re
+import time
+from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import re  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from recipes.common import eval_inputs, train_dataset  # noqa: E402
+from recipes.lm_data import eval_inputs, train_dataset
 
 # --- Defaults: a short fine-tuning run of GPT-2 small (124M) on one CPU or GPU.
 DEFAULTS = dict(
@@ -113,7 +110,8 @@ def evaluate(folder, data=None, split="val", model=None):
     """
     from zoo.data import DataError, read_text
 
-    from recipes.common import load_model, mean_cross_entropy, read_run
+    from recipes.lm_data import mean_cross_entropy
+    from recipes.run_folder import load_model, read_run
 
     args = read_run(folder)["args"]
     if split not in ("train", "val"):
@@ -137,35 +135,13 @@ def sample(model, prompt="ROMEO:", length=100, temperature=0.8, top_p=None, top_
     """
     import zoo
 
-    sampler = {"sampler": "temperature"}
-    if top_p is not None:
-        sampler = {"sampler": "top_p", "p": top_p}
-    elif top_k is not None:
-        sampler = {"sampler": "top_k", "k": top_k}
+    sampler = zoo.generation.sampler_options(top_p, top_k)
     return zoo.generate(model, prompt, max_new_tokens=length, temperature=temperature, seed=seed, **sampler)
 
 
-def main(argv=None):
-    import keras
-    import numpy as np
-
-    from zoo.data import read_text
-    from zoo.models.layout import get_layout_map
-    from zoo.training import WarmupCosineDecay, adamw, distribution_scope, start_distribution
-
-    from recipes.common import (
-        MODEL,
-        OutputFolder,
-        callbacks,
-        finish,
-        jit_compile_flag,
-        mean_cross_entropy,
-        recipe_parser,
-        run_config,
-        set_precision,
-        size_overrides,
-        write_curves,
-    )
+def make_parser():
+    """The recipe's flags (`zoo train gpt_finetune -h`)."""
+    from recipes.flags import recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train gpt_finetune")
     parser.add_argument("--pretrained", required=True,
@@ -182,6 +158,14 @@ def main(argv=None):
     parser.add_argument("--prompt", default=DEFAULTS["prompt"], help="the text the sample continues")
     parser.add_argument("--sample-length", type=int, default=DEFAULTS["sample_length"],
                         help="new tokens of the sample printed at the end (0: none)")
+    return parser
+
+
+def parse(argv):
+    """(parser, args): the flags, checked against what the checkpoint fixes."""
+    from recipes.flags import size_overrides
+
+    parser = make_parser()
     args = parser.parse_args(argv)
     if args.preset is not None:
         parser.error("--preset: gpt_finetune's model is the --pretrained checkpoint; leave --preset out")
@@ -193,12 +177,28 @@ def main(argv=None):
         parser.error("--sequence-length and --steps: expected positive integers")
     if args.lora < 0:
         parser.error(f"--lora {args.lora}: expected a rank >= 1, or 0 for full fine-tuning")
-    # multi-worker: before TensorFlow runs anything
-    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    jit_compile = jit_compile_flag(args)
+    return parser, args
 
-    # 1. Checkpoint and data, checked before anything is written.
+
+def start(args):
+    """The distribution and XLA's flags, before TensorFlow runs anything;
+    returns Keras' `jit_compile`."""
+    from zoo.training import start_distribution
+
+    from recipes.flags import jit_compile_flag
+
+    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
+    return jit_compile_flag(args)
+
+
+def load_checkpoint(parser, args):
+    """(model, the checkpoint's parameter count): --pretrained with its
+    tokenizer, LoRA adapters added with --lora."""
     import zoo
+    from zoo.models.layout import get_layout_map
+    from zoo.training import distribution_scope
+
+    from recipes.flags import set_precision
 
     set_precision(args.mixed_precision)
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
@@ -206,11 +206,20 @@ def main(argv=None):
         parameters = model.count_params()  # the checkpoint's, before any adapters
         if args.lora:
             model.enable_lora(args.lora, target_names=LORA_TARGETS)
-    context = model.backbone.max_sequence_length
-    if args.sequence_length > context:
-        parser.error(f"--sequence-length {args.sequence_length}: the checkpoint's context is {context} tokens")
-    text = read_text(args.data)
-    ids = encode_text(model.tokenizer, text)
+    window = model.backbone.max_sequence_length
+    if args.sequence_length > window:
+        parser.error(f"--sequence-length {args.sequence_length}: the checkpoint's context is {window} tokens")
+    return model, parameters
+
+
+def read_data(model, args, parameters):
+    """(train ids, validation ids) of --data in the checkpoint's tokens,
+    checked before anything is written."""
+    import numpy as np
+
+    from zoo.data import read_text
+
+    ids = encode_text(model.tokenizer, read_text(args.data))
     train_ids, val_ids = split_ids(ids, args.data, DEFAULTS["train_fraction"], args.sequence_length)
     trainable = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     print(
@@ -218,10 +227,17 @@ def main(argv=None):
         f"{Path(args.data).name}, windows of {args.sequence_length}",
         flush=True,
     )
-    config = run_config("gpt_finetune", args, args.pretrained)
-    folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
+    return train_ids, val_ids
 
-    # 2. Optimizer, pipelines, the loss before fine-tuning.
+
+def compile_model(model, args, jit_compile):
+    """AdamW with a warm-up and cosine decay to a tenth of the peak; the
+    cross-entropy loss."""
+    import keras
+
+    from zoo.models.layout import get_layout_map
+    from zoo.training import WarmupCosineDecay, adamw, distribution_scope
+
     keras.utils.set_random_seed(args.seed)
     schedule = WarmupCosineDecay(
         args.learning_rate, args.warmup_steps, args.steps, args.learning_rate * DEFAULTS["min_learning_rate_fraction"]
@@ -233,38 +249,66 @@ def main(argv=None):
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             jit_compile=jit_compile,
         )
+
+
+def train(model, args, folder, train_ids, val_ids):
+    """--steps steps, then model.keras is the final model, with its
+    tokenizer; returns the seconds of training."""
+    import zoo
+
+    from recipes.run_folder import MODEL, callbacks
+
     steps_per_epoch = min(args.steps_per_epoch, args.steps)
-    epochs = -(-args.steps // steps_per_epoch)
-    train = train_dataset(train_ids, args.batch_size, args.sequence_length, args.seed).skip(
+    windows = train_dataset(train_ids, args.batch_size, args.sequence_length, args.seed).skip(
         folder.resumed_epoch * steps_per_epoch
     )
-    epoch_val = eval_inputs(val_ids, args.batch_size, args.sequence_length, DEFAULTS["epoch_eval_batches"], seed=1)
-    x_val, y_val = eval_inputs(val_ids, args.batch_size, args.sequence_length, args.eval_batches, seed=0)
-    before = mean_cross_entropy(model, x_val, y_val, args.batch_size)
-    print(f"val_loss before fine-tuning: {before:.4f}", flush=True)
-
-    # 3. Fine-tune; model.keras is the final model, with its tokenizer.
     start = time.perf_counter()
     model.fit(
-        train,
+        windows,
         steps_per_epoch=steps_per_epoch,
-        epochs=epochs,
-        validation_data=epoch_val,
+        epochs=-(-args.steps // steps_per_epoch),
+        validation_data=eval_inputs(
+            val_ids, args.batch_size, args.sequence_length, DEFAULTS["epoch_eval_batches"], seed=1
+        ),
         validation_batch_size=args.batch_size,
         callbacks=callbacks(folder, save_best=False),
         shuffle=False,  # the windows are already random
         verbose=2 if os.environ.get("CI") else 1,
     )
-    train_seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start
     zoo.save(model, folder / MODEL)
-    val_loss = mean_cross_entropy(model, x_val, y_val, args.batch_size)
+    return seconds
 
-    # 4. Curves and a sample.
-    write_curves(folder, model, title=f"{Path(args.pretrained).name} fine-tuned on {Path(args.data).name}")
+
+def write_sample(model, args, folder):
+    """samples.txt: --prompt and --sample-length new tokens, printed."""
     if args.sample_length > 0:
         text = sample(model, args.prompt, args.sample_length, seed=args.seed)
         (folder / "samples.txt").write_text(text, encoding="utf-8")
         print(text)
+
+
+def main(argv=None):
+    from recipes.lm_data import mean_cross_entropy
+    from recipes.plots import write_curves
+    from recipes.run_folder import OutputFolder, finish, run_config
+    from recipes.startup import load_keras
+
+    parser, args = parse(argv)
+    load_keras(tensorflow=True)
+    jit_compile = start(args)
+    model, parameters = load_checkpoint(parser, args)
+    train_ids, val_ids = read_data(model, args, parameters)
+    folder = OutputFolder(args.output, args.overwrite, config=run_config("gpt_finetune", args, args.pretrained),
+                          strategy=args.strategy)
+    compile_model(model, args, jit_compile)
+    x_val, y_val = eval_inputs(val_ids, args.batch_size, args.sequence_length, args.eval_batches, seed=0)
+    before = mean_cross_entropy(model, x_val, y_val, args.batch_size)
+    print(f"val_loss before fine-tuning: {before:.4f}", flush=True)
+    train_seconds = train(model, args, folder, train_ids, val_ids)
+    val_loss = mean_cross_entropy(model, x_val, y_val, args.batch_size)
+    write_curves(folder, model, title=f"{Path(args.pretrained).name} fine-tuned on {Path(args.data).name}")
+    write_sample(model, args, folder)
     tokens = args.steps * args.batch_size * args.sequence_length
     print(f"fine-tuned {args.steps} steps in {train_seconds:.1f} s ({tokens / train_seconds:,.0f} tokens/s)")
     finish(folder, "val_loss", val_loss, val_loss_before=before, train_seconds=train_seconds)
@@ -272,6 +316,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from recipes.common import run_recipe
+    from recipes.errors import run_recipe
 
     run_recipe(main)

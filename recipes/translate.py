@@ -24,53 +24,8 @@ folder only evaluates its model.keras. After training:
 """
 
 import argparse
-import os
 import time
 from pathlib import Path
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-import zoo  # noqa: E402
-from zoo.data import (  # noqa: E402
-    DataError,
-    bucketed_batches,
-    load_word_piece,
-    read_parallel,
-    save_vocabulary,
-    seq2seq_dataset,
-    train_word_piece,
-    token_id_lists,
-)
-from zoo.models.layout import get_layout_map  # noqa: E402
-from zoo.training import (  # noqa: E402
-    MaskedAccuracy,
-    MaskedSparseCrossentropy,
-    TransformerSchedule,
-    corpus_bleu,
-    distribution_scope,
-    start_distribution,
-)
-
-from recipes.common import (  # noqa: E402
-    load_model,
-    OutputFolder,
-    callbacks,
-    check_preset,
-    finish,
-    jit_compile_flag,
-    plot_attention,
-    read_run,
-    recipe_parser,
-    require,
-    run_config,
-    set_precision,
-    size_overrides,
-    startup_line,
-    write_curves,
-)
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
@@ -99,6 +54,8 @@ VOCABULARY = "vocabulary.txt"
 
 def make_parser():
     """The recipe's flags (`zoo train translate -h`)."""
+    from recipes.flags import recipe_parser
+
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train translate")
     parser.add_argument("--time-budget", type=float, default=DEFAULTS["time_budget"], help="minutes of training")
     parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"],
@@ -120,6 +77,8 @@ def make_parser():
 
 
 def parse(argv):
+    from recipes.flags import check_preset
+
     parser = make_parser()
     args = parser.parse_args(argv)
     check_preset(parser, args.preset, "transformer")
@@ -129,6 +88,7 @@ def parse(argv):
 def bucketed(sources, targets, batch_size, buckets, ids, shuffle, seed):
     """Batches padded to the shortest bucket bound that holds them.
     Returns (dataset, steps per pass)."""
+    from zoo.data import bucketed_batches, seq2seq_dataset
 
     def pipeline(rows, bound):
         return seq2seq_dataset(
@@ -149,7 +109,9 @@ def bucketed(sources, targets, batch_size, buckets, ids, shuffle, seed):
 
 def cross_attention(model, source, target):
     """The last decoder block's cross-attention (h, T, S) for one pair."""
-    ops = keras.ops
+    import keras
+    import numpy as np
+
     source_ids, target_ids = np.array([source], "int32"), np.array([target], "int32")
     scores = model.attention_scores(
         {
@@ -159,12 +121,14 @@ def cross_attention(model, source, target):
             "decoder_padding_mask": np.ones_like(target_ids),
         }
     )
-    return ops.convert_to_numpy(scores["cross"][-1])[0]
+    return keras.ops.convert_to_numpy(scores["cross"][-1])[0]
 
 
 def translate_text(model, sentences, args):
     """Translations of a list of sentences (str) with the run's beam search
     (`zoo.translate`; the model carries its tokenizer)."""
+    import zoo
+
     if isinstance(args, argparse.Namespace):
         args = vars(args)
     return zoo.translate(model, list(sentences), num_beams=args["beam_size"], length_penalty=args["length_penalty"])
@@ -187,6 +151,12 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
     Returns:
         `("val_bleu", float)`, BLEU rounded to two decimals as printed.
     """
+    from zoo.data import read_parallel
+    from zoo.training import corpus_bleu
+
+    from recipes.flags import require
+    from recipes.run_folder import load_model, read_run
+
     require("sacrebleu", "the BLEU score")
     args = read_run(folder)["args"]
     sources, references = read_parallel(data or args["data"], split, args["source_lang"], args["target_lang"])
@@ -198,40 +168,54 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
     return "val_bleu", round(corpus_bleu(hypotheses, references[:count]), 2)
 
 
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training before an epoch that would end past `minutes`
-    (judged by the longest epoch so far)."""
+def time_budget(minutes):
+    """A callback that stops training before an epoch that would end past
+    `minutes` (judged by the longest epoch so far)."""
+    import keras
 
-    def __init__(self, minutes):
-        super().__init__()
-        self.seconds = minutes * 60
+    class TimeBudget(keras.callbacks.Callback):
+        def __init__(self, minutes):
+            super().__init__()
+            self.seconds = minutes * 60
 
-    def on_train_begin(self, logs=None):
-        self.started = self.epoch_started = time.time()
-        self.longest = 0.0
+        def on_train_begin(self, logs=None):
+            self.started = self.epoch_started = time.time()
+            self.longest = 0.0
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch_started = time.time()
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch_started = time.time()
 
-    def on_epoch_end(self, epoch, logs=None):
-        now = time.time()
-        self.longest = max(self.longest, now - self.epoch_started)
-        if now - self.started + self.longest > self.seconds:
-            print(f"\ntime budget of {self.seconds / 60:.0f} min: stopping after epoch {epoch + 1}", flush=True)
-            self.model.stop_training = True
+        def on_epoch_end(self, epoch, logs=None):
+            now = time.time()
+            self.longest = max(self.longest, now - self.epoch_started)
+            if now - self.started + self.longest > self.seconds:
+                print(f"\ntime budget of {self.seconds / 60:.0f} min: stopping after epoch {epoch + 1}", flush=True)
+                self.model.stop_training = True
+
+    return TimeBudget(minutes)
 
 
-def main(argv=None):
-    args = parse(argv)
+def start(args):
+    """Keras, the distribution, the seed and the precision, before
+    TensorFlow runs anything."""
+    from zoo.training import start_distribution
+
+    from recipes.flags import require, set_precision
+    from recipes.startup import load_keras
+
     require("sacrebleu", "the translate recipe's BLEU score")  # at start, not after training
-    overrides = size_overrides(args)
-    # multi-worker: before TensorFlow runs anything
+    keras = load_keras(tensorflow=True)
     start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    started = time.time()
     keras.utils.set_random_seed(args.seed)
     set_precision(args.mixed_precision)
 
-    # --- Data: read everything before the output folder is touched ---------
+
+def read_data(args):
+    """The tokenizer and the bucketed train and validation pipelines, read
+    before the output folder is touched: a dict of tokenizer, vocabulary,
+    ids (token -> id), val_src_ids, train, steps, val, val_steps."""
+    from zoo.data import DataError, load_word_piece, read_parallel, token_id_lists, train_word_piece
+
     train_src, train_tgt = read_parallel(args.data, "train", args.source_lang, args.target_lang)
     val_src, val_tgt = read_parallel(args.data, "val", args.source_lang, args.target_lang)
     saved = Path(args.output) / VOCABULARY
@@ -256,20 +240,43 @@ def main(argv=None):
         f"vocabulary {len(vocabulary):,} WordPieces, {steps} steps an epoch",
         flush=True,
     )
+    return dict(tokenizer=tokenizer, vocabulary=vocabulary, ids=ids, val_src_ids=val_src_ids,
+                train=train, steps=steps, val=val, val_steps=val_steps)
 
+
+def open_folder(args, tokenizer):
+    """The run folder, with the vocabulary in it."""
+    from zoo.data import save_vocabulary
+
+    from recipes.flags import size_overrides, startup_line
+    from recipes.run_folder import OutputFolder, run_config
+
+    overrides = size_overrides(args)
     print(startup_line("translate", args.preset, overrides), flush=True)
     config = run_config("translate", args, args.preset, overrides)
     folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
     save_vocabulary(tokenizer, folder / VOCABULARY)
+    return folder
 
-    # --- Model -------------------------------------------------------------------
+
+def make_model(args, tokenizer, vocabulary_size):
+    """The compiled encoder-decoder: the paper's schedule with its peak at
+    --learning-rate, Adam(0.9, 0.98, 1e-9), label-smoothed masked loss."""
+    import keras
+
+    import zoo
+    from zoo.models.layout import get_layout_map
+    from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule, distribution_scope
+
+    from recipes.flags import jit_compile_flag, size_overrides
+
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.build(
             args.preset,
-            vocabulary_size=len(vocabulary),
+            vocabulary_size=vocabulary_size,
             max_sequence_length=args.max_length,
             tokenizer=tokenizer,
-            **overrides,
+            **size_overrides(args),
         )
         hidden_dim = model.hidden_dim
         # --learning-rate is the peak, reached at step `warmup`:
@@ -283,22 +290,34 @@ def main(argv=None):
             jit_compile=jit_compile_flag(args),
         )
     print(f"{args.preset}: {model.count_params():,} parameters", flush=True)
+    return model
 
-    # --- Train: model.keras is the best epoch by validation loss ---------------
-    # --epochs 0 on an interrupted run's folder evaluates its model.keras.
+
+def train(model, args, folder, data):
+    """Up to --epochs epochs within --time-budget; model.keras is the best
+    epoch by validation loss. --epochs 0 on an interrupted run's folder
+    only evaluates its model.keras."""
+    from recipes.plots import write_curves
+    from recipes.run_folder import callbacks
+
     if args.epochs > 0:
         model.fit(
-            train.repeat(),
-            steps_per_epoch=steps,
+            data["train"].repeat(),
+            steps_per_epoch=data["steps"],
             epochs=args.epochs,
-            validation_data=val,
-            validation_steps=val_steps,
-            callbacks=callbacks(folder) + [TimeBudget(args.time_budget)],
+            validation_data=data["val"],
+            validation_steps=data["val_steps"],
+            callbacks=callbacks(folder) + [time_budget(args.time_budget)],
+            shuffle=False,  # the pipeline shuffles
         )
         write_curves(folder, model, title=f"{args.preset} on Multi30k")
-    train_seconds = time.time() - started
 
-    # --- Evaluate the saved model: beam search on the validation split --------
+
+def translate_validation(folder, args):
+    """(the saved model, BLEU, translations): beam search on the
+    validation split; translations.txt, and --num-samples printed."""
+    from recipes.run_folder import load_model
+
     best = load_model(folder)
     translations = []
     _, bleu = evaluate(folder.path, model=best, outputs=translations)
@@ -307,20 +326,42 @@ def main(argv=None):
             f.write(f"{source}\t{reference}\t{output}\n")
     for source, reference, output in translations[: args.num_samples]:
         print(f"source:    {source}\nreference: {reference}\noutput:    {output}\n")
+    return best, bleu, translations
 
-    example = 0
-    model = best
+
+def draw_attention(model, args, folder, data, translation):
+    """attention.png: the last decoder block's cross-attention over the
+    first validation sentence and its translation."""
+    from zoo.data import token_id_lists
+
+    from recipes.plots import plot_attention
+
+    ids, vocabulary = data["ids"], data["vocabulary"]
     # A translation re-tokenized can be longer than the model's context: plot its first part.
-    target = ([ids[START]] + token_id_lists(tokenizer, [translations[example][2]])[0])[: args.max_length]
-    source = val_src_ids[example][: args.max_length]
-    scores = cross_attention(model, source, target)
+    target = ([ids[START]] + token_id_lists(data["tokenizer"], [translation])[0])[: args.max_length]
+    source = data["val_src_ids"][0][: args.max_length]
     plot_attention(
-        scores,
+        cross_attention(model, source, target),
         [vocabulary[i] for i in target],
         [vocabulary[i] for i in source],
         folder / "attention.png",
         title="cross-attention, last decoder block",
     )
+
+
+def main(argv=None):
+    from recipes.run_folder import finish
+
+    args = parse(argv)
+    start(args)
+    started = time.time()
+    data = read_data(args)
+    folder = open_folder(args, data["tokenizer"])
+    model = make_model(args, data["tokenizer"], len(data["vocabulary"]))
+    train(model, args, folder, data)
+    train_seconds = time.time() - started
+    best, bleu, translations = translate_validation(folder, args)
+    draw_attention(best, args, folder, data, translations[0][2])
     total = time.time() - started
     print(f"training {train_seconds / 60:.1f} min, total {total / 60:.1f} min", flush=True)
     finish(folder, "val_bleu", bleu, train_seconds=train_seconds, total_seconds=total)
@@ -328,6 +369,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from recipes.common import run_recipe
+    from recipes.errors import run_recipe
 
     run_recipe(main)

@@ -9,10 +9,11 @@
 A model carries its tokenizer as `model.tokenizer` (see `zoo.models.base`),
 saved inside its `.keras` file. These functions tokenize, call the
 token-id level (`zoo.generation.generate` and the models themselves) and
-decode; token-id calls of `zoo.generate` are passed through unchanged.
+decode; `zoo.generate` on token ids is `zoo.generation.generate`.
 
-Shape letters: N sentences, B batch, C the model's context length
-(`max_sequence_length`), V vocabulary, d width.
+Shape letters: N sentences, B batch, W the model's window (its
+`max_sequence_length`: the most positions it attends over), V vocabulary,
+C classes, d width.
 """
 
 import dataclasses
@@ -22,13 +23,14 @@ import numpy as np
 
 from zoo import generation
 from zoo.data.tokenizers import token_id_lists
+from zoo.generation import samplers
+from zoo.generation.samplers import SAMPLERS  # noqa: F401  (zoo.inference.SAMPLERS)
 from zoo.models import BertClassifier, BertSentenceEncoder, EncoderDecoder, GPTCausalLM
 from zoo.models.gpt import DecoderStack
 
 # The default of `stop_token_ids`: the tokenizer's end token for text (as
 # keras-hub's CausalLM), none for token ids (as `zoo.generation.generate`).
 AUTO = "auto"
-SAMPLERS = ("greedy", "temperature", "top_k", "top_p", "beam")
 
 
 def generate(
@@ -49,11 +51,11 @@ def generate(
 
     On text (a str or a list of str) the model's tokenizer encodes the
     prompts and decodes the result, and generation goes on past the
-    model's context window C as nanoGPT's `sample.py` does: every new token
-    is predicted from the last C tokens at most. Up to C tokens come from
-    one cached call of `zoo.generation.generate`; each token after that
-    from one forward pass over the last C tokens (a fixed (B, C) shape, so
-    it compiles once).
+    model's window W as nanoGPT's `sample.py` does: every new token is
+    predicted from the last W tokens at most. Up to W tokens come from one
+    cached call of `zoo.generation.generate`; each token after that from
+    one forward pass over the last W tokens (a fixed (B, W) shape, so it
+    compiles once).
 
     On token ids (a list of lists or a (B, T) array) this is
     `zoo.generation.generate(model, prompt, max_new_tokens, ...)` and
@@ -66,7 +68,7 @@ def generate(
         max_new_tokens: the most new tokens per prompt (required for token
             ids; for text, give this or `max_length`).
         sampler: "greedy", "temperature", "top_k", "top_p" or "beam" (beam
-            search only within the context window).
+            search only within the model's window W).
         stop_token_ids: ids that end a sequence. `"auto"`: for text, the
             tokenizer's end tokens if it has them (`end_token_ids` of a
             `HuggingFaceTokenizer`, else `end_token_id`, e.g. GPT-2's
@@ -125,7 +127,7 @@ def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6
     """Translate sentences with an encoder-decoder that carries its tokenizer.
 
     As the translate and demo recipes decode: each source is tokenized (no
-    start or end token) and cut to the model's context C, the decoder starts
+    start or end token) and cut to the model's window W, the decoder starts
     from `[START]` and stops at `[END]` (the tokenizer's `start_token_id`
     / `end_token_id`, or those tokens of its vocabulary), and the tokens
     before `[END]` are detokenized. Sentences are decoded in order of
@@ -138,7 +140,7 @@ def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6
         sentences: a list of str.
         max_length: the most target tokens of a translation (`[END]`
             included); by default the longest source of the batch plus 10,
-            at most C - 1.
+            at most W - 1.
         num_beams: beam search with this many beams; 1 is greedy decoding.
         length_penalty: beam score `log_prob / length ** length_penalty`.
         batch_size: sentences per call.
@@ -167,15 +169,15 @@ def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6
     for name, value in (("num_beams", num_beams), ("batch_size", batch_size)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
-    context = model.max_sequence_length
-    if max_length is not None and not (isinstance(max_length, int) and 1 <= max_length <= context - 1):
+    window = model.max_sequence_length
+    if max_length is not None and not (isinstance(max_length, int) and 1 <= max_length <= window - 1):
         raise ValueError(
-            f"`max_length` must be an integer in [1, {context - 1}] (the model's context {context} minus the "
+            f"`max_length` must be an integer in [1, {window - 1}] (the model's context {window} minus the "
             f"start token); got {max_length!r}."
         )
     start, end = _special_id(tokenizer, "start"), _special_id(tokenizer, "end")
     source_tokenizer = model.source_tokenizer or tokenizer
-    sources = [ids[:context] for ids in token_id_lists(source_tokenizer, sentences)]
+    sources = [ids[:window] for ids in token_id_lists(source_tokenizer, sentences)]
     _check_not_empty(sources, sentences)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs = [None] * len(sources)
@@ -185,7 +187,7 @@ def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6
         result = generation.generate(
             model,
             [[start]] * len(chunk),
-            max_length or min(max(map(len, chunk)) + 10, context - 1),
+            max_length or min(max(map(len, chunk)) + 10, window - 1),
             sampler="beam" if num_beams > 1 else "greedy",
             stop_token_ids=[end],
             source=chunk,
@@ -215,7 +217,7 @@ def classify(model, sentences, label_names=None, batch_size=32):
     """Classify sentences with a `BertClassifier` that carries its tokenizer.
 
     Each sentence is packed as the bert_classify recipe trains:
-    `[CLS] tokens [SEP]`, cut to the model's context, segment ids 0,
+    `[CLS] tokens [SEP]`, cut to the model's window, segment ids 0,
     padded with `[PAD]` (id 0) behind a padding mask.
 
     Args:
@@ -292,8 +294,7 @@ def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_toke
     if not isinstance(model, (GPTCausalLM, DecoderStack)):
         raise ValueError(f"zoo.generate on text needs a causal LM (a GPTCausalLM or LlamaCausalLM); got a {type(model).__name__}.")
     tokenizer = _tokenizer_of(model, "zoo.generate")
-    if sampler not in SAMPLERS:
-        raise ValueError(f"Unknown sampler {sampler!r}; expected one of {', '.join(map(repr, SAMPLERS))}.")
+    samplers.check_name(sampler)
     if (max_new_tokens is None) == (max_length is None):
         raise ValueError(
             "zoo.generate on text needs one of `max_length` (prompt plus new tokens) or `max_new_tokens`."
@@ -310,12 +311,12 @@ def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_toke
                 f"after a prompt of {len(row)} tokens; expected max_length > prompt length or max_new_tokens >= 1."
             )
     stops = _auto_stop_ids(tokenizer) if _is_auto(stop_token_ids) else stop_token_ids
-    context = (model.backbone if isinstance(model, GPTCausalLM) else model).max_sequence_length
+    window = (model.backbone if isinstance(model, GPTCausalLM) else model).max_sequence_length
     longest = max(map(len, rows))
-    cached = min(max(budgets), context - longest)  # new tokens the cached call can give every row
-    if sampler == "beam" and max(len(r) + b for r, b in zip(rows, budgets)) > context:
+    cached = min(max(budgets), window - longest)  # new tokens the cached call can give every row
+    if sampler == "beam" and max(len(r) + b for r, b in zip(rows, budgets)) > window:
         raise ValueError(
-            f"sampler='beam' generates within the model's context of {context} tokens only; ask for fewer "
+            f"sampler='beam' generates within the model's context of {window} tokens only; ask for fewer "
             "tokens or use 'greedy', 'temperature', 'top_k' or 'top_p'."
         )
     options = dict(sampler=sampler, stop_token_ids=stops, seed=seed, temperature=temperature, k=k, p=p, **kwargs)
@@ -328,39 +329,35 @@ def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_toke
             sequences[i] += new
             done[i] = len(new) == budgets[i] or (bool(new) and stops is not None and new[-1] in _as_set(stops))
     if not all(done):
-        _slide(model, sequences, budgets, [len(r) for r in rows], done, context, stops, options)
+        _slide(model, sequences, budgets, [len(r) for r in rows], done, window, stops, options)
     decoded = [_decode(tokenizer, row) for row in sequences]
     return decoded[0] if isinstance(prompt, str) else decoded
 
 
-def _slide(model, sequences, budgets, prompt_lengths, done, context, stops, options):
-    """nanoGPT's sampling past the context: each token from a forward pass
-    over the last `context` tokens of its row (right-padded to a fixed
-    (B, C) shape: the model is causal, so padding after a row's last token
+def _slide(model, sequences, budgets, prompt_lengths, done, window, stops, options):
+    """nanoGPT's sampling past the window: each token from a forward pass
+    over the last `window` tokens of its row (right-padded to a fixed
+    (B, W) shape: the model is causal, so padding after a row's last token
     changes nothing before it)."""
-    from keras_hub import samplers  # lazily, as zoo.generation
-
     stop_set = _as_set(stops)
     name = options["sampler"]
-    seed, temperature = options["seed"], options["temperature"]
     if name == "greedy":
         sample = None
-    elif name == "temperature":
-        sample = samplers.RandomSampler(temperature=temperature, seed=seed)
-    elif name == "top_k":
-        sample = samplers.TopKSampler(k=options["k"], temperature=temperature, seed=seed)
     else:
-        sample = samplers.TopPSampler(p=options["p"], temperature=temperature, seed=seed)
+        config = samplers.sampler_config(
+            name, options["temperature"], options["k"], options["p"], model.vocabulary_size
+        )
+        sample = samplers.keras_hub_sampler(config, seed=options["seed"])
     batch = len(sequences)
     while not all(done):
-        ids = np.zeros((batch, context), "int32")
-        mask = np.zeros((batch, context), "int32")
+        ids = np.zeros((batch, window), "int32")
+        mask = np.zeros((batch, window), "int32")
         last = np.zeros(batch, "int64")
         for i, row in enumerate(sequences):
-            window = row[-context:]
-            ids[i, : len(window)] = window
-            mask[i, : len(window)] = 1
-            last[i] = len(window) - 1
+            recent = row[-window:]
+            ids[i, : len(recent)] = recent
+            mask[i, : len(recent)] = 1
+            last[i] = len(recent) - 1
         logits = _last_logits(model, ids, mask, last)  # (B, V)
         if sample is None:
             tokens = logits.argmax(axis=-1)
@@ -375,7 +372,7 @@ def _slide(model, sequences, budgets, prompt_lengths, done, context, stops, opti
 
 def _last_logits(model, ids, mask, last):
     """(B, V) float32 logits at position `last[b]` of each row."""
-    outputs = model.predict_on_batch({"token_ids": ids, "padding_mask": mask})  # (B, C, V) or (B, C, d)
+    outputs = model.predict_on_batch({"token_ids": ids, "padding_mask": mask})  # (B, W, V) or (B, W, d)
     picked = np.asarray(outputs)[np.arange(len(last)), last]  # (B, V) or (B, d)
     if isinstance(model, DecoderStack):  # a bare backbone: its hidden states through its language-model head
         picked = keras.ops.convert_to_numpy(model.logits(picked[:, None, :]))[:, 0]
@@ -392,8 +389,8 @@ def _bert_outputs(model, sentences, batch_size, what):
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer; got {batch_size!r}.")
     cls_id, sep_id = _special_id(tokenizer, "cls"), _special_id(tokenizer, "sep")
-    context = model.backbone.max_sequence_length
-    packed = [([cls_id] + ids[: context - 2] + [sep_id])[:context] for ids in token_id_lists(tokenizer, sentences)]
+    window = model.backbone.max_sequence_length
+    packed = [([cls_id] + ids[: window - 2] + [sep_id])[:window] for ids in token_id_lists(tokenizer, sentences)]
     length = max(map(len, packed))
     token_ids = np.zeros((len(packed), length), "int32")  # [PAD] is id 0
     for i, row in enumerate(packed):

@@ -39,7 +39,7 @@ def open_target(target):
     """
     import zoo
 
-    from recipes.common import MODEL, RUN, load_model, read_run
+    from recipes.run_folder import MODEL, RUN, load_model, read_run
 
     path = Path(target)
     if path.is_dir() and (path / RUN).is_file():
@@ -61,7 +61,7 @@ def open_target(target):
 def run_record(target):
     """The run.json of a run folder (recipe, preset, final figures), or None
     for a `.keras` file or a checkpoint folder."""
-    from recipes.common import RUN, read_run
+    from recipes.run_folder import RUN, read_run
 
     path = Path(target)
     return read_run(path) if path.is_dir() and (path / RUN).is_file() else None

@@ -72,13 +72,16 @@ def test_fine_tuning_starts_from_the_pretrained_backbone(sst2, pretrained, tmp_p
     folder, _ = pretrained
     reference = zoo.load(folder / "model.keras").backbone
     loaded = {}
-    original = bert_classify.BertClassifier
+    from zoo.models import BertClassifier
 
-    def spy(backbone, **kwargs):  # the backbone as the recipe hands it over, before training
-        loaded.update({w.path: np.array(w) for w in backbone.weights})
-        return original(backbone, **kwargs)
+    original = BertClassifier.__init__
 
-    monkeypatch.setattr(bert_classify, "BertClassifier", spy)
+    def spy(self, backbone, **kwargs):  # the backbone as the recipe hands it over, before training (not reloads)
+        if not loaded:
+            loaded.update({w.path: np.array(w) for w in backbone.weights})
+        original(self, backbone, **kwargs)
+
+    monkeypatch.setattr(BertClassifier, "__init__", spy)
     output = tmp_path / "run"
     accuracy = bert_classify.main(["--data", str(sst2), "--pretrained", str(folder), "--output", str(output),
                                    *FINE_TUNE])

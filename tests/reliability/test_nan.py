@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from recipes import gpt_char
-from recipes.common import OutputFolder, callbacks
+from recipes.run_folder import OutputFolder, callbacks
 from zoo.saving import load, load_weights
 from zoo.training.checkpoints import NonFiniteLossError
 

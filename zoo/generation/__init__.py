@@ -1,4 +1,6 @@
-"""Autoregressive generation with a key/value cache (`zoo.generate`).
+"""Token-id generation with a key/value cache: `zoo.generation.generate`
+and `zoo.generation.beam_search` (`zoo.generate` is the front door that
+also takes text).
 
     import zoo
     lm = zoo.build("gpt-nano", task="causal_lm")
@@ -13,5 +15,14 @@ from zoo.generation.api import (
     generate,
 )
 from zoo.generation.compiled import trace_count
+from zoo.generation.samplers import SAMPLERS, sampler_options
 
-__all__ = ["BeamSearchOutput", "GenerationOutput", "beam_search", "generate", "trace_count"]
+__all__ = [
+    "SAMPLERS",
+    "BeamSearchOutput",
+    "GenerationOutput",
+    "beam_search",
+    "generate",
+    "sampler_options",
+    "trace_count",
+]

@@ -1,4 +1,4 @@
-"""`zoo.generate` and `zoo.generation.beam_search`: autoregressive decoding
+"""`zoo.generation.generate` and `zoo.generation.beam_search`: autoregressive decoding
 with a key/value cache for decoder-only and encoder-decoder zoo models.
 
 A model generates through the cached step it owns (see
@@ -21,9 +21,8 @@ and caches one function per input shape, and inside it (`loop`, `beam`):
    cache (`zoo.generation.loop`), so that early steps do not read the
    whole cache.
 
-Greedy, temperature, top-k and top-p sampling use keras-hub's samplers
-(`keras_hub.samplers`, imported on the first call, not with `zoo`; they do
-not need TensorFlow); beam search is `zoo.generation.beam.BeamSearch`.
+The samplers, their names and the checks of their settings are
+`zoo.generation.samplers`; beam search is `zoo.generation.beam.BeamSearch`.
 
 Shape letters: B batch, P longest prompt, L = P + max_new_tokens, S longest
 source, K beams.
@@ -34,11 +33,9 @@ import dataclasses
 import numpy as np
 from keras import ops, tree
 
-from zoo.generation import compiled, loop, prompts
+from zoo.generation import compiled, loop, prompts, samplers
 from zoo.generation.beam import BeamSearch
 from zoo.generation.interface import check_model
-
-SAMPLERS = ("greedy", "temperature", "top_k", "top_p", "beam")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,12 +130,11 @@ def generate(
 
     ```python
     lm = zoo.build("gpt-nano", task="causal_lm")
-    out = zoo.generate(lm, [[1, 2, 3], [4, 5]], max_new_tokens=8, stop_token_ids=[0])
+    out = zoo.generation.generate(lm, [[1, 2, 3], [4, 5]], max_new_tokens=8, stop_token_ids=[0])
     out.sequences  # two lists of at most 8 new token ids
     ```
     """
-    if sampler not in SAMPLERS:
-        raise ValueError(f"Unknown sampler {sampler!r}; expected one of {', '.join(map(repr, SAMPLERS))}.")
+    samplers.check_name(sampler)
     if sampler == "beam":
         beams = beam_search(
             model,
@@ -160,12 +156,12 @@ def generate(
             sequences=[row[0] for row in beams.sequences],
         )
     request = _Request(model, prompt, max_new_tokens, stop_token_ids, padding_mask, source, source_padding_mask)
-    config = _sampler_config(sampler, temperature, k, p, model.vocabulary_size)
+    config = samplers.sampler_config(sampler, temperature, k, p, model.vocabulary_size)
     key = (config, request.static)
     run, keras_hub_sampler = compiled.get_or_compile(
         model, key, lambda model_ref: _sampling_function(model_ref, request.static, config)
     )
-    _reset_seed(keras_hub_sampler, seed)
+    samplers.reset_seed(keras_hub_sampler, seed)
     (raw,) = run(*request.arrays)
     token_ids, lengths, sequences = prompts.trim(
         raw, request.prompt_lengths, max_new_tokens, request.stop_token_ids, pad_token_id
@@ -203,7 +199,7 @@ def beam_search(
         raise ValueError(f"`num_beams` must be a positive integer; got {num_beams!r}.")
     if not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool):
         raise ValueError(f"`length_penalty` must be a number; got {length_penalty!r}.")
-    _check_temperature(temperature)
+    samplers.check_temperature(temperature)
     request = _Request(model, prompt, max_new_tokens, stop_token_ids, padding_mask, source, source_padding_mask)
     if model.vocabulary_size < 2:
         raise ValueError("Beam search needs a vocabulary of at least 2 tokens.")
@@ -287,55 +283,10 @@ def _stop_tokens(stop_token_ids, vocabulary_size):
     return ids
 
 
-def _check_temperature(temperature):
-    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
-        raise ValueError(f"`temperature` must be a number > 0; got {temperature!r}.")
-
-
-def _sampler_config(sampler, temperature, k, p, vocabulary_size):
-    """The hashable configuration of a keras-hub sampler, checked."""
-    if sampler == "greedy":
-        return ("greedy",)
-    _check_temperature(temperature)
-    if sampler == "temperature":
-        return ("temperature", float(temperature))
-    if sampler == "top_k":
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 1 <= k <= vocabulary_size:
-            raise ValueError(f"`k` must be an integer in [1, {vocabulary_size}] (the vocabulary size); got {k!r}.")
-        return ("top_k", float(temperature), int(k))
-    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p <= 1:
-        raise ValueError(f"`p` must be in (0, 1] (top-p keeps the most likely tokens up to probability p); got {p!r}.")
-    return ("top_p", float(temperature), float(p))
-
-
-def _keras_hub_sampler(config):
-    from keras_hub import samplers  # lazily: keras-hub is heavy to import
-
-    name, *args = config
-    if name == "greedy":
-        return samplers.GreedySampler()
-    if name == "temperature":
-        return samplers.RandomSampler(temperature=args[0], seed=0)
-    if name == "top_k":
-        return samplers.TopKSampler(k=args[1], temperature=args[0], seed=0)
-    return samplers.TopPSampler(p=args[1], temperature=args[0], seed=0)
-
-
-def _reset_seed(sampler, seed):
-    """Every keras-hub sampler draws from its own `SeedGenerator`; with a
-    seed its state restarts at the same value each call."""
-    if seed is None:
-        return
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise ValueError(f"`seed` must be an integer or None; got {seed!r}.")
-    for variable in sampler.variables:
-        variable.assign(ops.convert_to_tensor([int(seed), 0], dtype=variable.dtype))
-
-
 def _sampling_function(model_ref, static, config):
     """The traced function of one `generate` configuration, and the
     keras-hub sampler whose random state it updates."""
-    sampler = _keras_hub_sampler(config)
+    sampler = samplers.keras_hub_sampler(config)
 
     def run(ids, mask, *source):
         model = model_ref()

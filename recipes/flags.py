@@ -1,0 +1,183 @@
+"""The flags every recipe has, and what they set before any work starts:
+the preset and its size overrides, XLA compilation, precision.
+
+Only the standard library at import time, so that `zoo train NAME -h`
+answers before any backend loads.
+"""
+
+import argparse
+import ast
+import difflib
+import importlib.util
+import os
+from pathlib import Path
+
+JIT_COMPILE = ("auto", "true", "false", "fusible")
+FUSIBLE_XLA_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit --tf_xla_ops_to_cluster=FUSIBLE"
+SIZE_FLAGS = ("num_layers", "hidden_dim", "num_heads", "dropout", "intermediate_dim")
+
+
+def strategies():
+    """`zoo.training.STRATEGIES`, read from its source file: importing any
+    `zoo` module loads Keras, seconds a `-h` should not wait for."""
+    source = Path(importlib.util.find_spec("zoo").origin).parent / "training" / "distribution.py"
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "STRATEGIES" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise RuntimeError(f"{source}: no STRATEGIES")
+
+
+def recipe_parser(description, defaults, prog=None):
+    """The flags every recipe has, with the recipe's defaults.
+
+    Args:
+        description: str, the recipe's one-line summary.
+        defaults: dict with at least data, preset, batch_size,
+            learning_rate, output and one of steps / epochs; a size
+            (`hidden_dim`, `intermediate_dim`, ...) in it is the recipe's
+            documented override of the preset, echoed at start and kept in
+            run.json.
+        prog: str, the program name in usage lines.
+
+    Returns:
+        An `argparse.ArgumentParser`.
+
+    Example:
+    ```python
+    parser = recipe_parser("My recipe", dict(data="toy", preset="gpt-nano", steps=10,
+                                             batch_size=4, learning_rate=1e-3, output="runs/mine"))
+    args = parser.parse_args(["--steps", "2"])
+    ```
+    """
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--data", default=defaults["data"], type=data_source, help="a local path, or tfds:NAME (TensorFlow Datasets)"
+    )
+    parser.add_argument("--preset", default=defaults["preset"], help="the zoo preset (`zoo presets` lists them)")
+    if "steps" in defaults:
+        parser.add_argument("--steps", type=int, default=defaults["steps"], help="training steps")
+    if "epochs" in defaults:
+        parser.add_argument("--epochs", type=int, default=defaults["epochs"], help="passes over the training data")
+    parser.add_argument("--batch-size", type=int, default=defaults["batch_size"], help="examples per step")
+    parser.add_argument("--learning-rate", type=float, default=defaults["learning_rate"], help="peak learning rate")
+    override = "overrides the preset's %s (echoed at start, kept in run.json)"
+    parser.add_argument("--num-layers", type=int, default=defaults.get("num_layers"), help=override % "num_layers")
+    parser.add_argument("--hidden-dim", type=int, default=defaults.get("hidden_dim"), help=override % "hidden_dim")
+    parser.add_argument("--num-heads", type=int, default=defaults.get("num_heads"), help=override % "num_heads")
+    parser.add_argument("--dropout", type=float, default=defaults.get("dropout"), help=override % "dropout")
+    if "intermediate_dim" in defaults:
+        parser.add_argument(
+            "--intermediate-dim", type=int, default=defaults["intermediate_dim"], help=override % "intermediate_dim"
+        )
+    parser.add_argument("--output", default=defaults["output"], help="the run folder (model, logs, plots, run.json)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a finished run in --output")
+    parser.add_argument(
+        "--mixed-precision", action=argparse.BooleanOptionalAction, default=defaults.get("mixed_precision", False),
+        help="mixed_bfloat16 compute",
+    )
+    parser.add_argument(
+        "--jit-compile", default=defaults.get("jit_compile", "auto"), choices=JIT_COMPILE,
+        help="XLA compilation of the train step; 'fusible': XLA for the element-wise ops only "
+        "(TensorFlow), the matrix products by oneDNN",
+    )
+    parser.add_argument("--strategy", default="default", choices=strategies(), help="distribution strategy")
+    parser.add_argument("--mesh", default=None, metavar="BATCHxMODEL",
+                        help="--strategy model-parallel (JAX): devices along the batch and model axes, e.g. 2x4")
+    parser.add_argument("--seed", type=int, default=defaults.get("seed", 1337), help="random seed")
+    return parser
+
+
+def data_source(value):
+    """--data's check at parse time: a tfds: source needs the
+    tensorflow-datasets package, named before any work starts."""
+    if value.startswith("tfds:") and importlib.util.find_spec("tensorflow_datasets") is None:
+        raise argparse.ArgumentTypeError(
+            f"{value} needs the `tensorflow_datasets` package, which is not installed; "
+            "expected `pip install tensorflow-datasets`"
+        )
+    return value
+
+
+def check_preset(parser, name, family, given=None):
+    """The preset `name` of `family` (a family name or a tuple of them), or
+    a parser error (exit 2) with the closest names, before any work starts;
+    `given` is what the user typed when the recipe completed it (gpt_char:
+    "nano" -> "gpt-nano")."""
+    from recipes.startup import load_keras
+
+    load_keras()
+    import zoo
+
+    families = (family,) if isinstance(family, str) else tuple(family)
+    names = [preset for each in families for preset in zoo.list_presets(each)]
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.3)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        parser.error(
+            f"--preset {given or name}: unknown {' or '.join(families)} preset; {hint}expected one of {', '.join(names)}"
+        )
+    return name
+
+
+def size_overrides(args):
+    """The preset sizes the flags override: {name: value} of the size
+    flags that are set (by the user or as the recipe's documented
+    default)."""
+    return {n: getattr(args, n) for n in SIZE_FLAGS if getattr(args, n, None) is not None}
+
+
+def startup_line(what, preset, overrides):
+    """'gpt-nano' or 'gpt-nano, overriding hidden_dim=32 num_layers=1'."""
+    if not overrides:
+        return f"{what}: preset {preset}"
+    return f"{what}: preset {preset}, overriding " + " ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+
+
+def require(module, why):
+    """Raises a one-line `DataError` at start, before any training, when
+    the optional package `module` is not installed (`why` says who needs
+    it, e.g. "--data tfds:..." or "the BLEU score")."""
+    if importlib.util.find_spec(module) is None:
+        from zoo.data import DataError
+
+        raise DataError(f"{why} needs the `{module}` package, which is not installed; expected `pip install {module}`")
+
+
+def jit_compile_flag(args):
+    """Keras' `jit_compile` for --jit-compile; call it before the first
+    TensorFlow function runs.
+
+    "fusible" (TensorFlow only) turns on XLA auto-clustering of the
+    element-wise ops (`--tf_xla_ops_to_cluster=FUSIBLE`) and leaves the
+    matrix products to TensorFlow's oneDNN kernels, which use a CPU's bf16
+    (AVX512-BF16 / AMX) units where XLA's CPU dots do not.
+    """
+    import keras
+
+    if args.jit_compile == "fusible":
+        if keras.backend.backend() != "tensorflow":
+            return True
+        enable_fusible_autoclustering()
+        return False
+    return {"auto": "auto", "true": True, "false": False}[args.jit_compile]
+
+
+def enable_fusible_autoclustering():
+    """XLA auto-clustering of TensorFlow's element-wise ops on the CPU.
+
+    TensorFlow reads TF_XLA_FLAGS once, when it first optimizes a graph, so
+    this must run before any `tf.function` has; flags already set by the
+    user are kept.
+    """
+    flags = os.environ.get("TF_XLA_FLAGS", "")
+    if "tf_xla_auto_jit" not in flags:
+        os.environ["TF_XLA_FLAGS"] = f"{flags} {FUSIBLE_XLA_FLAGS}".strip()
+
+
+def set_precision(mixed):
+    """float32, or mixed_bfloat16 compute."""
+    import keras
+
+    keras.config.set_dtype_policy("mixed_bfloat16" if mixed else "float32")
