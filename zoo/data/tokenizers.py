@@ -584,6 +584,9 @@ def train_byte_pair(
         merges=folder/"merges.txt", unsplittable_tokens=reserved_tokens)`.
     """
     import keras_hub
+
+    # Not in the public `keras_hub.tokenizers`: the tokenizer's own pre-split
+    # and byte alphabet, so that training splits text exactly as it will.
     from keras_hub.src.tokenizers.byte_pair_tokenizer import (
         bytes_to_unicode,
         split_strings_for_bpe,
