@@ -7,9 +7,9 @@ biases, exact GELU: nanoGPT's `bias=False` model) for 2000 steps of 12 random
 windows from the first 90% of the text, with AdamW (lr 1e-3, 100 warm-up
 steps, cosine decay to 1e-4, beta2 0.99, weight decay 0.1 on the weight
 matrices, global gradient clipping 1.0), then estimates the validation loss
-on 200 random batches of the last 10% (1.91 here; nanoGPT reports 1.88 from
-20 batches), prints a sample and, as its last lines, `run folder: RUN` and
-`val_loss=1.9105`.
+on 200 random batches of the last 10% (nanoGPT's estimate takes 20), prints
+a sample and, as its last lines, `run folder: RUN` and `val_loss=...`
+(docs/results.md has the figures, against nanoGPT's 1.88).
 
 By default the train step is XLA-compiled in float32 (`--jit-compile
 true`), the fastest setting on an idle CPU (docs/results.md).
