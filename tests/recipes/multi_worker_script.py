@@ -43,17 +43,20 @@ def dataset(x, y):
 
 
 class StepLosses(keras.callbacks.Callback):
-    """The loss of each step (Keras logs the running mean over the epoch)."""
+    """The loss of each step (Keras logs the running mean over the epoch so
+    far: step `batch` of an epoch adds (batch + 1) mean - batch mean')."""
 
     def on_train_begin(self, logs=None):
-        self.means = []
+        self.steps = []
+        self.previous_sum = 0.0
 
     def on_train_batch_end(self, batch, logs=None):
-        self.means.append(float(logs["loss"]))
+        total = float(logs["loss"]) * (batch + 1)
+        self.steps.append(total - (self.previous_sum if batch else 0.0))
+        self.previous_sum = total
 
     def losses(self):
-        sums = [m * (i + 1) for i, m in enumerate(self.means)]
-        return [sums[0]] + [b - a for a, b in zip(sums, sums[1:])]
+        return list(self.steps)
 
 
 def rows_seen(strategy, x, y):

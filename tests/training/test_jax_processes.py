@@ -1,6 +1,7 @@
 """Several JAX processes: two processes on 127.0.0.1, two virtual CPU
 devices each, train under `--strategy data-parallel` and end with the
-weights of one process on the global batch.
+weights of one process on the global batch; killed on one process, the run
+resumes on both from their backups.
 
 The processes join through `keras.distribution.initialize`, which
 `start_distribution` calls from the environment Keras reads
@@ -8,6 +9,7 @@ The processes join through `keras.distribution.initialize`, which
 collectives (gloo) stand in for the links between GPU hosts.
 """
 
+import json
 import os
 import socket
 import subprocess
@@ -32,10 +34,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(strategy, output, env_extra):
+def start(strategy, output, env_extra, *arguments):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERAS_DISTRIBUTION_")}
     env.update(env_extra, TF_CPP_MIN_LOG_LEVEL="3")
-    command = [sys.executable, "-m", "tests.training.jax_processes_script", strategy, str(output)]
+    command = [sys.executable, "-m", "tests.training.jax_processes_script", strategy, str(output), *map(str, arguments)]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -47,6 +49,10 @@ def finish(processes):
             p.kill()
     for p, (_, err) in zip(processes, outputs):
         assert p.returncode == 0, err[-3000:]
+
+
+def cluster(index):
+    return {"KERAS_DISTRIBUTION_NUM_PROCESSES": "2", "KERAS_DISTRIBUTION_PROCESS_ID": str(index)}
 
 
 def test_two_processes_end_with_one_process_weights_on_the_global_batch(tmp_path):
@@ -113,3 +119,44 @@ def test_an_incomplete_cluster_is_one_line_before_anything_starts(jax_process, m
     with pytest.raises(ValueError, match=message) as error:
         distribution_lib.start_distribution("data-parallel")
     assert "\n" not in str(error.value)
+
+
+def test_a_run_killed_on_one_process_resumes_on_both(tmp_path):
+    """Process 1 dies after the second of three epochs (its backup committed); process 0, whose peer
+    is gone, stops too, as a scheduler would stop it. Both restarted, each resumes from its own backup
+    and they end with the weights of one uninterrupted process."""
+    address = {"KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{free_port()}"}
+    backups = [tmp_path / f"backup{i}" for i in range(2)]
+    first = [start("data-parallel", tmp_path / f"killed{i}.npz", {**address, **cluster(i)}, backups[i],
+                   *([1] if i == 1 else [])) for i in range(2)]
+    killed = first[1]
+    try:
+        killed.communicate(timeout=DEADLINE_S)
+        first[0].communicate(timeout=60)  # the survivor notices its lost peer (or is stopped below)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for p in first:
+            p.kill()
+    assert killed.returncode == 3, killed.stderr.read()[-3000:] if killed.stderr else killed.returncode
+    assert not (tmp_path / "killed0.npz").exists()  # process 0 did not finish alone
+    for backup in backups:
+        assert json.loads((backup / "training_metadata.json").read_text())["epoch"] == 2
+
+    address = {"KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{free_port()}"}
+    resumed = [start("data-parallel", tmp_path / f"resumed{i}.npz", {**address, **cluster(i)}, backups[i])
+               for i in range(2)]
+    resumed.append(start("default", tmp_path / "single.npz", {}, tmp_path / "backup_single"))
+    finish(resumed)
+    first_process, second_process, single = (
+        np.load(tmp_path / name) for name in ("resumed0.npz", "resumed1.npz", "single.npz")
+    )
+    weights = [key for key in single.files if key not in ("losses", "chief", "devices", "update")]
+    for key in weights:
+        np.testing.assert_array_equal(first_process[key], second_process[key])
+        np.testing.assert_allclose(first_process[key], single[key], atol=1e-5, err_msg=key)
+    # The resumed processes ran the third epoch only: the uninterrupted run's last three steps.
+    np.testing.assert_allclose(first_process["losses"], single["losses"][-3:], rtol=1e-5)
+    assert len(single["losses"]) == 9
+    for backup in backups:
+        assert json.loads((backup / "training_metadata.json").read_text())["epoch"] == 3
