@@ -39,6 +39,13 @@ def gpt():
     return zoo.build("gpt-nano", task="causal_lm"), x, y, MaskedSparseCrossentropy()
 
 
+def llama():
+    rng, mask = np.random.default_rng(3), _padding()
+    x = {"token_ids": rng.integers(1, 100, (B, T)).astype("int32") * mask, "padding_mask": mask}
+    y = rng.integers(1, 100, (B, T)).astype("int32") * mask
+    return zoo.build("llama-nano", task="causal_lm"), x, y, MaskedSparseCrossentropy()
+
+
 def bert():
     rng, mask = np.random.default_rng(1), _padding()
     x = {
@@ -64,7 +71,7 @@ def transformer():
     return zoo.build("transformer-tiny"), x, y, MaskedSparseCrossentropy()
 
 
-FAMILIES = {"gpt": gpt, "bert": bert, "transformer": transformer}
+FAMILIES = {"gpt": gpt, "llama": llama, "bert": bert, "transformer": transformer}
 
 
 def one_step(family):

@@ -21,7 +21,7 @@ from zoo.models.layout import get_layout_map
 from zoo.training import distribution as distribution_lib
 
 ROOT = Path(__file__).resolve().parents[2]
-FAMILIES = ("gpt", "bert", "transformer")
+FAMILIES = ("gpt", "llama", "bert", "transformer")
 
 pytest.importorskip("jax", reason="the multi-device tests run on JAX")
 
@@ -70,17 +70,18 @@ def test_model_parallel_step_equals_one_device_with_the_kernels_split(model_para
     split = {path: layout for path, layout in layouts.items() if layout["shard_shape"] != layout["shape"]}
     for path, layout in layouts.items():
         name = path.split("/")
-        if name[-2] in ("query_key_value", "query", "key_value", "intermediate") or name[-2] == "token_embedding":
+        if name[-2] in ("query_key_value", "query", "key_value", "intermediate", "gate") or name[-2] == "token_embedding":
             assert layout["spec"] == [None, "model"], path
             assert layout["shard_shape"] == [layout["shape"][0], layout["shape"][1] // 2], path
         elif name[-2] == "output" and name[-1] == "kernel" and name[-3] in ("self_attention", "cross_attention", "feed_forward"):
             assert layout["spec"] == ["model", None], path
             assert layout["shard_shape"] == [layout["shape"][0] // 2, layout["shape"][1]], path
-    per_block = 6 if family == "transformer" else 4  # q/k/v (and cross q, k/v), attention outputs, two FFN
+    # q/k/v (and cross q, k/v), attention outputs, two FFN projections (three with SwiGLU's gate)
+    per_block = {"transformer": 6, "llama": 5}.get(family, 4)
     assert len(split) >= 1 + 2 * per_block
 
 
-@pytest.mark.parametrize("family", ["gpt", "transformer"])
+@pytest.mark.parametrize("family", ["gpt", "llama", "transformer"])
 def test_model_parallel_generation_equals_one_device(model_parallel, family):
     result = model_parallel[family]
     assert result["generated"] == result["reference_generated"]

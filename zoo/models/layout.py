@@ -2,7 +2,7 @@
 parallelism (`keras.distribution.ModelParallel`).
 
 Every family names its layers alike (`token_embedding`, `query_key_value`
-or `query` and `key_value`, `output`, `intermediate`), so one layout map
+or `query` and `key_value`, `output`, `intermediate`, `gate`), so one layout map
 serves them all. It follows Megatron-LM (Shoeybi et al. 2019, section 3):
 in each attention and feed-forward sub-layer the first projection is split
 by output columns and the second by input rows, so each device computes its
@@ -24,7 +24,7 @@ MEGATRON_LAYOUT = {
     ".*attention/(query_key_value|query|key_value)/kernel": (None, "model"),  # (d, n*d): heads
     ".*attention/(query_key_value|query|key_value)/bias": ("model",),
     ".*attention/output/kernel": ("model", None),  # (d, d): input rows, one reduction
-    ".*feed_forward/intermediate/kernel": (None, "model"),  # (d, d_ff): columns
+    ".*feed_forward/(intermediate|gate)/kernel": (None, "model"),  # (d, d_ff): columns (SwiGLU's gate too)
     ".*feed_forward/intermediate/bias": ("model",),
     ".*feed_forward/output/kernel": ("model", None),  # (d_ff, d): rows, one reduction
 }
