@@ -4,7 +4,8 @@ with a key/value cache for decoder-only and encoder-decoder zoo models.
 A model generates through the cached step it owns (see
 `zoo.generation.interface`). How a call runs: this module checks the
 arguments and pads the prompts (`zoo.generation.prompts`), `compiled` traces
-and caches one function per input shape, and inside it (`loop`, `beam`):
+and caches one function per input shape (`loop.SamplingLoop`,
+`beam.BeamSearchLoop`), and inside it:
 1. (encoder-decoder) `model.start` runs the encoder once on the source
    and projects each decoder block's cross-attention keys and values once.
 2. `model.call_with_cache` on the right-padded prompts fills the
@@ -31,10 +32,9 @@ source, K beams.
 import dataclasses
 
 import numpy as np
-from keras import ops, tree
 
 from zoo.generation import compiled, loop, prompts, samplers
-from zoo.generation.beam import BeamSearch
+from zoo.generation.beam import BeamSearchLoop
 from zoo.generation.interface import check_model
 
 
@@ -158,10 +158,8 @@ def generate(
     request = _Request(model, prompt, max_new_tokens, stop_token_ids, padding_mask, source, source_padding_mask)
     config = samplers.sampler_config(sampler, temperature, k, p, model.vocabulary_size)
     key = (config, request.static)
-    run, keras_hub_sampler = compiled.get_or_compile(
-        model, key, lambda model_ref: _sampling_function(model_ref, request.static, config)
-    )
-    samplers.reset_seed(keras_hub_sampler, seed)
+    run = compiled.lookup(model, key) or compiled.compile(model, key, loop.SamplingLoop(model, request.static, config))
+    samplers.reset_seed(run.sampler, seed)
     (raw,) = run(*request.arrays)
     token_ids, lengths, sequences = prompts.trim(
         raw, request.prompt_lengths, max_new_tokens, request.stop_token_ids, pad_token_id
@@ -205,8 +203,8 @@ def beam_search(
         raise ValueError("Beam search needs a vocabulary of at least 2 tokens.")
     config = ("beam", num_beams, float(length_penalty), float(temperature))
     key = (config, request.static)
-    run, _ = compiled.get_or_compile(
-        model, key, lambda model_ref: _beam_search_function(model_ref, request.static, config)
+    run = compiled.lookup(model, key) or compiled.compile(
+        model, key, BeamSearchLoop(model, request.static, *config[1:])
     )
     raw, scores = run(*request.arrays)
     token_ids, lengths, sequences = prompts.trim(
@@ -281,54 +279,3 @@ def _stop_tokens(stop_token_ids, vocabulary_size):
         if not 0 <= t < vocabulary_size:
             raise ValueError(f"Stop token id {t} is outside the vocabulary [0, {vocabulary_size}).")
     return ids
-
-
-def _sampling_function(model_ref, static, config):
-    """The traced function of one `generate` configuration, and the
-    keras-hub sampler whose random state it updates."""
-    sampler = samplers.keras_hub_sampler(config)
-
-    def run(ids, mask, *source):
-        model = model_ref()
-        lengths = ops.sum(ops.cast(mask, "int32"), axis=1)  # (B,)
-        context, cache = loop.prefill(model, static.shapes, static.stages[0], ids, *source)
-        token_ids = loop.sample(
-            sampler,
-            loop.next_function(model, context),
-            ids,
-            cache,
-            ops.min(lengths),  # the first position to predict
-            mask,
-            lengths + static.max_new_tokens,
-            static.stop_token_ids,
-            static.stages,
-            model=model,
-        )
-        return (token_ids,)
-
-    return run, sampler
-
-
-def _beam_search_function(model_ref, static, config):
-    """The traced function of one `beam_search` configuration."""
-    _, num_beams, length_penalty, temperature = config
-    sampler = BeamSearch(num_beams, length_penalty, temperature)
-
-    def run(ids, mask, *source):
-        model = model_ref()
-        context, cache = loop.prefill(model, static.shapes, static.stages[0], ids, *source)
-        # Each row's context is shared by its beams.
-        if context is not None:
-            context = tree.map_structure(lambda x: ops.repeat(x, num_beams, axis=0), context)
-        return sampler(
-            loop.next_function(model, context),
-            ids,
-            cache,
-            ops.min(ops.sum(ops.cast(mask, "int32"), axis=1)),
-            mask,
-            static.max_new_tokens,
-            static.stages,
-            stop_token_ids=static.stop_token_ids,
-        )
-
-    return run, sampler

@@ -13,9 +13,12 @@ beam can beat its worst finished hypothesis.
 Shape letters: B batch, K beams, L prompt plus new tokens, V vocabulary.
 """
 
+import weakref
+
 from keras import ops, tree
 
-from zoo.generation.loop import run_in_stages
+from zoo.generation import compiled
+from zoo.generation.loop import next_function, prefill, run_in_stages
 
 _NEG = -1e9  # the score of "no hypothesis": finite, so sums never NaN
 
@@ -169,3 +172,42 @@ class BeamSearch:
         token_ids = gather(ops.concatenate([finished, sequences], axis=1), best)
         return token_ids, scores
 
+
+class BeamSearchLoop:
+    """The traced function of one `beam_search` configuration: the
+    prefill, then `BeamSearch` (each row's context shared by its beams).
+
+    Args:
+        model: the model (held weakly).
+        static: as `zoo.generation.loop.SamplingLoop`'s.
+        num_beams, length_penalty, temperature: `BeamSearch`'s.
+
+    Call arguments: as `SamplingLoop`'s. Returns `(token_ids (B, K, L),
+    scores (B, K))`.
+    """
+
+    def __init__(self, model, static, num_beams, length_penalty, temperature):
+        self._model = weakref.ref(model)
+        self.static = static
+        self.sampler = BeamSearch(num_beams, length_penalty, temperature)
+
+    @property
+    def model(self):
+        return self._model()
+
+    def __call__(self, ids, mask, *source):
+        compiled.count_trace()
+        model, static, num_beams = self.model, self.static, self.sampler.num_beams
+        context, cache = prefill(model, static.shapes, static.stages[0], ids, *source)
+        if context is not None:
+            context = tree.map_structure(lambda x: ops.repeat(x, num_beams, axis=0), context)
+        return self.sampler(
+            next_function(model, context),
+            ids,
+            cache,
+            ops.min(ops.sum(ops.cast(mask, "int32"), axis=1)),
+            mask,
+            static.max_new_tokens,
+            static.stages,
+            stop_token_ids=static.stop_token_ids,
+        )

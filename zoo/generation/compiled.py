@@ -1,10 +1,11 @@
 """One compiled function per (model, input shapes, sampler configuration).
 
 The whole decoding loop - encoder, prompt prefill, and the `while_loop`s
-over new positions (one per cache stage) - is traced once into one function and compiled with
-XLA (`tf.function(jit_compile=True)` on TensorFlow, `jax.jit` on JAX); a
-later call with the same shapes and configuration reuses it. Other backends
-run the same function eagerly.
+over new positions (one per cache stage) - is one Python function (a
+`SamplingLoop` or a `BeamSearchLoop`), traced once and compiled with XLA
+(`tf.function(jit_compile=True)` on TensorFlow, `jax.jit` on JAX); a later
+call with the same shapes and configuration reuses it. Other backends run
+the same function eagerly.
 """
 
 import collections
@@ -12,8 +13,9 @@ import itertools
 import weakref
 
 import keras
+import numpy as np
 
-_COMPILED = weakref.WeakKeyDictionary()  # model -> OrderedDict(key -> function)
+_COMPILED = weakref.WeakKeyDictionary()  # model -> OrderedDict(key -> Compiled)
 _PER_MODEL = 32  # the most recently used functions kept per model
 _TRACES = [0]
 
@@ -24,89 +26,101 @@ def trace_count():
     return _TRACES[0]
 
 
-class _Traced:
-    """Wrap `fn` so that each trace (each run of its Python body) is counted.
+def count_trace():
+    """Called first in every decoding function's body, so once per trace."""
+    _TRACES[0] += 1
 
-    A callable object rather than a closure: TensorFlow tells apart the
-    functions it watches for retracing by their code object, and every
+
+def lookup(model, key):
+    """The `Compiled` function cached for `model` under `key`, or None."""
+    per_model = _COMPILED.get(model)
+    if per_model is None or key not in per_model:
+        return None
+    per_model.move_to_end(key)
+    return per_model[key]
+
+
+def compile(model, key, function):
+    """Compiles `function` for `model` and caches it under `key`.
+
+    Args:
+        model: the model `function` decodes with (held weakly, here and by
+            the function, so that a compiled function does not keep its
+            model alive).
+        key: hashable, what the traced function depends on.
+        function: a decoding function: called with the input arrays, it
+            returns a tuple of tensors; it has `model` and `sampler` (whose
+            `variables` are the random state it updates).
+
+    Returns:
+        The `Compiled` function.
+    """
+    per_model = _COMPILED.setdefault(model, collections.OrderedDict())
+    per_model[key] = Compiled(function)
+    if len(per_model) > _PER_MODEL:
+        per_model.popitem(last=False)
+    return per_model[key]
+
+
+class Compiled:
+    """A decoding function compiled for the backend: `compiled(*arrays)`
+    -> a tuple of NumPy arrays.
+
+    `function` is a callable object, not a closure: TensorFlow tells apart
+    the functions it watches for retracing by their code object, and every
     closure shares one, so compiling one function per shape (by design)
     would read as retracing.
     """
 
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self, function):
+        self.function = function
+        self.sampler = function.sampler
+        self.backend = keras.config.backend()
+        if self.backend == "tensorflow":
+            import tensorflow as tf
 
-    def __call__(self, *args):
-        _TRACES[0] += 1
-        return self.fn(*args)
+            # No AutoGraph: the loops are `ops.while_loop`s already, and the
+            # Python `for` over the cache stages is meant to unroll.
+            self.compiled = tf.function(function, jit_compile=True, autograph=False)
+        elif self.backend == "jax":
+            import jax
 
+            self.compiled = jax.jit(self.stateless)
+        else:
+            self.compiled = function
 
-def get_or_compile(model, key, build):
-    """The function cached for `model` under `key`.
+    def __call__(self, *arrays):
+        if self.backend == "jax":
+            model, variables = self.function.model, self.sampler.variables
+            state = (
+                [v.value for v in variables],
+                [v.value for v in model.trainable_variables],
+                [v.value for v in model.non_trainable_variables],
+            )
+            outputs, new_sampler_values = self.compiled(state, arrays)
+            for variable, value in zip(variables, new_sampler_values):
+                variable.assign(value)
+            return tuple(np.asarray(x) for x in outputs)
+        if self.backend == "tensorflow":
+            return tuple(x.numpy() for x in self.compiled(*arrays))
+        return tuple(keras.ops.convert_to_numpy(x) for x in self.compiled(*arrays))
 
-    `build(model_ref)` makes `(fn, sampler)` the first time: `fn(*arrays)`
-    returns a tuple of tensors, `sampler` owns the random-seed variables
-    `fn` updates. The cache holds the model weakly (`model_ref()`), so that
-    a compiled function does not keep its model alive.
-    """
-    per_model = _COMPILED.setdefault(model, collections.OrderedDict())
-    if key in per_model:
-        per_model.move_to_end(key)
-    else:
-        model_ref = weakref.ref(model)
-        fn, sampler = build(model_ref)
-        per_model[key] = (_compile(_Traced(fn), model_ref, sampler), sampler)
-        if len(per_model) > _PER_MODEL:
-            per_model.popitem(last=False)
-    return per_model[key]
-
-
-def _compile(fn, model_ref, sampler):
-    backend = keras.config.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        compiled = tf.function(fn, jit_compile=True)
-        return lambda *arrays: tuple(x.numpy() for x in compiled(*arrays))
-    if backend == "jax":
-        return _jax_compile(fn, model_ref, sampler)
-    return lambda *arrays: tuple(keras.ops.convert_to_numpy(x) for x in fn(*arrays))
-
-
-def _jax_compile(fn, model_ref, sampler):
-    """JAX arrays are immutable: the model's and the sampler's variables go
-    in as arguments (read through a `StatelessScope`), the sampler's new
-    seed state comes out and is assigned back, as keras-hub's CausalLM."""
-    import jax
-    import numpy as np
-
-    @jax.jit
-    def compiled(state, arrays):
-        model = model_ref()
+    def stateless(self, state, arrays):
+        """The function as `jax.jit` traces it. JAX arrays are immutable:
+        the model's and the sampler's variables come in as `state` (read
+        through a `StatelessScope`), the sampler's new seed state goes out,
+        as keras-hub's CausalLM does it."""
+        model, variables = self.function.model, self.sampler.variables
         sampler_values, trainable, non_trainable = state
         mapping = itertools.chain(
-            zip(sampler.variables, sampler_values),
+            zip(variables, sampler_values),
             zip(model.trainable_variables, trainable),
             zip(model.non_trainable_variables, non_trainable),
         )
         with keras.StatelessScope(state_mapping=mapping) as scope:
-            outputs = fn(*arrays)
+            outputs = self.function(*arrays)
         new_sampler_values = []
-        for variable, value in zip(sampler.variables, sampler_values):
+        for variable, value in zip(variables, sampler_values):
             new = scope.get_current_value(variable)
             new_sampler_values.append(value if new is None else new)
         return outputs, new_sampler_values
-
-    def run(*arrays):
-        model = model_ref()
-        state = (
-            [v.value for v in sampler.variables],
-            [v.value for v in model.trainable_variables],
-            [v.value for v in model.non_trainable_variables],
-        )
-        outputs, new_sampler_values = compiled(state, arrays)
-        for variable, value in zip(sampler.variables, new_sampler_values):
-            variable.assign(value)
-        return tuple(np.asarray(x) for x in outputs)
-
-    return run

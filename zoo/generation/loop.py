@@ -10,10 +10,20 @@ cache is zero-padded once to the next size. Every stage is the same
 them live in the one compiled function. A step's result does not depend on
 its stage: positions past the current one are masked out either way.
 
-Shape letters: B batch, L prompt plus new tokens.
+`SamplingLoop` is the function that `generate` compiles for a keras-hub
+sampler: `SamplingLoop(...)(ids, mask)` reaches the model's
+`call_with_cache` through one `while_loop` body (`SamplingStep.body`).
+
+Shape letters: B batch, L prompt plus new tokens, V vocabulary.
 """
 
+import itertools
+import weakref
+
+import keras
 from keras import ops, tree
+
+from zoo.generation import compiled, samplers
 
 FIRST_STAGE = 64
 
@@ -64,18 +74,10 @@ def grow_cache(cache, length):
     return tree.map_structure(pad, cache)
 
 
-def while_loop(cond, body, loop_vars):
-    return ops.while_loop(cond, body, loop_vars)
-
-
-def run_in_stages(cond, body, index, cache, state, stages, run_loop=while_loop):
+def run_in_stages(cond, body, index, cache, state, stages):
     """Run `body(index, cache, *state)` while `cond(...)` holds and `index`
-    is inside the stage, through every stage in `stages`.
-
-    `run_loop(cond, body, loop_vars)` runs one `while_loop` (keras-hub's
-    samplers pass theirs, which threads their random state on JAX).
-    Returns `(index, cache, state)`.
-    """
+    is inside the stage, through every stage in `stages` (beam search's
+    loop). Returns `(index, cache, state)`."""
     for stage, length in enumerate(stages):
         if stage:
             cache = grow_cache(cache, length)
@@ -83,57 +85,146 @@ def run_in_stages(cond, body, index, cache, state, stages, run_loop=while_loop):
         def stage_cond(index, cache, *state, length=length):
             return ops.logical_and(index < length, cond(index, cache, *state))
 
-        index, cache, *state = run_loop(stage_cond, body, (index, cache, *state))
+        index, cache, *state = ops.while_loop(stage_cond, body, (index, cache, *state))
     return index, cache, tuple(state)
 
 
-def sample(sampler, next, token_ids, cache, index, mask, budget_end, stop_token_ids, stages, model=None):
-    """Sample with a keras-hub sampler (its `compute_probabilities`,
-    `get_next_token` and `run_loop`), keras-hub's `Sampler.__call__` loop
-    carried through the stages.
+class SamplingLoop:
+    """The traced function of one `generate` configuration: the prefill,
+    then keras-hub's sampling loop (its `Sampler.__call__`) carried through
+    the cache stages.
 
     Args:
-        sampler: a `keras_hub.samplers.Sampler`.
-        next: `next(token_ids, cache, index) -> (logits (B, V), _, cache)`,
-            the logits for position `index`.
-        token_ids: (B, L) int32, right-padded prompts.
-        cache: the prefilled cache, sized `stages[0]`.
-        index: the first position to predict (the shortest prompt's length).
+        model: the model (held weakly).
+        static: what the trace depends on: `shapes` (B, P, L[, S]),
+            `stop_token_ids`, `max_new_tokens`, `stages`.
+        config: a `zoo.generation.samplers.sampler_config`.
+
+    Call arguments:
+        ids: (B, L) int32, right-padded prompts.
         mask: (B, L) bool, True at prompt tokens, which are kept.
-        budget_end: (B,) the position after each row's last new token.
-        stop_token_ids: a tuple of ids; a row that emitted one is done.
+        *source: the encoder-decoder's (B, S) source ids and padding mask.
 
     Returns:
-        (B, L) int32 token ids.
+        A tuple of the (B, L) int32 token ids.
     """
 
-    def is_stop(tokens):
+    def __init__(self, model, static, config):
+        self._model = weakref.ref(model)
+        self.static = static
+        self.sampler = samplers.keras_hub_sampler(config)
+
+    @property
+    def model(self):
+        return self._model()
+
+    def __call__(self, ids, mask, *source):
+        compiled.count_trace()
+        model, static = self.model, self.static
+        lengths = ops.sum(ops.cast(mask, "int32"), axis=1)  # (B,)
+        context, cache = prefill(model, static.shapes, static.stages[0], ids, *source)
+        index = ops.min(lengths)  # the first position to predict
+        budget_end = lengths + static.max_new_tokens  # (B,) the position after each row's last new token
+        # `done` only with stop tokens: TensorFlow's XLA bridge fails on three
+        # loops in a row that pass a constant through (tensorflow#122886).
+        state = (ids, ops.zeros((ids.shape[0],), "bool")) if static.stop_token_ids else (ids,)
+        for stage, length in enumerate(static.stages):
+            if stage:
+                cache = grow_cache(cache, length)
+            step = SamplingStep(model, self.sampler, context, mask, budget_end, static.stop_token_ids, length)
+            if not step.stateless:
+                index, cache, *state = ops.while_loop(step.cond, step.body, (index, cache, *state))
+                continue
+            variables, index, cache, *state = ops.while_loop(
+                step.cond, step.body, (step.variables(), index, cache, *state)
+            )
+            step.assign(variables)
+        return (state[0],)
+
+
+class SamplingStep:
+    """One stage's `while_loop` of `SamplingLoop`: `cond` and `body` over
+    `(index, cache, token_ids[, done])`, up to position `end`.
+
+    On JAX the loop also carries the sampler's and the model's variables,
+    read through a `StatelessScope` (keras-hub's `Sampler.run_loop`), so
+    that the sampler's random state advances inside the compiled loop.
+    """
+
+    def __init__(self, model, sampler, context, mask, budget_end, stop_token_ids, end):
+        self.model, self.sampler, self.context = model, sampler, context
+        self.mask, self.budget_end, self.stop_token_ids, self.end = mask, budget_end, stop_token_ids, end
+        self.stateless = keras.config.backend() == "jax"
+
+    def variables(self):
+        """(JAX) The loop's first `state`: the sampler's, the model's
+        trainable and non-trainable variables, as tensors."""
+        return (
+            [ops.convert_to_tensor(v) for v in self.sampler.variables],
+            [ops.convert_to_tensor(v) for v in self.model.trainable_variables],
+            [ops.convert_to_tensor(v) for v in self.model.non_trainable_variables],
+        )
+
+    def assign(self, state):
+        """(JAX) The sampler's random state after the loop, kept."""
+        for variable, value in zip(self.sampler.variables, state[0]):
+            variable.assign(value)
+
+    def cond(self, *loop_vars):
+        index, cache, token_ids, *done = loop_vars[1:] if self.stateless else loop_vars
+        in_stage = index < self.end
+        finished = index >= self.budget_end
+        if done:
+            finished = ops.logical_or(finished, done[0])
+        return ops.logical_and(in_stage, ops.logical_not(ops.all(finished)))
+
+    def body(self, *loop_vars):
+        """Position `index`: its logits from the token at index - 1 (written
+        to the cache), the sampler's token after a row's prompt, the
+        prompt's token inside it."""
+        state, (index, cache, token_ids, *done) = (loop_vars[0], loop_vars[1:]) if self.stateless else (None, loop_vars)
+        sampler = self.sampler
+        with self._scope(state) as scope:
+            previous = ops.slice(token_ids, [0, index - 1], [token_ids.shape[0], 1])  # (B, 1)
+            logits, cache = self.model.call_with_cache(previous, cache, index - 1, self.context)
+            logits = ops.cast(logits[:, 0], "float32")  # (B, V)
+            token = ops.cast(sampler.get_next_token(sampler.compute_probabilities(logits)), "int32")
+            in_prompt = self.mask[:, index]
+            token = ops.where(in_prompt, token_ids[:, index], token)  # (B,)
+            token_ids = ops.slice_update(token_ids, [0, index], token[:, None])
+            if done:
+                stopped = ops.logical_and(self._is_stop(token), ops.logical_not(in_prompt))
+                done = (ops.logical_or(done[0], stopped),)
+            loop_vars = (index + 1, cache, token_ids, *done)
+        if not self.stateless:
+            return loop_vars
+        sampler_values = []
+        for variable in sampler.variables:
+            new = scope.get_current_value(variable)
+            sampler_values.append(new if new is not None else variable)
+        return ((sampler_values, *state[1:]), *loop_vars)
+
+    def _scope(self, state):
+        if state is None:
+            return _NoScope()
+        sampler_values, trainable, non_trainable = state
+        mapping = itertools.chain(
+            zip(self.sampler.variables, sampler_values),
+            zip(self.model.trainable_variables, trainable),
+            zip(self.model.non_trainable_variables, non_trainable),
+        )
+        return keras.StatelessScope(state_mapping=mapping)
+
+    def _is_stop(self, tokens):
         hit = ops.zeros_like(tokens, dtype="bool")
-        for stop in stop_token_ids:
+        for stop in self.stop_token_ids:
             hit = ops.logical_or(hit, ops.equal(tokens, stop))
         return hit
 
-    def cond(index, cache, token_ids, *done):
-        finished = index >= budget_end
-        if done:
-            finished = ops.logical_or(finished, done[0])
-        return ops.logical_not(ops.all(finished))
 
-    def body(index, cache, token_ids, *done):
-        logits, _, cache = next(token_ids, cache, index)
-        token = ops.cast(sampler.get_next_token(sampler.compute_probabilities(logits)), "int32")
-        in_prompt = mask[:, index]
-        token = ops.where(in_prompt, token_ids[:, index], token)  # (B,)
-        token_ids = ops.slice_update(token_ids, [0, index], token[:, None])
-        if done:
-            done = (ops.logical_or(done[0], ops.logical_and(is_stop(token), ops.logical_not(in_prompt))),)
-        return index + 1, cache, token_ids, *done
+class _NoScope:
+    def __enter__(self):
+        return None
 
-    def run_loop(cond, body, loop_vars):
-        return sampler.run_loop(cond, body, loop_vars=loop_vars, model=model)
-
-    # `done` only with stop tokens: TensorFlow's XLA bridge fails on three
-    # loops in a row that pass a constant through (tensorflow#122886).
-    state = (token_ids, ops.zeros((token_ids.shape[0],), "bool")) if stop_token_ids else (token_ids,)
-    _, _, state = run_in_stages(cond, body, index, cache, state, stages, run_loop)
-    return state[0]
+    def __exit__(self, *exc):
+        return False
