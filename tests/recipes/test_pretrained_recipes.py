@@ -97,3 +97,34 @@ def test_bert_classify_fine_tunes_a_keras_hub_preset(tmp_path, capsys, monkeypat
         np.testing.assert_array_equal(a, b)
     model = zoo.load(tmp_path / "run" / "model.keras")
     assert model.tokenizer.get_vocabulary() == ck.bert_vocabulary()
+
+
+def test_gpt_finetune_with_lora_trains_only_adapters_of_a_llama_family_checkpoint(tmp_path, capsys):
+    from tests.pretrained import llama_checkpoints as lk
+
+    checkpoint = lk.hf_folder(tmp_path / "qwen2", "qwen2")
+    (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")
+    output = tmp_path / "run"
+    val_loss = gpt_finetune.main(["--pretrained", str(checkpoint), "--data", str(tmp_path / "text.txt"),
+                                  "--output", str(output), "--prompt", "the cat", "--lora", "2", *FINETUNE])
+    printed = capsys.readouterr().out
+    original, tuned = zoo.from_pretrained(checkpoint), zoo.load(output / "model.keras")
+    assert isinstance(tuned, zoo.models.LlamaCausalLM) and np.isfinite(val_loss)
+    assert f"({original.count_params():,} parameters, " in printed
+    # Only the adapters trained. Keras saves a LoRA layer with its adapters merged into the kernel, so
+    # each adapted kernel moved by a product of rank at most 2, and every other weight is the checkpoint's.
+    tuned_weights = {w.path: np.asarray(w) for w in tuned.weights}
+    moved = 0
+    for w in original.weights:
+        change = tuned_weights[w.path] - np.asarray(w)
+        adapted = w.path.endswith("kernel") and w.path.split("/")[-2] in gpt_finetune.LORA_TARGETS
+        if adapted:
+            moved += bool(np.abs(change).max() > 0)
+            assert np.linalg.matrix_rank(change, tol=1e-6) <= 2, w.path
+        else:
+            np.testing.assert_array_equal(change, 0, err_msg=w.path)
+    assert moved == 5 * 2  # q/k/v, the attention's output, gate, up and down projections of both blocks
+    # The run folder works with the commands: a sample continues the prompt, eval gives the printed figure.
+    assert (output / "samples.txt").read_text(encoding="utf-8").startswith("the cat")
+    name, value = gpt_finetune.evaluate(output)
+    assert name == "val_loss" and value == pytest.approx(val_loss, rel=1e-6)
