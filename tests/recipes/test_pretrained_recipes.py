@@ -79,13 +79,13 @@ def test_bert_classify_fine_tunes_a_keras_hub_preset(tmp_path, capsys, monkeypat
     write_tsv(data, "train", sentiment_rows(64, 0))
     write_tsv(data, "dev", sentiment_rows(16, 1))
     handed_over = {}
-    original = bert_classify.BertClassifier
+    original = zoo.models.BertClassifier.__init__
 
-    def spy(backbone, **kwargs):  # the backbone as the recipe hands it over, before training
-        handed_over["backbone"] = [np.array(w) for w in backbone.weights]
-        return original(backbone, **kwargs)
+    def spy(self, backbone, **kwargs):  # the backbone as the recipe hands it over, before training (not reloads)
+        handed_over.setdefault("backbone", [np.array(w) for w in backbone.weights])
+        original(self, backbone, **kwargs)
 
-    monkeypatch.setattr(bert_classify, "BertClassifier", spy)
+    monkeypatch.setattr(zoo.models.BertClassifier, "__init__", spy)
     with pytest.warns(UserWarning, match="fresh weights"):  # a backbone preset: the classifier is new
         accuracy = bert_classify.main(["--data", str(data), "--pretrained", str(preset), "--output",
                                        str(tmp_path / "run"), "--sequence-length", "16", "--batch-size", "16",
