@@ -16,9 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from zoo.generation.samplers import SAMPLERS as GENERATION_SAMPLERS
+
 # What the page shows, by model kind.
 LANGUAGE_MODEL, TRANSLATOR, CLASSIFIER = "language_model", "translator", "classifier"
-SAMPLERS = ("greedy", "temperature", "top_k", "top_p")
+SAMPLERS = tuple(s for s in GENERATION_SAMPLERS if s != "beam")  # the page samples one sequence
 MAX_NEW_TOKENS = 1024
 MAX_CHARACTERS = 10_000  # of a prompt, source or sentence: the page is for reading, not bulk work
 TOP = 10

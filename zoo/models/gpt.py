@@ -60,10 +60,11 @@ class DecoderStack:
 
     def call_with_cache(self, token_ids, cache, cache_index, context=None):
         """The cached step with the language-model logits (what the causal
-        LM computes): -> ((B, T, V) float32 logits, cache). So a bare
+        LM computes): -> ((B, T, V) logits in the compute dtype, as the
+        causal LM's; generation casts them to float32), cache). So a bare
         backbone generates too."""
         hidden, cache = self.hidden_states_with_cache(token_ids, cache, cache_index)
-        return keras.ops.cast(self.logits(hidden), "float32"), cache
+        return self.logits(hidden), cache
 
     def empty_cache(self, batch_size, length):
         """N per-block (B, 2, g, length, k) zero caches (head-major keys and
