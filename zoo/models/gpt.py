@@ -22,6 +22,17 @@ class DecoderStack:
     is overridden), `num_key_value_heads` and `head_dim`.
     """
 
+    def _functional_graph(self):
+        """The functional model's inputs, `token_ids` (B, T) and the
+        optional `padding_mask` (B, T), and its (B, T, d) output."""
+        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask", optional=True)
+        x, _ = self._stack(
+            self.embed(token_ids),
+            lambda i, block, x: (block(x, padding_mask=padding_mask), None),
+        )
+        return {"token_ids": token_ids, "padding_mask": padding_mask}, x
+
     def _stack(self, x, run_block):
         """The stack, written once: x (B, T, d) through every block
         (`run_block(i, block, x) -> (x, per_block)`), then the final norm.
@@ -198,18 +209,8 @@ class GPTBackbone(DecoderStack, ZooModel):
         )
 
         # === Functional model ===
-        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask", optional=True)
-        x, _ = self._stack(
-            self.embed(token_ids),
-            lambda i, block, x: (block(x, padding_mask=padding_mask), None),
-        )
-        super().__init__(
-            inputs={"token_ids": token_ids, "padding_mask": padding_mask},
-            outputs=x,
-            dtype=dtype,
-            **kwargs,
-        )
+        inputs, x = self._functional_graph()
+        super().__init__(inputs=inputs, outputs=x, dtype=dtype, **kwargs)
 
         # === Config ===
         self.vocabulary_size = vocabulary_size

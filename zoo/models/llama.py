@@ -139,20 +139,10 @@ class LlamaBackbone(DecoderStack, ZooModel):
             )
 
         # === Functional model ===
-        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask", optional=True)
-        x, _ = self._stack(
-            self.embed(token_ids),
-            lambda i, block, x: (block(x, padding_mask=padding_mask), None),
-        )
+        inputs, x = self._functional_graph()
         if self.lm_head is not None:
             self.lm_head.build(x.shape)
-        super().__init__(
-            inputs={"token_ids": token_ids, "padding_mask": padding_mask},
-            outputs=x,
-            dtype=dtype,
-            **kwargs,
-        )
+        super().__init__(inputs=inputs, outputs=x, dtype=dtype, **kwargs)
 
         # === Config ===
         self.vocabulary_size = vocabulary_size
