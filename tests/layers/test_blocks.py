@@ -72,8 +72,8 @@ def np_feed_forward(ff, x):
 def np_sublayer(add_norm, x, sublayer):
     """The paper's LayerNorm(x + Sublayer(x)), or pre-LN x + Sublayer(LN(x))."""
     if add_norm.norm_first:
-        return x + sublayer(np_layer_norm(x, add_norm.norm))
-    return np_layer_norm(x + sublayer(x), add_norm.norm)
+        return x + sublayer(np_layer_norm(x, add_norm.layer_norm))
+    return np_layer_norm(x + sublayer(x), add_norm.layer_norm)
 
 
 def np_encoder_block(block, x, mask):
@@ -108,7 +108,7 @@ def test_post_ln_is_layer_norm_of_the_sum():
     layer.build(x.shape)
     randomize(layer)
     np.testing.assert_array_equal(to_np(layer.sublayer_input(x)), x)
-    expected = np_layer_norm(x.astype(np.float64) + y, layer.norm)
+    expected = np_layer_norm(x.astype(np.float64) + y, layer.layer_norm)
     np.testing.assert_allclose(to_np(layer(x, y)), expected, atol=ATOL)
 
 
@@ -117,7 +117,7 @@ def test_pre_ln_normalises_the_sublayer_input_and_adds():
     x, y = randn(B, T, D), randn(B, T, D)
     layer.build(x.shape)
     randomize(layer)
-    expected_input = np_layer_norm(x.astype(np.float64), layer.norm)
+    expected_input = np_layer_norm(x.astype(np.float64), layer.layer_norm)
     np.testing.assert_allclose(to_np(layer.sublayer_input(x)), expected_input, atol=ATOL)
     np.testing.assert_allclose(to_np(layer(x, y)), x.astype(np.float64) + y, atol=ATOL)
 
@@ -365,7 +365,7 @@ def test_attention_scores_are_the_blocks_own(norm_first):
     pad, memory_pad = padding([3, 5], T), padding([4, 6], S)
 
     def np_input(add_norm, h):
-        return np_layer_norm(h, add_norm.norm) if norm_first else h
+        return np_layer_norm(h, add_norm.layer_norm) if norm_first else h
 
     encoder = EncoderBlock(H, F, norm_first=norm_first)
     encoder(x)

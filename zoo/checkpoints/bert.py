@@ -182,10 +182,10 @@ def backbone_names(backbone, prefix="", pooler=True):
         names += [
             *fused_linear(parts, block.self_attention.query_key_value_dense, (d, d, d)),
             *linear(f"{layer}attention.output.dense", block.self_attention.output_dense),
-            *_layer_norm(f"{layer}attention.output.LayerNorm", block.self_attention_add_norm.norm),
+            *_layer_norm(f"{layer}attention.output.LayerNorm", block.self_attention_add_norm.layer_norm),
             *linear(f"{layer}intermediate.dense", block.feed_forward.intermediate_dense),
             *linear(f"{layer}output.dense", block.feed_forward.output_dense),
-            *_layer_norm(f"{layer}output.LayerNorm", block.feed_forward_add_norm.norm),
+            *_layer_norm(f"{layer}output.LayerNorm", block.feed_forward_add_norm.layer_norm),
         ]
     if pooler:
         names += linear(f"{p}pooler.dense", backbone.pooler)

@@ -134,14 +134,14 @@ def backbone_names(backbone, prefix="transformer."):
         h = f"{p}h.{i}."
         attention, ff = block.self_attention, block.feed_forward
         names += [
-            TensorName(h + "ln_1.weight", block.self_attention_add_norm.norm.gamma),
-            TensorName(h + "ln_1.bias", block.self_attention_add_norm.norm.beta),
+            TensorName(h + "ln_1.weight", block.self_attention_add_norm.layer_norm.gamma),
+            TensorName(h + "ln_1.bias", block.self_attention_add_norm.layer_norm.beta),
             TensorName(h + "attn.c_attn.weight", attention.query_key_value_dense.kernel),  # Conv1D (d, 3d)
             TensorName(h + "attn.c_attn.bias", attention.query_key_value_dense.bias),
             TensorName(h + "attn.c_proj.weight", attention.output_dense.kernel),
             TensorName(h + "attn.c_proj.bias", attention.output_dense.bias),
-            TensorName(h + "ln_2.weight", block.feed_forward_add_norm.norm.gamma),
-            TensorName(h + "ln_2.bias", block.feed_forward_add_norm.norm.beta),
+            TensorName(h + "ln_2.weight", block.feed_forward_add_norm.layer_norm.gamma),
+            TensorName(h + "ln_2.bias", block.feed_forward_add_norm.layer_norm.beta),
             TensorName(h + "mlp.c_fc.weight", ff.intermediate_dense.kernel),
             TensorName(h + "mlp.c_fc.bias", ff.intermediate_dense.bias),
             TensorName(h + "mlp.c_proj.weight", ff.output_dense.kernel),

@@ -36,19 +36,19 @@ def copy_attention_back(target, source, d):
 def copy_block(target, source, d):
     """keras-hub block `source` -> zoo block `target`."""
     copy_attention(target.self_attention, source._self_attention_layer, d)
-    copy_layer_norm(target.self_attention_add_norm.norm, source._self_attention_layer_norm)
+    copy_layer_norm(target.self_attention_add_norm.layer_norm, source._self_attention_layer_norm)
     copy_dense(target.feed_forward.intermediate_dense, source._feedforward_intermediate_dense)
     copy_dense(target.feed_forward.output_dense, source._feedforward_output_dense)
-    copy_layer_norm(target.feed_forward_add_norm.norm, source._feedforward_layer_norm)
+    copy_layer_norm(target.feed_forward_add_norm.layer_norm, source._feedforward_layer_norm)
 
 
 def copy_block_back(target, source, d):
     """zoo block `source` -> keras-hub block `target`."""
     copy_attention_back(target._self_attention_layer, source.self_attention, d)
-    copy_layer_norm(target._self_attention_layer_norm, source.self_attention_add_norm.norm)
+    copy_layer_norm(target._self_attention_layer_norm, source.self_attention_add_norm.layer_norm)
     copy_dense(target._feedforward_intermediate_dense, source.feed_forward.intermediate_dense)
     copy_dense(target._feedforward_output_dense, source.feed_forward.output_dense)
-    copy_layer_norm(target._feedforward_layer_norm, source.feed_forward_add_norm.norm)
+    copy_layer_norm(target._feedforward_layer_norm, source.feed_forward_add_norm.layer_norm)
 
 
 def copy_embeddings(target, source):

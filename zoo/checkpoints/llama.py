@@ -262,8 +262,8 @@ def backbone_names(backbone, prefix="model."):
             TensorName(f"{layer}mlp.gate_proj.weight", ff.gate_dense.kernel, transpose=True),
             TensorName(f"{layer}mlp.up_proj.weight", ff.intermediate_dense.kernel, transpose=True),
             TensorName(f"{layer}mlp.down_proj.weight", ff.output_dense.kernel, transpose=True),
-            TensorName(f"{layer}input_layernorm.weight", block.self_attention_add_norm.norm.scale),
-            TensorName(f"{layer}post_attention_layernorm.weight", block.feed_forward_add_norm.norm.scale),
+            TensorName(f"{layer}input_layernorm.weight", block.self_attention_add_norm.layer_norm.scale),
+            TensorName(f"{layer}post_attention_layernorm.weight", block.feed_forward_add_norm.layer_norm.scale),
         ]
     names.append(TensorName(f"{p}norm.weight", backbone.final_norm.scale))
     if backbone.lm_head is not None:
@@ -402,8 +402,8 @@ def _keras_hub_pairs(backbone, hub):
                 (attention.key_norm.scale, hub_attention._key_dense_layer_norm.scale, None),
             ]
         pairs += [
-            (block.self_attention_add_norm.norm.scale, layer._self_attention_layernorm.scale, None),
-            (block.feed_forward_add_norm.norm.scale, layer._feedforward_layernorm.scale, None),
+            (block.self_attention_add_norm.layer_norm.scale, layer._self_attention_layernorm.scale, None),
+            (block.feed_forward_add_norm.layer_norm.scale, layer._feedforward_layernorm.scale, None),
             (ff.gate_dense.kernel, layer._feedforward_gate_dense.kernel, None),
             (ff.intermediate_dense.kernel, layer._feedforward_intermediate_dense.kernel, None),
             (ff.output_dense.kernel, layer._feedforward_output_dense.kernel, None),

@@ -70,25 +70,27 @@ class AddNorm(keras.layers.Layer):
         self.use_bias = use_bias
         self.normalization = normalization
         self.supports_masking = True
+        # One attribute for either kind (RMSNorm is a layer normalisation too): Keras saves a layer's
+        # weights under its attribute names, so the name stays what saved models hold.
         if normalization == "rms_norm":
-            self.norm = RMSNorm(epsilon, dtype=self.dtype_policy, name="rms_norm")
+            self.layer_norm = RMSNorm(epsilon, dtype=self.dtype_policy, name="rms_norm")
         else:
-            self.norm = keras.layers.LayerNormalization(
+            self.layer_norm = keras.layers.LayerNormalization(
                 epsilon=epsilon, center=use_bias, dtype=self.dtype_policy, name="layer_norm"
             )
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, residual_shape, sublayer_output_shape=None):
-        self.norm.build(residual_shape)
+        self.layer_norm.build(residual_shape)
         self.built = True
 
     def sublayer_input(self, x):
         """What the sub-layer sees: Norm(x) for pre-LN, x for post-LN."""
-        return self.norm(x) if self.norm_first else x
+        return self.layer_norm(x) if self.norm_first else x
 
     def call(self, residual, sublayer_output, training=None):
         x = residual + self.dropout_layer(sublayer_output, training=training)
-        return x if self.norm_first else self.norm(x)
+        return x if self.norm_first else self.layer_norm(x)
 
     def compute_output_shape(self, residual_shape, sublayer_output_shape=None):
         return residual_shape
