@@ -102,7 +102,7 @@ def parser():
     _add_quantize(evaluate)
 
     presets = commands.add_parser("presets", help="list the presets")
-    presets.add_argument("--family", choices=("transformer", "gpt", "bert"), default=None, help="only this family")
+    presets.add_argument("--family", choices=("transformer", "gpt", "llama", "bert"), default=None, help="only this family")
     describe = commands.add_parser("describe", help="sizes, parameters and FLOPs of a preset")
     describe.add_argument("name", help="a preset name (`zoo presets`)")
 

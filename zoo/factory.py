@@ -34,7 +34,7 @@ TASKS = {
 
 
 def list_presets(family=None):
-    """The preset names, optionally of one family ("gpt", "bert", "transformer")."""
+    """The preset names, optionally of one family ("gpt", "llama", "bert", "transformer")."""
     return [name for name, p in PRESETS.items() if family is None or p["family"] == family]
 
 
