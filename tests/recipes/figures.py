@@ -31,13 +31,14 @@ TRANSLATE = dict(
 )
 
 # Small BERT: masked-LM pretraining on the SST-2 train phrases (20 epochs),
-# then 3 epochs of SST-2 fine-tuning; best dev accuracy, and its gain over
-# the same classifier trained from scratch (83.49% and 79.36%: +4.1).
+# then 3 epochs of SST-2 fine-tuning (peak rate 1e-4; 2e-4 from scratch);
+# best dev accuracy, and its gain over the same classifier trained from
+# scratch (83.72% and 79.36%: +4.36).
 BERT = dict(
     pretrain_command=["--epochs", "20"],
     classify_command=["--epochs", "3"],
-    reached=0.8349,
+    reached=0.8372,
     dev_accuracy_at_least=0.82,
-    gain_reached=0.041,
+    gain_reached=0.0436,
     gain_at_least=0.02,
 )
