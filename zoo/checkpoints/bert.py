@@ -24,6 +24,7 @@ from zoo.checkpoints.common import (
     CheckpointError,
     TensorName,
     check_vocabulary,
+    config_reader,
     fused_linear,
     linear,
     read_json,
@@ -85,12 +86,7 @@ def from_huggingface_config(config, config_file):
             f"{config_file}: architecture {architecture!r} is not supported; expected one of {', '.join(ARCHITECTURES)}."
         )
 
-    def get(key, default=KeyError):
-        if key in config and config[key] is not None:
-            return config[key]
-        if default is KeyError:
-            raise CheckpointError(f"{config_file}: no {key!r}; expected the transformers config of {architecture}.")
-        return default
+    get = config_reader(config, config_file, architecture)
 
     if get("position_embedding_type", "absolute") != "absolute":
         raise CheckpointError(

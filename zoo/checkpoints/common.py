@@ -31,6 +31,21 @@ def read_json(path):
         raise CheckpointError(f"{path}: not valid JSON ({error}).") from None
 
 
+def config_reader(config, config_file, architecture):
+    """`get(key, default)` over a transformers config.json: the value when
+    it is set (not None), else `default`; a required key (no default)
+    missing is one `CheckpointError` naming the file."""
+
+    def get(key, default=KeyError):
+        if key in config and config[key] is not None:
+            return config[key]
+        if default is KeyError:
+            raise CheckpointError(f"{config_file}: no {key!r}; expected the transformers config of {architecture}.")
+        return default
+
+    return get
+
+
 def require_files(folder, *names, why):
     """A CheckpointError naming the first of `names` missing from `folder`."""
     for name in names:

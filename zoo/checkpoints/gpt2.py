@@ -12,7 +12,15 @@ keras-hub keeps separate (d, h, k) q, k, v kernels.
 import json
 
 from zoo.checkpoints import keras_hub_layers
-from zoo.checkpoints.common import CheckpointError, TensorName, check_vocabulary, read_json, require_files, write_text
+from zoo.checkpoints.common import (
+    CheckpointError,
+    TensorName,
+    check_vocabulary,
+    config_reader,
+    read_json,
+    require_files,
+    write_text,
+)
 
 NAME = "GPT-2"
 MODEL_TYPES = ("gpt2",)
@@ -56,12 +64,7 @@ def from_huggingface_config(config, config_file):
             f"{config_file}: architecture {architecture!r} is not supported; expected one of {', '.join(ARCHITECTURES)}."
         )
 
-    def get(key, default=KeyError):
-        if key in config and config[key] is not None:
-            return config[key]
-        if default is KeyError:
-            raise CheckpointError(f"{config_file}: no {key!r}; expected the transformers config of {architecture}.")
-        return default
+    get = config_reader(config, config_file, architecture)
 
     for key, expected in (("add_cross_attention", False), ("scale_attn_by_inverse_layer_idx", False),
                           ("tie_word_embeddings", True), ("scale_attn_weights", True)):

@@ -29,7 +29,16 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.checkpoints.common import CheckpointError, TensorName, check_vocabulary, fused_linear, require_files, to_numpy, write_text
+from zoo.checkpoints.common import (
+    CheckpointError,
+    TensorName,
+    check_vocabulary,
+    config_reader,
+    fused_linear,
+    require_files,
+    to_numpy,
+    write_text,
+)
 
 NAME = "Llama-family"
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -135,12 +144,7 @@ def from_huggingface_config(config, config_file):
             f"of {', '.join(known)}."
         )
 
-    def get(key, default=KeyError):
-        if key in config and config[key] is not None:
-            return config[key]
-        if default is KeyError:
-            raise CheckpointError(f"{config_file}: no {key!r}; expected the transformers config of {architecture}.")
-        return default
+    get = config_reader(config, config_file, architecture)
 
     def refuse(key, why):
         raise CheckpointError(f"{config_file}: {key}={config[key]!r} is not supported; {why}.")
