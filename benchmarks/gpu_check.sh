@@ -13,6 +13,10 @@
 #      zoo vs keras-hub new tokens/s.
 # Everything goes to the log as well as the screen; each step's exit status is
 # logged and a failing step does not stop the next. Steps: GPU_CHECK_STEPS="tests train generate".
+# Each step is stopped after its time limit (GPU_CHECK_LIMITS="tests=170 train=220
+# generate=170", seconds), so that one hang cannot take a short lease. The
+# tests run in GPU_CHECK_WORKERS pytest-xdist processes (default 8; 0 = one
+# process), each growing its GPU memory as needed instead of preallocating it.
 #
 # On a borrowed machine with only minutes of GPU time (a bare CUDA image that
 # has python3 3.12 with jax[cuda], torch, numpy, pytest and hypothesis, but not
@@ -55,11 +59,22 @@ if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
     export PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
 
-step() {  # step NAME COMMAND...: run, log, and record the exit status
+WORKERS=${GPU_CHECK_WORKERS:-8}
+LIMITS="tests=170 train=220 generate=170 ${GPU_CHECK_LIMITS:-}"
+
+limit() {  # limit NAME: the step's time limit in seconds (the last NAME=S in LIMITS)
+    local seconds=600 entry
+    for entry in $LIMITS; do
+        [ "${entry%%=*}" = "$1" ] && seconds=${entry#*=}
+    done
+    echo "$seconds"
+}
+
+step() {  # step NAME COMMAND...: run within the step's time limit, log, and record the exit status
     local name=$1
     shift
-    echo "=== $name: $* ($(date -u +%H:%M:%S) UTC)" | tee -a "$LOG"
-    "$@" 2>&1 | tee -a "$LOG"
+    echo "=== $name: $* ($(date -u +%H:%M:%S) UTC, limit $(limit "$name") s)" | tee -a "$LOG"
+    timeout "$(limit "$name")" "$@" 2>&1 | tee -a "$LOG"
     local status=${PIPESTATUS[0]}
     echo "=== $name: exit $status" | tee -a "$LOG"
 }
@@ -83,10 +98,11 @@ EOF
 
 for s in $STEPS; do
     case $s in
-        tests) step tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_precision.py tests/layers \
-            tests/generation tests/models ;;
+        tests) step tests env XLA_PYTHON_CLIENT_PREALLOCATE=false "$PYTHON" -m pytest -q -p no:cacheprovider \
+            -n "$WORKERS" tests/test_precision.py tests/layers tests/generation tests/models ;;
         train) step train "$PYTHON" benchmarks/train_gpu.py ;;
-        generate) step generate "$PYTHON" benchmarks/generate.py --layers 12 --width 768 --heads 12 ;;
+        generate) step generate "$PYTHON" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
+            --settings 256x1,256x8,1024x1,1024x8 --no-uncached --no-growth --repeats 3 ;;
         *) echo "unknown step $s (expected tests, train, generate)" | tee -a "$LOG" ;;
     esac
 done
