@@ -4,18 +4,19 @@
 #   bash benchmarks/gpu_check.sh            # log: benchmarks/results/gpu_check.log (or $OUT/gpu_check.log)
 #
 # In order, all on KERAS_BACKEND=jax:
-#   1. the layer, generation and model tests, and the test that they multiply
-#      float32 at full precision (tests/conftest.py turns the GPU's TF32 off
-#      for the tests only);
-#   2. benchmarks/train_gpu.py: GPT-2 small, batch 16 x 1024, bf16 - zoo,
+#   1. benchmarks/train_gpu.py: GPT-2 small, batch 16 x 1024, bf16 - zoo,
 #      keras-hub and nanoGPT in PyTorch, ending `ratio zoo/nanoGPT tokens/s: N.NN`;
-#   3. benchmarks/generate.py at GPT-2 width (12 layers, d 768, 12 heads):
-#      zoo vs keras-hub new tokens/s.
+#   2. benchmarks/generate.py at GPT-2 width (12 layers, d 768, 12 heads):
+#      zoo vs keras-hub new tokens/s;
+#   3. the layer, generation and model tests, and the test that they multiply
+#      float32 at full precision (tests/conftest.py turns the GPU's TF32 off
+#      for the tests only), one line per test as it ends, so that a run cut
+#      short still names every result it reached.
 # Everything goes to the log as well as the screen; each step's exit status is
-# logged and a failing step does not stop the next. Steps: GPU_CHECK_STEPS="tests train generate".
-# Each step is stopped after its time limit (GPU_CHECK_LIMITS="tests=170 train=220
-# generate=170", seconds), so that one hang cannot take a short lease. The
-# tests run in GPU_CHECK_WORKERS pytest-xdist processes (default 8; 0 = one
+# logged and a failing step does not stop the next. Steps: GPU_CHECK_STEPS="train generate tests".
+# Each step is stopped after its time limit (GPU_CHECK_LIMITS="train=220 generate=170
+# tests=480", seconds), so that one hang cannot take a short lease. The
+# tests run in GPU_CHECK_WORKERS pytest-xdist processes (default 6; 0 = one
 # process), each growing its GPU memory as needed instead of preallocating it.
 #
 # On a borrowed machine with only minutes of GPU time (a bare CUDA image that
@@ -36,9 +37,10 @@
 #     which runs `pip install --no-index --no-deps --target /tmp/site .whl/*.whl`
 #     and puts /tmp/site and the repository on PYTHONPATH (nothing is installed
 #     into the image's own Python);
-#   - the whole check takes roughly 6-10 minutes of device time (tests ~3,
-#     train_gpu ~3: three compilations of GPT-2 small; generate ~2-4); give the
-#     command a time limit that leaves room to rerun one step, e.g.
+#   - the whole check takes about 12 minutes of device time on one H100
+#     (train_gpu 2: three compilations of GPT-2 small; generate 2; the 431
+#     tests over 5 in 6 processes); give the command a time limit that leaves
+#     room to rerun one step, e.g.
 #         GPU_CHECK_STEPS=train bash benchmarks/gpu_check.sh
 #   - PYTHONUNBUFFERED=1 is set, so the log is complete even if the run is cut off.
 # Copy the log's tables into docs/results.md with the card's name and the date.
@@ -46,7 +48,7 @@
 set -u
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-STEPS=${GPU_CHECK_STEPS:-"tests train generate"}
+STEPS=${GPU_CHECK_STEPS:-"train generate tests"}
 LOG_DIR=${OUT:-benchmarks/results}
 mkdir -p "$LOG_DIR"
 LOG="$LOG_DIR/gpu_check.log"
@@ -59,8 +61,8 @@ if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
     export PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
 
-WORKERS=${GPU_CHECK_WORKERS:-8}
-LIMITS="tests=170 train=220 generate=170 ${GPU_CHECK_LIMITS:-}"
+WORKERS=${GPU_CHECK_WORKERS:-6}
+LIMITS="train=220 generate=170 tests=480 ${GPU_CHECK_LIMITS:-}"
 
 limit() {  # limit NAME: the step's time limit in seconds (the last NAME=S in LIMITS)
     local seconds=600 entry
@@ -98,8 +100,8 @@ EOF
 
 for s in $STEPS; do
     case $s in
-        tests) step tests env XLA_PYTHON_CLIENT_PREALLOCATE=false "$PYTHON" -m pytest -q -p no:cacheprovider \
-            -n "$WORKERS" tests/test_precision.py tests/layers tests/generation tests/models ;;
+        tests) step tests env XLA_PYTHON_CLIENT_PREALLOCATE=false "$PYTHON" -m pytest -v -rfE --tb=short -p no:cacheprovider \
+            -p no:benchmark -n "$WORKERS" tests/test_precision.py tests/layers tests/generation tests/models ;;
         train) step train "$PYTHON" benchmarks/train_gpu.py ;;
         generate) step generate "$PYTHON" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
             --settings 256x1,256x8,1024x1,1024x8 --no-uncached --no-growth --repeats 3 ;;
