@@ -25,6 +25,7 @@ SENTENCES = ["a gripping film", "a dull plot", "the acting is superb", "two dogs
 
 @pytest.fixture(scope="module")
 def tokenizers():
+    pytest.importorskip("tensorflow", reason="keras-hub's WordPiece tokenizer needs TensorFlow, which is not installed")
     return {
         "chars": CharTokenizer.from_text(string.ascii_letters + " \n!$&',-.3:;?"),
         "word_piece": train_word_piece(SENTENCES * 8, vocabulary_size=120),

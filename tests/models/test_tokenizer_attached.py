@@ -22,6 +22,8 @@ SENTENCES = [
     "the quick brown fox jumps over the lazy dog",
 ]
 PROBES = ["the cat runs", "über die straße", "naïve café façade", "a dog"]  # unseen words, non-ASCII
+# keras-hub's WordPiece and byte-pair tokenizers run on tensorflow-text (a GPU machine may have no TensorFlow).
+TF_TEXT = "keras-hub's WordPiece and byte-pair tokenizers need TensorFlow, which is not installed"
 
 
 def _char():
@@ -34,11 +36,13 @@ def _word():
 
 @functools.cache  # trained once per module
 def _word_piece():
+    pytest.importorskip("tensorflow", reason=TF_TEXT)
     return train_word_piece(SENTENCES * 3, vocabulary_size=120)
 
 
 @functools.cache  # trained once per module
 def _byte_pair():
+    pytest.importorskip("tensorflow", reason=TF_TEXT)
     return train_byte_pair(SENTENCES * 3, vocabulary_size=300)
 
 
