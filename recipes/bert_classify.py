@@ -135,21 +135,21 @@ def evaluate(folder, data=None, split="dev", model=None):
         model: the loaded model, or None to load `folder/model.keras`.
 
     Returns:
-        `("val_accuracy", float)`.
+        `("val_accuracy", float)` on the validation split, `("<split>_accuracy", float)` on another.
     """
     import numpy as np
 
     import zoo
     from zoo.data import read_labelled
 
-    from recipes.run_folder import load_model, read_run
+    from recipes.run_folder import figure_name, load_model, read_run
 
     args = read_run(folder)["args"]
     split = "dev" if split == "val" else split
     sentences, labels = read_labelled(data or args["data"], split)
     model = model or load_model(folder)
     predicted = np.asarray(zoo.classify(model, sentences, batch_size=args["batch_size"]).labels)
-    return "val_accuracy", float(np.mean(predicted == np.asarray(labels)))
+    return figure_name("accuracy", split, validation="dev"), float(np.mean(predicted == np.asarray(labels)))
 
 
 def start(args):

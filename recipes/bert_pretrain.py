@@ -176,12 +176,12 @@ def evaluate(folder, data=None, split="val", model=None):
         model: the loaded model, or None to load `folder/model.keras`.
 
     Returns:
-        `("val_loss", float)`.
+        `("val_loss", float)` on the validation split, `("<split>_loss", float)` on another.
     """
     from zoo.data import DataError, read_labelled, token_id_lists
 
     from recipes.lm_data import mean_cross_entropy
-    from recipes.run_folder import load_model, read_run
+    from recipes.run_folder import figure_name, load_model, read_run
 
     args = read_run(folder)["args"]
     if data is None and split == "val":
@@ -194,7 +194,7 @@ def evaluate(folder, data=None, split="val", model=None):
     if not rows:
         raise DataError(f"{data or args['data']} {split}: no sentence with a token; expected some text")
     inputs, mask_ids, weights = fixed_masks(rows, args["sequence_length"], tokenizer.get_vocabulary(), args["seed"])
-    return "val_loss", mean_cross_entropy(model, inputs, mask_ids, args["batch_size"], weights)
+    return figure_name("loss", split), mean_cross_entropy(model, inputs, mask_ids, args["batch_size"], weights)
 
 
 def start(args):

@@ -235,12 +235,16 @@ def _classify(args):
 
 
 def _eval(args):
-    from recipes.run_folder import final_line
+    from recipes.run_folder import final_line, record_figures
 
     name, recipe, model = open_run(args.run, quantize=args.quantize)
     split = args.split or ("dev" if name == "bert_classify" else "val")
-    metric, value = recipe.evaluate(args.run, data=args.data, split=split, model=model)
-    final_line(metric, value)
+    figures = recipe.evaluate(args.run, data=args.data, split=split, model=model)
+    figures = dict([figures]) if isinstance(figures, tuple) else figures
+    if args.quantize is None:  # run.json keeps the run's own model's figures
+        record_figures(args.run, split, figures, data=args.data)
+    for metric, value in figures.items():  # the run's own figure last
+        final_line(metric, value)
     return 0
 
 

@@ -85,18 +85,18 @@ def evaluate(folder, data=None, split="val", model=None):
         model: the loaded model, or None to load `folder/model.keras`.
 
     Returns:
-        `("val_accuracy", float)`.
+        `("val_accuracy", float)` on the validation split, `("<split>_accuracy", float)` on another.
     """
     import numpy as np
 
-    from recipes.run_folder import load_model, read_run
+    from recipes.run_folder import figure_name, load_model, read_run
 
     args = dict(read_run(folder)["args"])
     args["data"] = data or args["data"]
     english, german = pairs(args, split)
     model = model or load_model(folder)
     outputs = translate(model, english, args["sequence_length"] - 1)
-    return "val_accuracy", float(np.mean([o == r for o, r in zip(outputs, german)]))
+    return figure_name("accuracy", split), float(np.mean([o == r for o, r in zip(outputs, german)]))
 
 
 def translate(model, sentences, length):

@@ -170,12 +170,12 @@ def evaluate(folder, data=None, split="val", model=None):
         model: the loaded model, or None to load `folder/model.keras`.
 
     Returns:
-        `("val_loss", float)`.
+        `("val_loss", float)` on the validation split, `("<split>_loss", float)` on another.
     """
     from zoo.data import DataError, read_text
 
     from recipes.lm_data import mean_cross_entropy
-    from recipes.run_folder import load_model, read_run
+    from recipes.run_folder import figure_name, load_model, read_run
 
     args = read_run(folder)["args"]
     if split not in ("train", "val"):
@@ -185,7 +185,7 @@ def evaluate(folder, data=None, split="val", model=None):
     data = data or args["data"]
     _, train, val = split_text(read_text(data), data, DEFAULTS["train_fraction"], block, model.tokenizer.vocabulary)
     x, y = eval_inputs(train if split == "train" else val, args["batch_size"], block, args["eval_batches"], seed=0)
-    return "val_loss", mean_cross_entropy(model, x, y, args["batch_size"])
+    return figure_name("loss", split), mean_cross_entropy(model, x, y, args["batch_size"])
 
 
 def make_parser():

@@ -7,8 +7,9 @@
     curves.png     the learning curves by step, and the learning rate
     logs/          TensorBoard (`tensorboard --logdir RUN/logs`)
     run.json       recipe, args, preset, size overrides, final figures
-                   (results), the folder and its files, and whether
-                   the run finished
+                   (results), the figures of each split evaluated
+                   (figures: {split: {name: value}}), the folder and its
+                   files, and whether the run finished
     backup/        while training only: what an interrupted run resumes from
 
 plus the recipe's extras (attention.png, samples.txt, translations.txt,
@@ -18,8 +19,10 @@ the tokenizer's vocabulary file). The recipe's last two lines are
 
 A recipe module has `make_parser()` (its flags), `main(argv)` (the run;
 returns its figure) and `evaluate(folder, data=None, split=..., model=None)`
--> `(name, value)`, the function that computes the figure the recipe
-prints last and that `zoo eval RUN` calls, so the two agree.
+-> `(name, value)`, or a dict of figures whose last is the recipe's own:
+the function that computes the figures the recipe prints last and that
+`zoo eval RUN` calls, so the two agree. Every name carries its split
+(`figure_name`: `val_bleu`, `test_bleu`).
 
 Only the public `zoo` API here, as in a user's own script.
 """
@@ -86,7 +89,12 @@ class OutputFolder:
         from zoo.files import write_text
 
         record = {**self.config, **extra}
-        write_text(self.path / self.MARKER, json.dumps(record, indent=2, default=str))
+        marker = self.path / self.MARKER
+        if marker.is_file():  # the figures of the splits evaluated so far stay
+            figures = json.loads(marker.read_text(encoding="utf-8")).get("figures")
+            if figures:
+                record["figures"] = figures
+        write_text(marker, json.dumps(record, indent=2, default=str))
 
     def finish(self, **results):
         """Marks the run finished, with its final figures and its files."""
@@ -190,6 +198,27 @@ def finish(folder, name, value, **results):
     folder.finish(**{name: value}, **results)
     print(f"run folder: {folder.path}", flush=True)
     final_line(name, value)
+
+
+def figure_name(metric, split, validation="val"):
+    """A figure's name carries its split: `val_<metric>` on the recipe's
+    validation split (`val`, or `dev` for SST-2), `<split>_<metric>` on
+    any other ("test_bleu")."""
+    return f"{'val' if split == validation else split}_{metric}"
+
+
+def record_figures(path, split, figures, data=None):
+    """Adds a split's figures to run.json's `figures` ({split: {name:
+    value}}), keeping every other split's and everything else the file
+    holds; `data` names another dataset than the run's own."""
+    from zoo.files import write_text
+
+    record = json.loads((Path(path) / RUN).read_text(encoding="utf-8"))
+    entry = dict(figures)
+    if data is not None:
+        entry["data"] = str(data)
+    record.setdefault("figures", {})[split] = entry
+    write_text(Path(path) / RUN, json.dumps(record, indent=2, default=str))
 
 
 def is_run_folder(path):

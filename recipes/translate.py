@@ -2,25 +2,30 @@
 
     python -m recipes.translate --data ../shared/data/multi30k   # or: zoo train translate
 
-Vaswani et al. (2017) at CPU size: one WordPiece vocabulary trained on both
-sides of the train split (so the source and target embeddings and the output
-projection share one table, section 3.4), the paper's learning-rate schedule
-(eq. 3) and Adam(0.9, 0.98, 1e-9), label smoothing 0.1, and beam search for
-the validation translations. Batches are grouped by length so that short
-sentences are not padded to the longest.
+Vaswani et al. (2017) at CPU size: one cased subword vocabulary trained on
+both sides of the train split (SentencePiece's scheme, a unigram model by
+default; so the source and target embeddings and the output projection
+share one table, section 3.4), the paper's learning-rate schedule (eq. 3)
+and Adam(0.9, 0.98, 1e-9), label smoothing 0.1, an average of the recent
+weights (Polyak averaging, the paper's checkpoint averaging done as an
+exponential moving average), and beam search for the validation
+translations. Batches are grouped by length so that short sentences are not
+padded to the longest. Translations come out cased and detokenized: "A man
+is riding a bicycle."
 
-The run folder (--output, `runs/translate`): `model.keras` (the best epoch
-by validation loss), `vocabulary.txt`, `history.csv`, `curves.png`, `logs/`,
-`run.json`, `attention.png` (cross-attention of one validation sentence,
-one panel per head), `translations.txt`. The last lines printed are
-`run folder: RUN` and `val_bleu=...`: sacrebleu's corpus BLEU on the
-lowercased, detokenized validation split. Training stops at --epochs or
-before an epoch that would pass --time-budget minutes. A killed run resumes
-from its backup (with its saved vocabulary); `--epochs 0` on an unfinished
-folder only evaluates its model.keras. After training:
+The run folder (--output, `runs/translate`): `model.keras` (the averaged
+weights of the best epoch by validation loss), `tokenizer.json`,
+`history.csv`, `curves.png`, `logs/`, `run.json`, `attention.png`
+(cross-attention of one validation sentence, one panel per head),
+`translations.txt`. The last lines printed are `val_bleu_lowercase=...`,
+`val_chrf=...`, `run folder: RUN` and `val_bleu=...`: sacrebleu's default
+corpus BLEU (cased, 13a) of the validation split. Training stops at
+--epochs or before an epoch that would pass --time-budget minutes. A killed
+run resumes from its backup (with its saved tokenizer); `--epochs 0` on an
+unfinished folder only evaluates its model.keras. After training:
 
     zoo translate runs/translate "Ein Mann fährt Fahrrad."
-    zoo eval runs/translate --split test   # BLEU on another split
+    zoo eval runs/translate --split test   # test_bleu=... on another split
 """
 
 import argparse
@@ -40,7 +45,9 @@ DEFAULTS = dict(
     learning_rate=1e-3,  # the schedule's peak, reached at the end of warm-up
     warmup_steps=400,
     label_smoothing=0.1,
-    vocabulary_size=10000,  # one WordPiece vocabulary for German and English
+    vocabulary_size=10000,  # one cased subword vocabulary for German and English
+    subword="unigram",  # the vocabulary's pieces: "unigram" or "bpe"
+    ema_momentum=0.998,  # the average of the weights: momentum per step (a time constant of 500 steps); 0: none
     max_length=48,  # longest source or target in tokens (longer ones are cut)
     buckets=(16, 24, 32, 48),  # batch lengths: each batch is padded to one of these
     beam_size=4,
@@ -49,7 +56,7 @@ DEFAULTS = dict(
     output="runs/translate",
 )
 START, END = "[START]", "[END]"
-VOCABULARY = "vocabulary.txt"
+TOKENIZER = "tokenizer.json"
 
 
 def make_parser():
@@ -63,7 +70,11 @@ def make_parser():
     parser.add_argument("--label-smoothing", type=float, default=DEFAULTS["label_smoothing"],
                         help="label smoothing of the loss")
     parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"],
-                        help="WordPieces of the shared vocabulary")
+                        help="subword pieces of the shared vocabulary")
+    parser.add_argument("--subword", choices=("unigram", "bpe"), default=DEFAULTS["subword"],
+                        help="the vocabulary's pieces: a unigram model's or byte-pair merges")
+    parser.add_argument("--ema-momentum", type=float, default=DEFAULTS["ema_momentum"],
+                        help="keep and save a moving average of the weights with this momentum per step (0: none)")
     parser.add_argument("--max-length", type=int, default=DEFAULTS["max_length"],
                         help="longest source or target in tokens (longer ones are cut)")
     parser.add_argument("--beam-size", type=int, default=DEFAULTS["beam_size"], help="beams (1: greedy)")
@@ -82,6 +93,8 @@ def parse(argv):
     parser = make_parser()
     args = parser.parse_args(argv)
     check_preset(parser, args.preset, "transformer")
+    if not 0.0 <= args.ema_momentum < 1.0:
+        parser.error(f"--ema-momentum {args.ema_momentum}: expected a number in [0, 1)")
     return args
 
 
@@ -135,9 +148,9 @@ def translate_text(model, sentences, args):
 
 
 def evaluate(folder, data=None, split="val", model=None, outputs=None):
-    """Corpus BLEU of the saved model's beam-search translations of `split`
-    (the run's --max-val-sentences first sentences): the recipe's last
-    step and `zoo eval` both call this.
+    """The saved model's beam-search translations of `split` (the run's
+    --max-val-sentences first sentences), scored: the recipe's last step
+    and `zoo eval` both call this.
 
     Args:
         folder: the run folder.
@@ -149,13 +162,16 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
             translation) of each sentence.
 
     Returns:
-        `("val_bleu", float)`, BLEU rounded to two decimals as printed.
+        A dict of figures, each named after its split and rounded to two
+        decimals: `val_bleu_lowercase`, `val_chrf` and, last, `val_bleu`
+        (sacrebleu's default, cased BLEU) on the validation split;
+        `test_...` on the test split.
     """
     from zoo.data import read_parallel
-    from zoo.training import corpus_bleu
+    from zoo.training.bleu import detokenize, translation_scores
 
     from recipes.flags import require
-    from recipes.run_folder import load_model, read_run
+    from recipes.run_folder import figure_name, load_model, read_run
 
     require("sacrebleu", "the BLEU score")
     args = read_run(folder)["args"]
@@ -163,9 +179,12 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
     count = args["max_val_sentences"] or len(sources)
     model = model or load_model(folder)
     hypotheses = translate_text(model, sources[:count], args)
+    if type(model.tokenizer).__name__ == "WordPieceTokenizer":  # a run of the earlier, lowercased recipe
+        hypotheses = [detokenize(h) for h in hypotheses]
     if outputs is not None:
         outputs.extend(zip(sources, references, hypotheses))
-    return "val_bleu", round(corpus_bleu(hypotheses, references[:count]), 2)
+    scores = translation_scores(hypotheses, references[:count])
+    return {figure_name(name, split): scores[name] for name in ("bleu_lowercase", "chrf", "bleu")}
 
 
 def time_budget(minutes):
@@ -214,15 +233,16 @@ def read_data(args):
     """The tokenizer and the bucketed train and validation pipelines, read
     before the output folder is touched: a dict of tokenizer, vocabulary,
     ids (token -> id), val_src_ids, train, steps, val, val_steps."""
-    from zoo.data import DataError, load_word_piece, read_parallel, token_id_lists, train_word_piece
+    from zoo.data import DataError, HuggingFaceTokenizer, read_parallel, token_id_lists, train_sentence_piece
 
     train_src, train_tgt = read_parallel(args.data, "train", args.source_lang, args.target_lang)
     val_src, val_tgt = read_parallel(args.data, "val", args.source_lang, args.target_lang)
-    saved = Path(args.output) / VOCABULARY
-    if saved.is_file() and not args.overwrite:  # resuming: the checkpoint's own vocabulary
-        tokenizer = load_word_piece(saved)
+    saved = Path(args.output) / TOKENIZER
+    if saved.is_file() and not args.overwrite:  # resuming: the checkpoint's own tokenizer
+        tokenizer = HuggingFaceTokenizer.from_file(saved, bos_token=START, eos_token=END, pad_token="[PAD]",
+                                                   add_bos=False)
     else:
-        tokenizer = train_word_piece(train_src + train_tgt, args.vocabulary_size)
+        tokenizer = train_sentence_piece(train_src + train_tgt, args.vocabulary_size, args.subword)
     vocabulary = tokenizer.get_vocabulary()
     ids = {token: i for i, token in enumerate(vocabulary)}
     train_src_ids, train_tgt_ids = token_id_lists(tokenizer, train_src), token_id_lists(tokenizer, train_tgt)
@@ -237,7 +257,7 @@ def read_data(args):
     val, val_steps = bucketed(val_src_ids, val_tgt_ids, val_batch, buckets, ids, False, None)
     print(
         f"{len(train_src):,} training pairs, {len(val_src):,} validation pairs, "
-        f"vocabulary {len(vocabulary):,} WordPieces, {steps} steps an epoch",
+        f"vocabulary {len(vocabulary):,} {args.subword} pieces, {steps} steps an epoch",
         flush=True,
     )
     return dict(tokenizer=tokenizer, vocabulary=vocabulary, ids=ids, val_src_ids=val_src_ids,
@@ -245,9 +265,7 @@ def read_data(args):
 
 
 def open_folder(args, tokenizer):
-    """The run folder, with the vocabulary in it."""
-    from zoo.data import save_vocabulary
-
+    """The run folder, with the tokenizer in it."""
     from recipes.flags import size_overrides, startup_line
     from recipes.run_folder import OutputFolder, run_config
 
@@ -255,13 +273,14 @@ def open_folder(args, tokenizer):
     print(startup_line("translate", args.preset, overrides), flush=True)
     config = run_config("translate", args, args.preset, overrides)
     folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
-    save_vocabulary(tokenizer, folder / VOCABULARY)
+    tokenizer.save_assets(folder.path)  # tokenizer.json
     return folder
 
 
 def make_model(args, tokenizer, vocabulary_size):
     """The compiled encoder-decoder: the paper's schedule with its peak at
-    --learning-rate, Adam(0.9, 0.98, 1e-9), label-smoothed masked loss."""
+    --learning-rate, Adam(0.9, 0.98, 1e-9) keeping a moving average of the
+    weights (--ema-momentum), label-smoothed masked loss."""
     import keras
 
     import zoo
@@ -284,7 +303,10 @@ def make_model(args, tokenizer, vocabulary_size):
         scale = args.learning_rate * (hidden_dim * args.warmup_steps) ** 0.5
         schedule = TransformerSchedule(hidden_dim, args.warmup_steps, scale)
         model.compile(
-            optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+            optimizer=keras.optimizers.Adam(
+                schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
+                use_ema=args.ema_momentum > 0, ema_momentum=args.ema_momentum,
+            ),
             loss=MaskedSparseCrossentropy(pad_id=0, label_smoothing=args.label_smoothing),
             metrics=[MaskedAccuracy(pad_id=0)],
             jit_compile=jit_compile_flag(args),
@@ -295,11 +317,16 @@ def make_model(args, tokenizer, vocabulary_size):
 
 def train(model, args, folder, data):
     """Up to --epochs epochs within --time-budget; model.keras is the best
-    epoch by validation loss. --epochs 0 on an interrupted run's folder
-    only evaluates its model.keras."""
+    epoch by validation loss, both of the averaged weights when
+    --ema-momentum is set. --epochs 0 on an interrupted run's folder only
+    evaluates its model.keras."""
+    import keras
+
     from recipes.plots import write_curves
     from recipes.run_folder import callbacks
 
+    # Validation swaps the averaged weights in (BestModel saves them too).
+    average = [keras.callbacks.SwapEMAWeights()] if args.ema_momentum > 0 else []
     if args.epochs > 0:
         model.fit(
             data["train"].repeat(),
@@ -307,26 +334,26 @@ def train(model, args, folder, data):
             epochs=args.epochs,
             validation_data=data["val"],
             validation_steps=data["val_steps"],
-            callbacks=callbacks(folder) + [time_budget(args.time_budget)],
+            callbacks=average + callbacks(folder) + [time_budget(args.time_budget)],
             shuffle=False,  # the pipeline shuffles
         )
         write_curves(folder, model, title=f"{args.preset} on Multi30k")
 
 
 def translate_validation(folder, args):
-    """(the saved model, BLEU, translations): beam search on the
+    """(the saved model, its figures, translations): beam search on the
     validation split; translations.txt, and --num-samples printed."""
     from recipes.run_folder import load_model
 
     best = load_model(folder)
     translations = []
-    _, bleu = evaluate(folder.path, model=best, outputs=translations)
+    figures = evaluate(folder.path, model=best, outputs=translations)
     with open(folder / "translations.txt", "w", encoding="utf-8") as f:
         for source, reference, output in translations:
             f.write(f"{source}\t{reference}\t{output}\n")
     for source, reference, output in translations[: args.num_samples]:
         print(f"source:    {source}\nreference: {reference}\noutput:    {output}\n")
-    return best, bleu, translations
+    return best, figures, translations
 
 
 def draw_attention(model, args, folder, data, translation):
@@ -350,7 +377,7 @@ def draw_attention(model, args, folder, data, translation):
 
 
 def main(argv=None):
-    from recipes.run_folder import finish
+    from recipes.run_folder import HISTORY, final_line, finish, read_history, record_figures
 
     args = parse(argv)
     start(args)
@@ -360,11 +387,16 @@ def main(argv=None):
     model = make_model(args, data["tokenizer"], len(data["vocabulary"]))
     train(model, args, folder, data)
     train_seconds = time.time() - started
-    best, bleu, translations = translate_validation(folder, args)
+    best, figures, translations = translate_validation(folder, args)
     draw_attention(best, args, folder, data, translations[0][2])
     total = time.time() - started
-    print(f"training {train_seconds / 60:.1f} min, total {total / 60:.1f} min", flush=True)
-    finish(folder, "val_bleu", bleu, train_seconds=train_seconds, total_seconds=total)
+    epochs = len(read_history(folder / HISTORY).get("loss", []))
+    print(f"{epochs} epochs, training {train_seconds / 60:.1f} min, total {total / 60:.1f} min", flush=True)
+    record_figures(folder.path, "val", figures)
+    *others, (name, bleu) = figures.items()
+    for other, value in others:
+        final_line(other, value)
+    finish(folder, name, bleu, **dict(others), epochs=epochs, train_seconds=train_seconds, total_seconds=total)
     return bleu
 
 

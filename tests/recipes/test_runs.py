@@ -182,7 +182,7 @@ def test_zoo_sample_continues_a_prompt_past_nothing_but_the_models_characters(ru
     assert code == 0 and text.startswith("All:")
     assert set(text) <= set(TEXT)
     code, lines = used["gpt_char"]["train_split"]
-    assert code == 0 and lines[-1].startswith("val_loss=")
+    assert code == 0 and lines[-1].startswith("train_loss=")  # the figure is named after its split
 
 
 def test_zoo_translate_and_classify_answer_each_sentence(runs):
@@ -199,7 +199,13 @@ def test_zoo_translate_and_classify_answer_each_sentence(runs):
 
 
 def test_zoo_eval_on_another_split_and_data(runs):
-    _, _, used = runs
+    folder, _, used = runs
     for name in ("translate", "bert_classify"):
         code, lines = used[name]["test_split"]
-        assert code == 0 and lines[-1].startswith(METRIC[name] + "=")
+        metric = METRIC[name].replace("val_", "test_")  # every figure names its split
+        assert code == 0 and lines[-1].startswith(metric + "=")
+        figures = json.loads((folder / name / "run.json").read_text())["figures"]
+        assert figures["test"][metric] == pytest.approx(float(lines[-1].split("=")[1]), abs=5e-5)
+        assert METRIC[name] in figures["val" if name == "translate" else "dev"]  # the validation figures stay
+    code, lines = used["translate"]["test_split"]
+    assert [line.split("=")[0] for line in lines[:3]] == ["test_bleu_lowercase", "test_chrf", "test_bleu"]

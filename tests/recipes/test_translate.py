@@ -1,7 +1,10 @@
-"""The translate recipe: a smoke run on tiny parallel files, its refusals,
-the BLEU helper, and (slow) the Multi30k run behind the README's BLEU."""
+"""The translate recipe: a smoke run on tiny parallel files, cased and
+detokenized translations from `zoo translate`, figures named by their
+split, its refusals, the scores, and (slow) the Multi30k run behind the
+README's BLEU."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +12,7 @@ import pytest
 from recipes import translate
 from tests.recipes.figures import TRANSLATE
 from zoo.data import DataError
-from zoo.training.bleu import corpus_bleu, detokenize
+from zoo.training.bleu import corpus_bleu, detokenize, translation_scores
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 GERMAN = ["ein", "mann", "eine", "frau", "hund", "läuft", "spielt", "im", "park", "auf", "der", "straße"]
@@ -17,7 +20,7 @@ ENGLISH = ["a", "man", "a", "woman", "dog", "runs", "plays", "in", "park", "on",
 FAST = ["--preset", "transformer-tiny", "--epochs", "1", "--batch-size", "8", "--max-length", "16",
         "--vocabulary-size", "200", "--warmup-steps", "5", "--intermediate-dim", "64", "--beam-size", "2",
         "--jit-compile", "false"]
-FILES = ("model.keras", "vocabulary.txt", "history.csv", "curves.png", "attention.png", "translations.txt",
+FILES = ("model.keras", "tokenizer.json", "history.csv", "curves.png", "attention.png", "translations.txt",
          "run.json")
 
 
@@ -48,12 +51,16 @@ def test_smoke_run_writes_everything_and_prints_val_bleu_last(data, tmp_path, ca
     bleu = translate.main(["--data", str(data), "--output", str(output), *FAST])
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == f"val_bleu={round(bleu, 2):.4f}"
+    assert lines[-4].startswith("val_bleu_lowercase=") and lines[-3].startswith("val_chrf=")
     assert 0.0 <= bleu <= 100.0
     for name in FILES:
         assert (output / name).is_file(), name
-    assert json.loads((output / "run.json").read_text())["finished"]
+    record = json.loads((output / "run.json").read_text())
+    assert record["finished"] and record["results"]["val_bleu"] == bleu and record["results"]["epochs"] == 1
+    assert set(record["figures"]["val"]) == {"val_bleu", "val_bleu_lowercase", "val_chrf"}
     assert not (output / "backup").exists()
-    assert (output / "vocabulary.txt").read_text(encoding="utf-8").startswith("[PAD]\n")
+    vocabulary = json.loads((output / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    assert [piece for piece, _ in vocabulary[:4]] == ["[PAD]", "[UNK]", "[START]", "[END]"]
     with pytest.raises(FileExistsError, match="--overwrite"):  # a finished run stays as it is
         translate.main(["--data", str(data), "--output", str(output), *FAST])
 
@@ -86,11 +93,71 @@ def test_missing_and_empty_files_are_clear_errors(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_bleu_is_sacrebleus_on_lowercased_detokenized_text():
+def write_cased_pairs(folder, split, count, seed=0):
+    """Sentences as Multi30k has them: a capital first letter, punctuation
+    attached ("A man runs in the park, on the street.")."""
+    import random
+
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    de, en = [], []
+    for _ in range(count):
+        words = [rng.randrange(len(GERMAN)) for _ in range(rng.randint(2, 6))]
+        comma = rng.randrange(1, len(words)) if rng.random() < 0.3 else None
+        for side, vocabulary in ((de, GERMAN), (en, ENGLISH)):
+            text = " ".join(vocabulary[i] + ("," if n + 1 == comma else "") for n, i in enumerate(words)) + "."
+            side.append(text[0].upper() + text[1:])
+    (folder / f"{split}.de").write_text("\n".join(de) + "\n", encoding="utf-8")
+    (folder / f"{split}.en").write_text("\n".join(en) + "\n", encoding="utf-8")
+
+
+def test_zoo_translate_gives_cased_detokenized_text_and_eval_names_the_split(tmp_path, capsys):
+    from recipes import cli
+
+    data = tmp_path / "data"
+    for split, count, seed in (("train", 96, 0), ("val", 8, 1), ("test", 6, 2)):
+        write_cased_pairs(data, split, count, seed)
+    run = tmp_path / "run"
+    fast = [*FAST, "--epochs", "12", "--batch-size", "16", "--learning-rate", "3e-3", "--max-length", "24",
+            "--ema-momentum", "0.9"]
+    translate.main(["--data", str(data), "--output", str(run), *fast])
+    capsys.readouterr()
+    assert cli.main(["translate", str(run), "Ein mann läuft im park.", "Eine frau spielt auf der straße."]) == 0
+    translations = capsys.readouterr().out.strip().splitlines()
+    assert len(translations) == 2
+    for text in translations:
+        assert text[:1].isupper(), text  # cased: a capital first letter, as every reference has
+        assert not re.search(r" [.,']", text), text  # detokenized: no space before punctuation
+        assert "▁" not in text and "[" not in text, text
+    saved = [line.split("\t")[2] for line in (run / "translations.txt").read_text(encoding="utf-8").splitlines()]
+    assert all(line[:1].isupper() and not re.search(r" [.,']", line) for line in saved)
+    assert cli.main(["eval", str(run), "--split", "test"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith("test_bleu=") and [line.split("=")[0] for line in lines[-3:-1]] == [
+        "test_bleu_lowercase", "test_chrf"]
+    figures = json.loads((run / "run.json").read_text())["figures"]
+    assert set(figures) == {"val", "test"} and figures["test"]["test_bleu"] == float(lines[-1].split("=")[1])
+
+
+def test_scores_are_sacrebleus_cased_bleu_lowercased_bleu_and_chrf():
+    import sacrebleu
+
+    reference = ["A man in a T-shirt runs."]
+    assert translation_scores(reference, reference) == {"bleu": 100.0, "bleu_lowercase": 100.0, "chrf": 100.0}
+    lowered = translation_scores(["a man in a t-shirt runs."], reference)
+    assert lowered["bleu_lowercase"] == 100.0 and lowered["bleu"] < 100.0 and lowered["chrf"] < 100.0
+    hypotheses, references = ["The dog runs on the street.", "Two men."], ["A dog runs in the street.", "Two men."]
+    scores = translation_scores(hypotheses, references)
+    assert scores["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)  # sacrebleu's default
+    assert scores["chrf"] == round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2)
+    with pytest.raises(ValueError, match="2 translations for 1 references"):
+        translation_scores(hypotheses, references[:1])
+
+
+def test_word_piece_output_is_detokenized_before_scoring():
     assert detokenize("a man ' s t - shirt , too .") == "a man's t-shirt, too."
     assert detokenize("the players ' jerseys") == "the players ' jerseys"
-    assert corpus_bleu(["a man in a t - shirt ."], ["A man in a T-shirt."]) == pytest.approx(100.0)
-    assert corpus_bleu(["a dog ."], ["A man in a T-shirt."]) < 10.0
+    assert corpus_bleu([detokenize("a man in a t - shirt .")], ["A man in a T-shirt."], lowercase=True) == pytest.approx(100)
 
 
 @pytest.mark.slow

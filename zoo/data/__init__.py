@@ -7,7 +7,7 @@ functions that need them.
 
 from zoo.data.buckets import bucketed_batches, divisor_batch_size, int32_masks, interleave, length_buckets
 from zoo.data.errors import DataError
-from zoo.data.huggingface_tokenizer import HuggingFaceTokenizer
+from zoo.data.huggingface_tokenizer import HuggingFaceTokenizer, train_sentence_piece
 from zoo.data.sources import read_labelled, read_parallel, read_text
 from zoo.data.synthetic import (
     Task,
@@ -66,6 +66,7 @@ __all__ = [
     "toy_translation",
     "toy_translation_pairs",
     "train_byte_pair",
+    "train_sentence_piece",
     "train_word_piece",
 ]
 

@@ -374,3 +374,70 @@ def _read_json_object(path):
     if not isinstance(value, dict):
         raise DataError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value
+
+
+SENTENCE_PIECE_RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
+SENTENCE_PIECE_ALGORITHMS = ("unigram", "bpe")
+
+
+def train_sentence_piece(texts, vocabulary_size, algorithm="unigram", reserved_tokens=SENTENCE_PIECE_RESERVED_TOKENS):
+    """Trains a cased subword vocabulary in SentencePiece's scheme with the
+    `tokenizers` package and returns it as a `HuggingFaceTokenizer`.
+
+    As SentencePiece (Kudo and Richardson, 2018): the text is NFKC-normalised
+    and keeps its case; each space becomes the mark `▁` at the start of the
+    next piece, so detokenizing gives the text back, punctuation attached
+    ("A man's T-shirt."). The pieces are a unigram language model's (Kudo,
+    2018; Marian / OPUS-MT's choice) or byte-pair merges (Sennrich et al.,
+    2016). The reserved tokens take the first ids, so `"[PAD]"` is 0;
+    `[START]` and `[END]` become the tokenizer's start and end ids, and
+    tokenizing adds neither.
+
+    Args:
+        texts: a list of str, e.g. both sides of a parallel corpus for one
+            shared vocabulary.
+        vocabulary_size: int, the reserved tokens included.
+        algorithm: "unigram" or "bpe".
+        reserved_tokens: a sequence of str starting with "[PAD]" and holding
+            "[UNK]", "[START]" and "[END]".
+
+    Returns:
+        A `HuggingFaceTokenizer`.
+
+    Example:
+    ```python
+    tokenizer = train_sentence_piece(["Ein Mann fährt Fahrrad.", "A man rides a bike."], 60)
+    tokenizer.detokenize(tokenizer("A man rides a bike."))  # "A man rides a bike."
+    ```
+    """
+    import tokenizers
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+    reserved_tokens = list(reserved_tokens)
+    needed = ("[UNK]", "[START]", "[END]")
+    if reserved_tokens[:1] != ["[PAD]"] or any(token not in reserved_tokens for token in needed):
+        raise ValueError(
+            f"reserved_tokens must start with '[PAD]' (id 0) and hold {', '.join(needed)}; got {reserved_tokens}"
+        )
+    if algorithm not in SENTENCE_PIECE_ALGORITHMS:
+        raise ValueError(f"algorithm: expected one of {', '.join(SENTENCE_PIECE_ALGORITHMS)}; got {algorithm!r}.")
+    if not isinstance(vocabulary_size, int) or vocabulary_size <= len(reserved_tokens):
+        raise ValueError(
+            f"vocabulary_size: expected an int above the {len(reserved_tokens)} reserved tokens; got {vocabulary_size!r}."
+        )
+    texts = _strings(texts)
+    if algorithm == "unigram":
+        backend = tokenizers.Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocabulary_size, special_tokens=reserved_tokens, unk_token="[UNK]", show_progress=False
+        )
+    else:
+        backend = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
+        trainer = trainers.BpeTrainer(vocab_size=vocabulary_size, special_tokens=reserved_tokens, show_progress=False)
+    backend.normalizer = normalizers.NFKC()
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Metaspace()
+    backend.train_from_iterator(texts, trainer)
+    return HuggingFaceTokenizer.from_file(
+        backend, bos_token="[START]", eos_token="[END]", pad_token="[PAD]", add_bos=False
+    )

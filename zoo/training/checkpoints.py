@@ -151,6 +151,11 @@ class BestModel(keras.callbacks.Callback):
     atomically. The best figure so far is kept in a JSON file beside the
     model, so a resumed run compares against the best of the killed one.
 
+    When the optimizer keeps a moving average of the weights (`use_ema=True`,
+    Polyak averaging), the file holds that average, and training goes on
+    from the weights it had; validate on the average with
+    `keras.callbacks.SwapEMAWeights()` so the figure is the average's too.
+
     Args:
         path: str or `pathlib.Path`, ending in `.keras`.
         monitor: str, e.g. `"val_loss"`.
@@ -184,9 +189,25 @@ class BestModel(keras.callbacks.Callback):
         if not math.isfinite(value) or not self._improved(value):
             return
         with atomic_path(self.path) as tmp:
-            self.model.save(tmp)
+            self._save(tmp)
         self.best = value
         write_text(self.record, json.dumps({self.monitor: value, "epoch": epoch + 1}))
+
+
+    def _save(self, path):
+        optimizer = getattr(self.model, "optimizer", None)
+        optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # under a LossScaleOptimizer
+        if not getattr(optimizer, "use_ema", False) or not getattr(optimizer, "built", False):
+            self.model.save(path)
+            return
+        variables = self.model.trainable_variables
+        trained = [keras.ops.convert_to_numpy(v) for v in variables]
+        optimizer.finalize_variable_values(variables)  # the moving averages into the variables
+        try:
+            self.model.save(path)
+        finally:
+            for variable, value in zip(variables, trained):
+                variable.assign(value)
 
 
 class ResumableCSVLogger(keras.callbacks.CSVLogger):
