@@ -104,7 +104,8 @@ def run_quality(folders, modes):
         values = {}
         for mode in (None, *modes):
             name, recipe, model = open_run(folder, quantize=mode)
-            metric, values[mode] = recipe.evaluate(folder, split="dev" if name == "bert_classify" else "val", model=model)
+            figures = recipe.evaluate(folder, split="dev" if name == "bert_classify" else "val", model=model)
+            metric, values[mode] = list(figures.items())[-1]  # the recipe's own figure
         change = "".join(f"{values[m]:.4f} ({values[m] - values[None]:+.4f})".rjust(20) for m in modes)
         print(f"{str(folder):<28}{metric:<14}{values[None]:>10.4f}{change}")
 

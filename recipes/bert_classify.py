@@ -135,7 +135,7 @@ def evaluate(folder, data=None, split="dev", model=None):
         model: the loaded model, or None to load `folder/model.keras`.
 
     Returns:
-        `("val_accuracy", float)` on the validation split, `("<split>_accuracy", float)` on another.
+        `{"val_accuracy": float}` on the validation split, `{"<split>_accuracy": float}` on another.
     """
     import numpy as np
 
@@ -149,7 +149,7 @@ def evaluate(folder, data=None, split="dev", model=None):
     sentences, labels = read_labelled(data or args["data"], split)
     model = model or load_model(folder)
     predicted = np.asarray(zoo.classify(model, sentences, batch_size=args["batch_size"]).labels)
-    return figure_name("accuracy", split, validation="dev"), float(np.mean(predicted == np.asarray(labels)))
+    return {figure_name("accuracy", split, validation="dev"): float(np.mean(predicted == np.asarray(labels)))}
 
 
 def start(args):
@@ -312,7 +312,7 @@ def main(argv=None):
     folder = open_folder(args, data)
     model = make_model(args, data)
     train(model, args, folder, data)
-    _, accuracy = evaluate(folder.path)
+    accuracy = evaluate(folder.path)["val_accuracy"]
     seconds = time.time() - started
     print(f"total {seconds / 60:.1f} min", flush=True)
     finish(folder, "val_accuracy", accuracy, total_seconds=seconds, pretrained=args.pretrained)

@@ -176,7 +176,7 @@ def evaluate(folder, data=None, split="val", model=None):
         model: the loaded model, or None to load `folder/model.keras`.
 
     Returns:
-        `("val_loss", float)` on the validation split, `("<split>_loss", float)` on another.
+        `{"val_loss": float}` on the validation split, `{"<split>_loss": float}` on another.
     """
     from zoo.data import DataError, read_labelled, token_id_lists
 
@@ -194,7 +194,7 @@ def evaluate(folder, data=None, split="val", model=None):
     if not rows:
         raise DataError(f"{data or args['data']} {split}: no sentence with a token; expected some text")
     inputs, mask_ids, weights = fixed_masks(rows, args["sequence_length"], tokenizer.get_vocabulary(), args["seed"])
-    return figure_name("loss", split), mean_cross_entropy(model, inputs, mask_ids, args["batch_size"], weights)
+    return {figure_name("loss", split): mean_cross_entropy(model, inputs, mask_ids, args["batch_size"], weights)}
 
 
 def start(args):
@@ -313,7 +313,7 @@ def main(argv=None):
     folder = open_folder(args, tokenizer)
     model = make_model(args, tokenizer, train_batches[1])
     train(model, args, folder, train_batches, val_batches)
-    _, val_loss = evaluate(folder.path)
+    val_loss = evaluate(folder.path)["val_loss"]
     seconds = time.time() - started
     print(f"total {seconds / 60:.1f} min", flush=True)
     finish(folder, "val_loss", val_loss, total_seconds=seconds)

@@ -240,7 +240,6 @@ def _eval(args):
     name, recipe, model = open_run(args.run, quantize=args.quantize)
     split = args.split or ("dev" if name == "bert_classify" else "val")
     figures = recipe.evaluate(args.run, data=args.data, split=split, model=model)
-    figures = dict([figures]) if isinstance(figures, tuple) else figures
     if args.quantize is None:  # run.json keeps the run's own model's figures
         record_figures(args.run, split, figures, data=args.data)
     for metric, value in figures.items():  # the run's own figure last

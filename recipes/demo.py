@@ -85,7 +85,7 @@ def evaluate(folder, data=None, split="val", model=None):
         model: the loaded model, or None to load `folder/model.keras`.
 
     Returns:
-        `("val_accuracy", float)` on the validation split, `("<split>_accuracy", float)` on another.
+        `{"val_accuracy": float}` on the validation split, `{"<split>_accuracy": float}` on another.
     """
     import numpy as np
 
@@ -96,7 +96,7 @@ def evaluate(folder, data=None, split="val", model=None):
     english, german = pairs(args, split)
     model = model or load_model(folder)
     outputs = translate(model, english, args["sequence_length"] - 1)
-    return figure_name("accuracy", split), float(np.mean([o == r for o, r in zip(outputs, german)]))
+    return {figure_name("accuracy", split): float(np.mean([o == r for o, r in zip(outputs, german)]))}
 
 
 def translate(model, sentences, length):
@@ -213,7 +213,7 @@ def main(argv=None):
               shuffle=False)  # the pipeline shuffles
     write_curves(folder, model, title="toy English -> German")
     best = load_model(folder)
-    _, exact = evaluate(folder.path, model=best)
+    exact = evaluate(folder.path, model=best)["val_accuracy"]
     show_translations(best, args, val_en, val_de)
     seconds = time.time() - started
     print(f"{exact:.1%} of {len(val_en)} held-out sentences exactly right, in {seconds:.0f} s", flush=True)

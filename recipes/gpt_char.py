@@ -170,7 +170,7 @@ def evaluate(folder, data=None, split="val", model=None):
         model: the loaded model, or None to load `folder/model.keras`.
 
     Returns:
-        `("val_loss", float)` on the validation split, `("<split>_loss", float)` on another.
+        `{"val_loss": float}` on the validation split, `{"<split>_loss": float}` on another.
     """
     from zoo.data import DataError, read_text
 
@@ -185,7 +185,7 @@ def evaluate(folder, data=None, split="val", model=None):
     data = data or args["data"]
     _, train, val = split_text(read_text(data), data, DEFAULTS["train_fraction"], block, model.tokenizer.vocabulary)
     x, y = eval_inputs(train if split == "train" else val, args["batch_size"], block, args["eval_batches"], seed=0)
-    return figure_name("loss", split), mean_cross_entropy(model, x, y, args["batch_size"])
+    return {figure_name("loss", split): mean_cross_entropy(model, x, y, args["batch_size"])}
 
 
 def make_parser():
@@ -346,7 +346,7 @@ def main(argv=None):
     folder = open_folder(args, preset, vocabulary)
     model = make_model(args, preset, vocabulary, jit_compile)
     train_seconds = train(model, args, folder, train_ids, val_ids, block)
-    _, val_loss = evaluate(folder.path)  # of the saved model, as `zoo eval` computes it
+    val_loss = evaluate(folder.path)["val_loss"]  # of the saved model, as `zoo eval` computes it
     draw(model, args, preset, folder, vocabulary, val_ids, block)
     write_sample(model, args, folder)
     tokens = args.steps * args.batch_size * block

@@ -106,7 +106,7 @@ def evaluate(folder, data=None, split="val", model=None):
         model: the loaded model, or None to load `folder/model.keras`.
 
     Returns:
-        `("val_loss", float)` on the validation split, `("<split>_loss", float)` on another.
+        `{"val_loss": float}` on the validation split, `{"<split>_loss": float}` on another.
     """
     from zoo.data import DataError, read_text
 
@@ -121,7 +121,7 @@ def evaluate(folder, data=None, split="val", model=None):
     ids = encode_text(model.tokenizer, read_text(data))
     train, val = split_ids(ids, data, DEFAULTS["train_fraction"], args["sequence_length"])
     x, y = eval_inputs(train if split == "train" else val, args["batch_size"], args["sequence_length"], args["eval_batches"])
-    return figure_name("loss", split), mean_cross_entropy(model, x, y, args["batch_size"])
+    return {figure_name("loss", split): mean_cross_entropy(model, x, y, args["batch_size"])}
 
 
 def sample(model, prompt="ROMEO:", length=100, temperature=0.8, top_p=None, top_k=None, seed=None):

@@ -19,7 +19,7 @@ the tokenizer's vocabulary file). The recipe's last two lines are
 
 A recipe module has `make_parser()` (its flags), `main(argv)` (the run;
 returns its figure) and `evaluate(folder, data=None, split=..., model=None)`
--> `(name, value)`, or a dict of figures whose last is the recipe's own:
+-> a dict of figures `{name: value}` whose last is the recipe's own:
 the function that computes the figures the recipe prints last and that
 `zoo eval RUN` calls, so the two agree. Every name carries its split
 (`figure_name`: `val_bleu`, `test_bleu`).

@@ -167,7 +167,7 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
         (sacrebleu's default, cased BLEU) on the validation split;
         `test_...` on the test split.
     """
-    from zoo.data import read_parallel
+    from zoo.data import HuggingFaceTokenizer, read_parallel
     from zoo.training.bleu import detokenize, translation_scores
 
     from recipes.flags import require
@@ -179,7 +179,7 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
     count = args["max_val_sentences"] or len(sources)
     model = model or load_model(folder)
     hypotheses = translate_text(model, sources[:count], args)
-    if type(model.tokenizer).__name__ == "WordPieceTokenizer":  # a run of the earlier, lowercased recipe
+    if not isinstance(model.tokenizer, HuggingFaceTokenizer):  # WordPiece text: pieces apart, punctuation spaced
         hypotheses = [detokenize(h) for h in hypotheses]
     if outputs is not None:
         outputs.extend(zip(sources, references, hypotheses))

@@ -1,6 +1,7 @@
 """Tiny untrained models of the three kinds `zoo explore` shows, as
 tests/test_readme.py lays out runs: gpt-nano with a CharTokenizer,
-a bert-tiny classifier and a transformer-tiny translator on WordPiece."""
+a bert-tiny classifier on WordPiece and a transformer-tiny translator on
+the translate recipe's cased subword tokenizer."""
 
 import string
 
@@ -14,11 +15,12 @@ RUN = {"recipe": "gpt_char", "preset": "gpt-nano", "finished": True, "results": 
 @pytest.fixture(scope="session")
 def models():
     import zoo
-    from zoo.data import CharTokenizer, train_word_piece
+    from zoo.data import CharTokenizer, train_sentence_piece, train_word_piece
 
     chars = CharTokenizer.from_text(string.ascii_letters + " \n!$&',-.3:;?")
     word_piece = train_word_piece(SENTENCES * 8, vocabulary_size=120)
     size = word_piece.vocabulary_size()
+    pieces = train_sentence_piece([s.capitalize() + "." for s in SENTENCES] * 8, vocabulary_size=60)
     return {
         "language_model": zoo.build(
             "gpt-nano", task="causal_lm", vocabulary_size=chars.vocabulary_size(), tokenizer=chars
@@ -26,9 +28,7 @@ def models():
         "classifier": zoo.build(
             "bert-tiny", task="classifier", num_classes=2, vocabulary_size=size, tokenizer=word_piece
         ),
-        "translator": zoo.build(
-            "transformer-tiny", vocabulary_size=size, source_vocabulary_size=size, tokenizer=word_piece
-        ),
+        "translator": zoo.build("transformer-tiny", vocabulary_size=pieces.vocabulary_size(), tokenizer=pieces),
     }
 
 

@@ -178,7 +178,7 @@ def test_inspect_of_the_last_token_has_no_next(clients):
 
 @pytest.mark.parametrize("beams", [1, 3])
 def test_translate_gives_zoo_translates_text_and_its_cross_attention(clients, models, beams):
-    source = "two dogs run in the snow"
+    source = "Two dogs run in the snow."
     answer = clients["translator"].post("/api/translate", json={"source": source, "num_beams": beams}).json()
     assert answer["translation"] == zoo.translate(models["translator"], [source], num_beams=beams)[0]
     cross = np.array(answer["cross"])

@@ -20,14 +20,14 @@ GPT_CHAR = dict(
     val_loss_at_most=1.92,
 )
 
-# The encoder-decoder on Multi30k de -> en: sacrebleu BLEU (lowercased) on
-# all 1,014 validation sentences, beam search with 4 beams, after 8 epochs
-# (1,800 steps; 29.0 min on the quiet machine). The time budget is turned
-# off so that the figure does not depend on the machine's speed.
+# The encoder-decoder on Multi30k de -> en: sacrebleu's default, cased BLEU
+# on all 1,014 validation sentences, beam search with 4 beams, after 8 epochs
+# (1,800 steps; about 30 min on the 2-core machine). The time budget is
+# turned off so that the figure does not depend on the machine's speed.
 TRANSLATE = dict(
     command=["--epochs", "8", "--time-budget", "100000"],
-    reached=38.0,
-    val_bleu_at_least=37.5,
+    reached=37.04,
+    val_bleu_at_least=36.5,
 )
 
 # Small BERT: masked-LM pretraining on the SST-2 train phrases (20 epochs),

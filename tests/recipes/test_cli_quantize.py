@@ -65,8 +65,8 @@ def test_sample_quantized_is_the_quantized_models_sample_and_leaves_the_run_as_i
 def test_eval_quantized_prints_the_quantized_models_loss(runs, capsys):
     run = runs["gpt_char"]
     assert cli.main(["eval", str(run), "--quantize", "int4"]) == 0
-    _, loss = gpt_char.evaluate(run, model=quantized(run, "int4"))
-    _, float_loss = gpt_char.evaluate(run)
+    loss = gpt_char.evaluate(run, model=quantized(run, "int4"))["val_loss"]
+    float_loss = gpt_char.evaluate(run)["val_loss"]
     assert f"{loss:.4f}" != f"{float_loss:.4f}"
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"val_loss={loss:.4f}"
 

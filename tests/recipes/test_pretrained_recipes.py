@@ -44,7 +44,7 @@ def test_gpt_finetune_trains_the_checkpoint_and_prints_val_loss_last(finetuned, 
     assert all(moved)
     assert (output / "samples.txt").read_text(encoding="utf-8").startswith("the cat")
     # `zoo eval` computes the figure the recipe printed.
-    name, value = gpt_finetune.evaluate(output)
+    ((name, value),) = gpt_finetune.evaluate(output).items()
     assert name == "val_loss" and value == pytest.approx(val_loss, rel=1e-6)
 
 
@@ -126,5 +126,5 @@ def test_gpt_finetune_with_lora_trains_only_adapters_of_a_llama_family_checkpoin
     assert moved == 5 * 2  # q/k/v, the attention's output, gate, up and down projections of both blocks
     # The run folder works with the commands: a sample continues the prompt, eval gives the printed figure.
     assert (output / "samples.txt").read_text(encoding="utf-8").startswith("the cat")
-    name, value = gpt_finetune.evaluate(output)
+    ((name, value),) = gpt_finetune.evaluate(output).items()
     assert name == "val_loss" and value == pytest.approx(val_loss, rel=1e-6)
