@@ -75,7 +75,8 @@ def recipe_parser(description, defaults, prog=None):
     parser.add_argument("--overwrite", action="store_true", help="replace a finished run in --output")
     parser.add_argument(
         "--mixed-precision", action=argparse.BooleanOptionalAction, default=defaults.get("mixed_precision", False),
-        help="mixed_bfloat16 compute",
+        help="mixed_bfloat16 compute" + (" (default: where the CPU computes bfloat16 natively)"
+                                         if defaults.get("mixed_precision") == "auto" else ""),
     )
     parser.add_argument(
         "--jit-compile", default=defaults.get("jit_compile", "auto"), choices=JIT_COMPILE,
@@ -177,7 +178,24 @@ def enable_fusible_autoclustering():
 
 
 def set_precision(mixed):
-    """float32, or mixed_bfloat16 compute."""
+    """float32, or mixed_bfloat16 compute; "auto" is mixed_bfloat16 where
+    the CPU has bfloat16 instructions (AVX512-BF16 or AMX). Returns whether
+    the compute is bfloat16."""
     import keras
 
+    if mixed == "auto":
+        mixed = native_bfloat16()
+        print(f"precision: {'mixed_bfloat16 (the CPU computes bfloat16)' if mixed else 'float32'}", flush=True)
     keras.config.set_dtype_policy("mixed_bfloat16" if mixed else "float32")
+    return bool(mixed)
+
+
+def native_bfloat16(cpuinfo="/proc/cpuinfo"):
+    """Whether the CPU has bfloat16 instructions (x86 AVX512-BF16 or AMX),
+    read from Linux's `cpuinfo` (False where it is not there)."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags

@@ -48,6 +48,7 @@ DEFAULTS = dict(
     vocabulary_size=10000,  # one cased subword vocabulary for German and English
     subword="unigram",  # the vocabulary's pieces: "unigram" or "bpe"
     ema_momentum=0.998,  # the average of the weights: momentum per step (a time constant of 500 steps); 0: none
+    mixed_precision="auto",  # bfloat16 where the CPU computes it natively (AVX512-BF16, AMX); 14% faster a step here
     max_length=48,  # longest source or target in tokens (longer ones are cut)
     buckets=(16, 24, 32, 48),  # batch lengths: each batch is padded to one of these
     beam_size=4,
@@ -226,7 +227,7 @@ def start(args):
     keras = load_keras(tensorflow=True)
     start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
     keras.utils.set_random_seed(args.seed)
-    set_precision(args.mixed_precision)
+    args.mixed_precision = set_precision(args.mixed_precision)  # run.json records what ran
 
 
 def read_data(args):

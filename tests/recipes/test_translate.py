@@ -169,3 +169,18 @@ def test_multi30k_run_reaches_the_headline_bleu(tmp_path):
         pytest.skip(f"{data} is not here")
     bleu = translate.main(["--data", str(data), "--output", str(tmp_path / "run"), *TRANSLATE["command"]])
     assert bleu >= TRANSLATE["val_bleu_at_least"], f"val BLEU {bleu:.2f}; the README reports {TRANSLATE['reached']}"
+
+
+def test_auto_precision_is_bfloat16_where_the_cpu_has_bfloat16_instructions(tmp_path):
+    from recipes.flags import native_bfloat16
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n\nflags\t\t: fpu\n")
+    assert native_bfloat16(cpuinfo)
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 amx_tile amx_bf16\n")
+    assert native_bfloat16(cpuinfo)
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f\n")
+    assert not native_bfloat16(cpuinfo)
+    assert not native_bfloat16(tmp_path / "absent")
+    assert translate.parse([]).mixed_precision == "auto"
+    assert translate.parse(["--no-mixed-precision"]).mixed_precision is False
