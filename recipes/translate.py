@@ -397,7 +397,7 @@ def main(argv=None):
     *others, (name, bleu) = figures.items()
     for other, value in others:
         final_line(other, value)
-    finish(folder, name, bleu, **dict(others), epochs=epochs, train_seconds=train_seconds, total_seconds=total)
+    finish(folder, name, bleu, epochs=epochs, train_seconds=train_seconds, total_seconds=total)
     return bleu
 
 
