@@ -58,7 +58,8 @@ def make_parser():
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train bert_classify")
     parser.add_argument(
         "--pretrained", default=None,
-        help="a bert_pretrain run folder, or a keras-hub preset / Hugging Face BERT folder; none: from scratch",
+        help="a bert_pretrain run folder, or a BERT checkpoint: a keras-hub preset / Hugging Face folder or a "
+        "handle (hf://ORG/NAME[@REVISION]); none: from scratch",
     )
     parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"],
                         help="WordPieces of the vocabulary trained on the sentences (from scratch only)")
@@ -88,16 +89,17 @@ def parse(argv):
     return args
 
 
-def pretrained_parts(folder, num_classes):
+def pretrained_parts(target, num_classes):
     """(backbone, tokenizer, where) of --pretrained: a bert_pretrain run
-    folder, or a keras-hub / Hugging Face folder through
+    folder, or a keras-hub / Hugging Face folder or a handle of one
+    (fetched first, then checked as a folder) through
     `zoo.from_pretrained`; a `DataError` names what is missing."""
     import zoo
     from zoo.data import DataError
 
     from recipes.run_folder import is_run_folder, load_model, read_run
 
-    folder = Path(folder)
+    folder = zoo.pretrained.checkpoint_folder(target)
     if is_run_folder(folder):
         record = read_run(folder)
         if record.get("recipe") != "bert_pretrain":
@@ -109,7 +111,7 @@ def pretrained_parts(folder, num_classes):
     if not folder.is_dir():
         raise DataError(
             f"{folder}: does not exist; expected a bert_pretrain run folder (run.json, model.keras), "
-            "or a keras-hub preset or Hugging Face BERT folder"
+            "or a keras-hub preset or Hugging Face BERT folder, or a handle (hf://ORG/NAME)"
         )
     from_pretrained = getattr(zoo, "from_pretrained", None)
     if from_pretrained is None:
@@ -121,7 +123,7 @@ def pretrained_parts(folder, num_classes):
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
         raise DataError(f"{folder}: the checkpoint has no tokenizer files; expected its WordPiece vocabulary")
-    return model.backbone, tokenizer, f"the checkpoint {folder}"
+    return model.backbone, tokenizer, f"the checkpoint {target}"
 
 
 def evaluate(folder, data=None, split="dev", model=None):

@@ -2,6 +2,7 @@
 
     zoo train NAME [recipe flags]          run a recipe (`zoo train -h` lists them)
     zoo sample RUN "prompt" [--max-length N --temperature T --top-p P --top-k K --seed S]
+                                           (sample, classify: RUN or a checkpoint folder or hf://ORG/NAME)
     zoo translate RUN "sentence" ...       beam search, one translation a line
     zoo classify RUN "sentence" ...        label and probability per sentence
     zoo eval RUN [--data DIR_OR_TFDS] [--split SPLIT]
@@ -15,6 +16,9 @@ the same `main(argv)`, the same flags (`zoo train NAME -h` lists them).
 RUN is a recipe's run folder (its --output): `RUN/model.keras` carries its
 tokenizer, `RUN/run.json` names the recipe. `zoo eval` calls the recipe's own
 `evaluate`, the function that computed the figure the recipe printed last.
+`zoo sample` and `zoo classify` also take a causal LM or BERT classifier
+checkpoint, as a folder or a handle (`hf://ORG/NAME[@REVISION]`), through
+`zoo.from_pretrained`.
 """
 
 import argparse
@@ -62,11 +66,13 @@ def parser():
     )
     train.add_argument("recipe", metavar="NAME", help="the recipe (hyphens or underscores): " + ", ".join(RECIPES))
 
-    sample = commands.add_parser("sample", help="continue a prompt with a trained language model (gpt_char)")
-    sample.add_argument("run", metavar="RUN", help="the run folder of gpt_char")
+    sample = commands.add_parser("sample",
+                                 help="continue a prompt with a trained language model or a causal-LM checkpoint")
+    sample.add_argument("run", metavar="RUN", help="a run folder of gpt_char or gpt_finetune, or a causal-LM "
+                        "checkpoint: a folder or a handle (hf://ORG/NAME[@REVISION])")
     sample.add_argument("prompt", nargs="?", default="\n", help="the text to continue (default: a newline)")
     sample.add_argument("--max-length", type=int, default=500,
-                        help="characters of prompt plus continuation; past the context a sliding window")
+                        help="tokens (gpt_char: characters) of prompt plus continuation; past the context a sliding window")
     sample.add_argument("--temperature", type=float, default=0.8, help="divides the logits (> 0)")
     sample.add_argument("--top-p", type=float, default=None, help="nucleus sampling: the smallest set of mass P")
     sample.add_argument("--top-k", type=int, default=None, help="sample from the K most likely tokens")
@@ -82,8 +88,9 @@ def parser():
                            help="beam score log_prob / length ** L; default: the run's own")
     _add_quantize(translate)
 
-    classify = commands.add_parser("classify", help="label sentences with a trained classifier (bert_classify)")
-    classify.add_argument("run", metavar="RUN", help="the run folder of bert_classify")
+    classify = commands.add_parser("classify", help="label sentences with a trained classifier or a BERT classifier checkpoint")
+    classify.add_argument("run", metavar="RUN", help="a run folder of bert_classify, or a BERT classifier "
+                          "checkpoint: a folder or a handle (hf://ORG/NAME[@REVISION])")
     classify.add_argument("sentences", nargs="+", metavar="SENTENCE", help="sentences to classify")
     classify.add_argument("--labels", default=None,
                           help="comma-separated class names in class order, e.g. negative,positive")
@@ -112,7 +119,8 @@ def parser():
         "docs/explore.md shows what it does.",
     )
     explore.add_argument("target", metavar="TARGET",
-                         help="a run folder (holding model.keras), a .keras file or a checkpoint folder")
+                         help="a run folder (holding model.keras), a .keras file, or a checkpoint: a folder "
+                         "or a handle (hf://ORG/NAME[@REVISION])")
     explore.add_argument("--port", type=int, default=8000, help="the port (0: a free one)")
     explore.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1: this machine)")
     explore.add_argument("--labels", default=None,
@@ -197,10 +205,60 @@ def open_run(folder, use=None, quantize=None):
     return name, importlib.import_module(RECIPES[name][0]), model
 
 
+def is_checkpoint(target):
+    """Whether `target` is a checkpoint folder or handle (what
+    `zoo.from_pretrained` reads) rather than a run folder."""
+    import zoo
+
+    from recipes.run_folder import RUN
+
+    if zoo.pretrained.is_handle(target):
+        return True
+    return zoo.pretrained.is_checkpoint_folder(target) and not (Path(target) / RUN).is_file()
+
+
+# What `zoo sample` and `zoo classify` need of a checkpoint: (model class, in words).
+CHECKPOINT_MODELS = {
+    "sample": ("GPTCausalLM", "a causal LM (GPT-2 or the Llama family)"),
+    "classify": ("BertClassifier",
+                 "a BERT classifier (BertForSequenceClassification or keras-hub's BertTextClassifier)"),
+}
+
+
+def open_model(target, use, quantize=None):
+    """The model of a run folder (`open_run`), or of a checkpoint folder or
+    handle (`zoo.from_pretrained`), refused unless it is what `use`
+    ("sample", "classify") needs; `quantize` (a mode) quantizes it after
+    loading."""
+    import zoo
+    from zoo.data import DataError
+
+    if not is_checkpoint(target):
+        return open_run(target, use, quantize)[2]
+    model = zoo.from_pretrained(target)
+    name, what = CHECKPOINT_MODELS[use]
+    if not isinstance(model, getattr(zoo.models, name)):
+        raise DataError(f"{target}: a {type(model).__name__} checkpoint; `zoo {use}` needs {what}")
+    if quantize is not None:
+        model.quantize(quantize)
+    return model
+
+
+def refuse_checkpoint(target, command):
+    """`zoo translate` and `zoo eval` read a run's own settings and data: a checkpoint is one line."""
+    from zoo.data import DataError
+
+    if is_checkpoint(target):
+        raise DataError(
+            f"{target}: a checkpoint, not a run folder; `zoo {command}` needs a run folder written by a recipe "
+            "(`zoo train NAME --output DIR`)"
+        )
+
+
 def _sample(args):
     import zoo
 
-    _, _, model = open_run(args.run, "sample", args.quantize)
+    model = open_model(args.run, "sample", args.quantize)
     if args.max_length < 1:
         raise ValueError(f"--max-length {args.max_length}: expected a positive number of characters")
     text = zoo.generate(
@@ -214,6 +272,7 @@ def _sample(args):
 def _translate(args):
     import zoo
 
+    refuse_checkpoint(args.run, "translate")
     name, _, model = open_run(args.run, "translate", args.quantize)
     run = json.loads((Path(args.run) / "run.json").read_text(encoding="utf-8"))["args"]
     beams = args.beam_size or run.get("beam_size", 1)
@@ -226,7 +285,7 @@ def _translate(args):
 def _classify(args):
     import zoo
 
-    _, _, model = open_run(args.run, "classify", args.quantize)
+    model = open_model(args.run, "classify", args.quantize)
     names = args.labels.split(",") if args.labels else None
     result = zoo.classify(model, args.sentences, label_names=names)
     for sentence, label, probabilities in zip(args.sentences, result.labels, result.probabilities):
@@ -237,6 +296,7 @@ def _classify(args):
 def _eval(args):
     from recipes.run_folder import final_line, record_figures
 
+    refuse_checkpoint(args.run, "eval")
     name, recipe, model = open_run(args.run, quantize=args.quantize)
     split = args.split or ("dev" if name == "bert_classify" else "val")
     figures = recipe.evaluate(args.run, data=args.data, split=split, model=model)

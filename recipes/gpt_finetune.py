@@ -2,12 +2,14 @@
 
     python -m recipes.gpt_finetune --pretrained gpt2 --output runs/gpt_finetune
     python -m recipes.gpt_finetune --pretrained SmolLM2-135M --lora 8 --learning-rate 1e-3
+    python -m recipes.gpt_finetune --pretrained hf://openai-community/gpt2
 
 --pretrained is a checkpoint folder: a keras-hub preset
 (`keras_hub.models.GPT2CausalLM.from_preset("gpt2_base_en").save_to_preset("gpt2_base_en")`)
 or a Hugging Face folder (`huggingface-cli download HuggingFaceTB/SmolLM2-135M
---local-dir SmolLM2-135M`), loaded by `zoo.from_pretrained` with its
-tokenizer. With --lora RANK only low-rank adapters (Keras' LoRA, Hu et al.
+--local-dir SmolLM2-135M`), or a handle (`hf://ORG/NAME[@REVISION]`,
+downloaded into the Hugging Face cache), loaded by `zoo.from_pretrained`
+with its tokenizer. With --lora RANK only low-rank adapters (Keras' LoRA, Hu et al.
 2021) on every attention and feed-forward projection train; the rest stays
 frozen, and the saved model reloads with them. The text (Tiny
 Shakespeare by default) is encoded with that tokenizer, split 90/10, and
@@ -145,7 +147,8 @@ def make_parser():
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train gpt_finetune")
     parser.add_argument("--pretrained", required=True,
-                        help="a causal-LM checkpoint folder: keras-hub preset or Hugging Face (config.json + model.safetensors)")
+                        help="a causal-LM checkpoint: a folder (keras-hub preset, or Hugging Face: config.json + "
+                        "model.safetensors) or a handle (hf://ORG/NAME[@REVISION])")
     parser.add_argument("--lora", type=int, default=DEFAULTS["lora"], metavar="RANK",
                         help="train LoRA adapters of this rank on every projection only (0: every weight)")
     parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"], help="tokens per window")

@@ -5,6 +5,24 @@ family); these are its public names, where `zoo.from_pretrained` and
 `zoo.export` have always found them.
 """
 
-from zoo.checkpoints import FORMATS, CheckpointError, checkpoint_format, export, from_pretrained, is_checkpoint_folder
+from zoo.checkpoints import (
+    FORMATS,
+    CheckpointError,
+    checkpoint_folder,
+    checkpoint_format,
+    export,
+    from_pretrained,
+    is_checkpoint_folder,
+    is_handle,
+)
 
-__all__ = ["FORMATS", "CheckpointError", "checkpoint_format", "export", "from_pretrained", "is_checkpoint_folder"]
+__all__ = [
+    "FORMATS",
+    "CheckpointError",
+    "checkpoint_folder",
+    "checkpoint_format",
+    "export",
+    "from_pretrained",
+    "is_checkpoint_folder",
+    "is_handle",
+]

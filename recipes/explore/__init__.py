@@ -4,6 +4,7 @@ teaching attention.
     zoo explore runs/gpt_char              # a run folder holding model.keras
     zoo explore model.keras --port 8000    # a .keras file
     zoo explore checkpoints/gpt2           # a checkpoint zoo.from_pretrained reads
+    zoo explore hf://openai-community/gpt2 # the same by handle, downloaded and cached
 
 It loads the model once, serves the page on http://HOST:PORT/ until
 Ctrl-C, and shows by the model's kind: a language model's tokens as they
@@ -19,7 +20,8 @@ def serve(target, host="127.0.0.1", port=8000, labels=None, quantize=None):
     """Loads `target`, serves its page until Ctrl-C; returns 0.
 
     Args:
-        target: a run folder, a `.keras` file or a checkpoint folder.
+        target: a run folder, a `.keras` file, or a checkpoint folder or
+            handle (`hf://ORG/NAME[@REVISION]`).
         host: the address to listen on (127.0.0.1: this machine only).
         port: the port; 0 picks a free one (the printed URL names it).
         labels: a classifier's class names, in class order.

@@ -32,17 +32,20 @@ class RequestError(ValueError):
 
 
 def open_target(target):
-    """The model of a run folder, a `.keras` file or a checkpoint folder.
+    """The model of a run folder, a `.keras` file, or a checkpoint folder or handle.
 
     Args:
         target: a run folder holding `model.keras` (as the recipes write),
-            a `.keras` file, or a GPT-2 / BERT checkpoint folder that
-            `zoo.from_pretrained` reads.
+            a `.keras` file, or a GPT-2 / BERT / Llama-family checkpoint
+            that `zoo.from_pretrained` reads: a folder or a handle
+            (`hf://ORG/NAME[@REVISION]`, a keras-hub preset name).
     """
     import zoo
 
     from recipes.run_folder import MODEL, RUN, load_model, read_run
 
+    if zoo.pretrained.is_handle(target):  # before Path(), which folds the `//` of `hf://`
+        return zoo.from_pretrained(target)
     path = Path(target)
     if path.is_dir() and (path / RUN).is_file():
         read_run(path)  # says what is missing from a run folder
@@ -56,7 +59,8 @@ def open_target(target):
     if path.is_dir():
         return zoo.from_pretrained(path)
     raise ValueError(
-        f"{path}: not found; expected a run folder (holding model.keras), a .keras file or a checkpoint folder"
+        f"{path}: not found; expected a run folder (holding model.keras), a .keras file, a checkpoint folder "
+        "or a handle (hf://ORG/NAME)"
     )
 
 

@@ -64,7 +64,7 @@ def test_a_target_it_cannot_open_is_one_line_and_status_2(tmp_path, capsys):
     assert cli.main(["explore", str(tmp_path / "nowhere")]) == 2
     error = capsys.readouterr().err.strip()
     assert error == f"zoo explore: error: {tmp_path / 'nowhere'}: not found; expected a run folder " \
-        "(holding model.keras), a .keras file or a checkpoint folder"
+        "(holding model.keras), a .keras file, a checkpoint folder or a handle (hf://ORG/NAME)"
 
 
 def test_a_port_in_use_is_one_line_and_status_2(run_folder, capsys):

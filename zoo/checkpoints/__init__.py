@@ -3,6 +3,7 @@
     lm = zoo.from_pretrained("gpt2_base_en", task="causal_lm")     # a keras-hub preset folder
     bert = zoo.from_pretrained("bert-base-uncased", task="classifier", num_classes=2)  # a Hugging Face folder
     qwen = zoo.from_pretrained("Qwen2.5-0.5B")                      # a Llama-family Hugging Face folder
+    smol = zoo.from_pretrained("hf://HuggingFaceTB/SmolLM2-135M")   # by handle, downloaded and cached
     zoo.export(lm, "my_gpt2", format="huggingface")                # transformers loads it
 
 One driver per format, one file per family:
@@ -16,6 +17,9 @@ One driver per format, one file per family:
   SmolLM2, TinyLlama): each family's config in and out, tensor names,
   tokenizer and keras-hub weight copy; `families` is the registry.
 
+A handle (`hf://ORG/NAME[@REVISION]`, a keras-hub preset name, `kaggle://...`)
+is fetched into its hub's cache first (`hub`), then read as a folder.
+
 Every file is checked before any weight is placed: a missing file, another
 architecture, a tensor missing or of the wrong shape, an unreadable
 (truncated) weights file, or a tokenizer with more tokens than the
@@ -27,6 +31,7 @@ from pathlib import Path
 
 from zoo.checkpoints import families, huggingface, keras_hub
 from zoo.checkpoints.common import CheckpointError, TensorName, assign_tensors, read_json, tensors_of
+from zoo.checkpoints.hub import checkpoint_folder, is_handle
 
 FORMATS = ("keras-hub", "huggingface")
 
@@ -35,6 +40,7 @@ __all__ = [
     "CheckpointError",
     "TensorName",
     "assign_huggingface_tensors",
+    "checkpoint_folder",
     "checkpoint_format",
     "export",
     "from_keras_hub",
@@ -42,6 +48,7 @@ __all__ = [
     "huggingface_names",
     "huggingface_tensors",
     "is_checkpoint_folder",
+    "is_handle",
     "keras_hub_incompatibilities",
     "to_keras_hub",
 ]
@@ -75,15 +82,20 @@ def is_checkpoint_folder(path):
         return False
 
 
-def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=None):
-    """Load a GPT-2, BERT or Llama-family checkpoint folder as a zoo model with its tokenizer.
+def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=None, revision=None):
+    """Load a GPT-2, BERT or Llama-family checkpoint, from a folder or by handle, as a zoo model with its tokenizer.
 
     Args:
         path: a keras-hub preset folder (`save_to_preset`) or a Hugging Face
             checkpoint folder (`config.json`, `model.safetensors` and the
             tokenizer files) of GPT-2, BERT, or the Llama family
             (`model_type` "llama", "mistral", "qwen2", "qwen3": Llama 2 / 3,
-            SmolLM2, TinyLlama, Mistral, Qwen2.5, Qwen3).
+            SmolLM2, TinyLlama, Mistral, Qwen2.5, Qwen3); or a handle of
+            one: `hf://ORG/NAME` (the Hugging Face Hub, optionally pinned
+            as `hf://ORG/NAME@REVISION`), a keras-hub preset name
+            (`gpt2_base_en`) or a `kaggle://` handle, downloaded into the
+            hub's cache first (see `zoo.checkpoints.hub`; a local folder of
+            the same name wins).
         task: "causal_lm" (GPT-2, Llama family); "masked_lm", "classifier"
             or "sentence_encoder" (BERT); None for the backbone; "auto" (the
             default) for the checkpoint's own head: GPT-2 and the Llama
@@ -99,6 +111,8 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
             then quantized (`model.quantize(quantize)`, see
             docs/quantization.md); the mode is checked before anything is
             read.
+        revision: for an `hf://` handle, the branch, tag or commit to
+            load; the repository's default branch when None.
 
     Returns:
         The zoo model (`GPTCausalLM`, `BertMaskedLM`, `BertClassifier`,
@@ -110,19 +124,23 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
 
     Raises:
         CheckpointError: naming the file, for a folder that is not a
-            supported checkpoint or is incomplete, inconsistent or truncated.
+            supported checkpoint or is incomplete, inconsistent or truncated;
+            naming the handle, for one that cannot be fetched (malformed,
+            no such repository or revision, gated, offline with nothing
+            cached, the hub unreachable).
 
     Example:
     ```python
     lm = zoo.from_pretrained("gpt2", task="causal_lm")  # huggingface-cli download gpt2 --local-dir gpt2
     ids = lm.tokenizer("The meaning of life is")
+    lm = zoo.from_pretrained("hf://openai-community/gpt2", revision="main")  # downloaded once, then cached
     ```
     """
     from zoo.models import check_quantization_mode
 
     if quantize is not None:
         check_quantization_mode(quantize)
-    folder = Path(path)
+    folder = checkpoint_folder(path, revision)
     driver = keras_hub if checkpoint_format(folder) == "keras-hub" else huggingface
     model = driver.load(folder, task, num_classes, dtype)
     if quantize is not None:

@@ -22,6 +22,13 @@ from zoo.checkpoints.common import (
 from zoo.checkpoints.huggingface import resolve_task
 
 
+def preset_path(folder):
+    """`folder` as keras-hub's `from_preset` should get it: absolute, since
+    keras-hub looks a name up among its own presets (and downloads it)
+    before it looks for a folder (`gpt2_base_en/` here is a folder)."""
+    return str(folder.absolute())
+
+
 def read_tokenizer(folder):
     """keras-hub's tokenizer of a preset, its files checked first."""
     import keras_hub
@@ -37,7 +44,7 @@ def read_tokenizer(folder):
         )
     require_files(assets, *expected, why="the tokenizer's vocabulary (keras-hub's save_to_preset writes it)")
     try:
-        return keras_hub.tokenizers.Tokenizer.from_preset(str(folder))
+        return keras_hub.tokenizers.Tokenizer.from_preset(preset_path(folder))
     except Exception as error:
         raise CheckpointError(f"{assets}: keras-hub could not load the tokenizer: {error}") from None
 
@@ -70,11 +77,11 @@ def load(folder, task="auto", num_classes=None, dtype=None):
     try:
         if head and head == task:
             hub_task_class = getattr(keras_hub.models, task_config["registered_name"].split(">")[1])
-            hub_task = hub_task_class.from_preset(str(folder), preprocessor=None)
+            hub_task = hub_task_class.from_preset(preset_path(folder), preprocessor=None)
             hub_backbone = hub_task.backbone
         else:
             hub_task = None
-            hub_backbone = keras_hub.models.Backbone.from_preset(str(folder))
+            hub_backbone = keras_hub.models.Backbone.from_preset(preset_path(folder))
     except Exception as error:  # keras-hub's own message, with the folder
         raise CheckpointError(f"{folder}: keras-hub could not load the preset: {type(error).__name__}: {error}") from None
     check_vocabulary(
