@@ -5,6 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL ?= 3
+# The data sets by name are read from the offline copy beside the
+# repository where it is there (a user's own machine fetches and caches them).
+export ZOO_DATA ?= $(abspath ../shared/data)
 
 .PHONY: install browser test test-tf test-jax test-torch test-slow mutate demo bench clean
 

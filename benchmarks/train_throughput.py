@@ -33,9 +33,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-DEFAULT_DATA = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "tinyshakespeare", "input.txt"
-)
+DEFAULT_DATA = "tinyshakespeare"  # the registered data set (zoo.data.fetch_dataset), or a text file
 LAYERS, HEADS, WIDTH, BLOCK, BATCH = 4, 4, 128, 64, 12
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
-    data="../shared/data/sst2",  # train.tsv and dev.tsv, or tfds:glue/sst2
+    data="sst2",  # a registered data set (fetched and cached), a folder of train.tsv and dev.tsv, or tfds:glue/sst2
     preset="bert-small",  # from scratch: 4 layers, h=4, at the sizes below
     hidden_dim=128,
     intermediate_dim=512,

@@ -1,6 +1,6 @@
 """Pretrain a small BERT with the masked language model objective.
 
-    python -m recipes.bert_pretrain --data ../shared/data/sst2   # or: zoo train bert_pretrain
+    python -m recipes.bert_pretrain      # or: zoo train bert_pretrain
 
 Devlin et al. (2019) at CPU size: a WordPiece vocabulary trained on the
 text, 15% of the tokens selected (80% [MASK], 10% random, 10% kept, keras-hub's
@@ -22,7 +22,7 @@ import time
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
-    data="../shared/data/sst2",  # a folder with train.tsv, or tfds:glue/sst2
+    data="sst2",  # a registered data set (fetched and cached), a folder with train.tsv, or tfds:glue/sst2
     split="train",
     preset="bert-small",  # 4 layers, h=4
     hidden_dim=128,  # CPU size: d=128, d_ff=512 (the preset has 256 / 1024)

@@ -8,6 +8,8 @@
     zoo eval RUN [--data DIR_OR_TFDS] [--split SPLIT]
                                            (sample, translate, classify, eval, explore: --quantize int8|int4|float8)
     zoo presets [--family F]               list the presets
+    zoo data list                          the data sets by name: files, sizes, sources, cached or not
+    zoo data download NAME ...             fetch data sets ahead of time (checked by sha256, cached)
     zoo describe NAME                      sizes, parameters and FLOPs of a preset
     zoo explore TARGET [--port N]          a local web page: generation, attention maps, probabilities
 
@@ -24,6 +26,7 @@ checkpoint, as a folder or a handle (`hf://ORG/NAME[@REVISION]`), through
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -107,6 +110,16 @@ def parser():
     evaluate.add_argument("--split", default=None,
                           help="default: the run's validation split (val; dev for bert_classify)")
     _add_quantize(evaluate)
+
+    data = commands.add_parser(
+        "data", help="the data sets the recipes read by name: list them, download them ahead of time",
+        description="Data sets by name: fetched from their public homes (or $ZOO_DATA_MIRROR), checked by "
+        "sha256, cached in ~/.cache/zoo/datasets ($ZOO_HOME); $ZOO_DATA=DIR is a local copy laid out as DIR/NAME/FILE.",
+    )
+    data_commands = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    data_commands.add_parser("list", help="names, files, sizes, sources, and whether each is cached")
+    download = data_commands.add_parser("download", help="fetch data sets now (checked by sha256, cached)")
+    download.add_argument("names", nargs="+", metavar="NAME", help="data set names (`zoo data list`)")
 
     presets = commands.add_parser("presets", help="list the presets")
     presets.add_argument("--family", choices=("transformer", "gpt", "llama", "bert"), default=None, help="only this family")
@@ -307,6 +320,30 @@ def _eval(args):
     return 0
 
 
+def _data(args):
+    from zoo.data import dataset_info, fetch_dataset, is_cached, list_datasets
+    from zoo.data.registry import cache_folder, file_url
+
+    if args.data_command == "download":
+        datasets = [dataset_info(name) for name in args.names]  # every name checked before any download
+        for dataset in datasets:
+            print(f"{dataset.name}: {fetch_dataset(dataset.name)}")
+        return 0
+    local = os.environ.get("ZOO_DATA")
+    for name in list_datasets():
+        dataset = dataset_info(name)
+        if local and all((Path(local) / name / f.name).is_file() for f in dataset.files):
+            where = f"local copy in {Path(local) / name} (ZOO_DATA)"
+        else:
+            where = f"cached in {cache_folder(name)}" if is_cached(name) else "not cached"
+        print(f"{name}: {dataset.description}; {dataset.size / 1e6:.1f} MB, {where}")
+        for file in dataset.files:
+            print(f"  {file.name:10s} {file.size:>10,} bytes  sha256 {file.sha256[:16]}...  {file_url(dataset, file)}")
+        print(f"  licence: {dataset.licence}")
+        print(f"  source: {dataset.provenance}")
+    return 0
+
+
 def _presets(args):
     import zoo
 
@@ -343,6 +380,7 @@ COMMANDS = {
     "translate": _translate,
     "classify": _classify,
     "eval": _eval,
+    "data": _data,
     "presets": _presets,
     "describe": _describe,
     "explore": _explore,

@@ -53,7 +53,7 @@ def recipe_parser(description, defaults, prog=None):
         prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument(
-        "--data", default=defaults["data"], type=data_source, help="a local path, or tfds:NAME (TensorFlow Datasets)"
+        "--data", default=defaults["data"], type=data_source, help="a data set name (`zoo data list`: fetched, checked and cached), a local path, or tfds:NAME (TensorFlow Datasets)"
     )
     parser.add_argument("--preset", default=defaults["preset"], help="the zoo preset (`zoo presets` lists them)")
     if "steps" in defaults:

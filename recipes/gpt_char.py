@@ -37,7 +37,7 @@ from recipes.lm_data import eval_inputs, train_dataset  # noqa: F401 (train_data
 # --- Defaults: nanoGPT's config/train_shakespeare_char.py with its README's
 # CPU overrides (block 64, batch 12, 4 x 4 x 128, 2000 iters, dropout 0).
 DEFAULTS = dict(
-    data=str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare" / "input.txt"),
+    data="tinyshakespeare",  # a registered data set (fetched and cached), a text file, or tfds:tiny_shakespeare
     preset="baby",  # the zoo preset gpt-baby
     steps=2000,  # max_iters = lr_decay_iters
     batch_size=12,

@@ -1,5 +1,6 @@
 """Fine-tune a pretrained causal LM (GPT-2, Llama, Qwen, SmolLM2, Mistral) on a text file, with its own tokenizer.
 
+    python -m recipes.gpt_finetune       # GPT-2 small (hf://openai-community/gpt2) on Tiny Shakespeare
     python -m recipes.gpt_finetune --pretrained gpt2 --output runs/gpt_finetune
     python -m recipes.gpt_finetune --pretrained SmolLM2-135M --lora 8 --learning-rate 1e-3
     python -m recipes.gpt_finetune --pretrained hf://openai-community/gpt2
@@ -36,9 +37,9 @@ from recipes.lm_data import eval_inputs, train_dataset
 
 # --- Defaults: a short fine-tuning run of GPT-2 small (124M) on one CPU or GPU.
 DEFAULTS = dict(
-    data=str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare" / "input.txt"),
+    data="tinyshakespeare",  # a registered data set (fetched and cached), a text file, or tfds:NAME
     preset=None,  # the model is --pretrained's
-    pretrained=None,  # required: a keras-hub preset or Hugging Face folder
+    pretrained="hf://openai-community/gpt2",  # a checkpoint folder or handle; GPT-2 small, downloaded once
     lora=0,  # LoRA rank; 0 fine-tunes every weight
     steps=300,
     batch_size=8,
@@ -146,7 +147,7 @@ def make_parser():
     from recipes.flags import recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train gpt_finetune")
-    parser.add_argument("--pretrained", required=True,
+    parser.add_argument("--pretrained", default=DEFAULTS["pretrained"],
                         help="a causal-LM checkpoint: a folder (keras-hub preset, or Hugging Face: config.json + "
                         "model.safetensors) or a handle (hf://ORG/NAME[@REVISION])")
     parser.add_argument("--lora", type=int, default=DEFAULTS["lora"], metavar="RANK",

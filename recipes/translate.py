@@ -1,6 +1,6 @@
 """Train the encoder-decoder Transformer on Multi30k, German -> English.
 
-    python -m recipes.translate --data ../shared/data/multi30k   # or: zoo train translate
+    python -m recipes.translate          # or: zoo train translate
 
 Vaswani et al. (2017) at CPU size: one cased subword vocabulary trained on
 both sides of the train split (SentencePiece's scheme, a unigram model by
@@ -34,7 +34,7 @@ from pathlib import Path
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
-    data="../shared/data/multi30k",
+    data="multi30k",  # a registered data set (fetched and cached), a folder of {split}.{lang} files, or tfds:NAME
     source_lang="de",
     target_lang="en",
     preset="transformer-small",  # 3+3 layers, d=256, h=8, dropout 0.1

@@ -1,12 +1,23 @@
 """Shared pytest setup: quiet TensorFlow, full-precision float32 matmuls,
 float32 by default, fixed seeds."""
 
+import atexit
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 # Before TensorFlow (and so Keras) is first imported.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# The data sets by name come from the offline mirror beside the repository
+# (the Makefile sets the same), and nothing a test fetches lands in the
+# user's own cache: each test process has a cache of its own.
+os.environ.setdefault("ZOO_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+os.environ["ZOO_HOME"] = tempfile.mkdtemp(prefix="zoo-home-")
+atexit.register(shutil.rmtree, os.environ["ZOO_HOME"], ignore_errors=True)
 
 
 def pytest_configure(config):

@@ -11,7 +11,9 @@ the rendered page, that names what to lay out first:
   `checkpoints/` (`python -m tests.pretrained.checkpoints checkpoints`);
 - `runs`: small run folders under `runs/` holding a `model.keras` with its
   tokenizer, as the recipes write them (tiny untrained models: the blocks
-  test the calls, not the quality).
+  test the calls, not the quality);
+- `data`: the registered data sets, read from the offline copy in
+  `$ZOO_DATA` (the block is skipped, with the reason, where it is absent).
 """
 
 import re
@@ -72,6 +74,7 @@ def lay_out_runs(folder):
 
 
 SETUPS = {"checkpoints": lay_out_checkpoints, "runs": lay_out_runs}
+DATA = "data"
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +88,15 @@ def laid_out(tmp_path_factory):
 
 @pytest.mark.parametrize("code, needs", list(python_blocks()))
 def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
-    unknown = sorted(set(needs) - set(SETUPS))
-    assert not unknown, f"unknown readme-test setup {unknown}; expected some of {sorted(SETUPS)}"
-    if needs:
+    unknown = sorted(set(needs) - set(SETUPS) - {DATA})
+    assert not unknown, f"unknown readme-test setup {unknown}; expected some of {sorted([*SETUPS, DATA])}"
+    if DATA in needs:
+        from tests.shared_data import SHARED_DATA, has
+        from zoo.data import list_datasets
+
+        if not all(has(name) for name in list_datasets()):
+            pytest.skip(f"the registered data sets are not all in ZOO_DATA={SHARED_DATA}")
+    if set(needs) & set(SETUPS):
         shared = request.getfixturevalue("laid_out")
         for name in SETUPS:
             (tmp_path / name).symlink_to(shared / name, target_is_directory=True)

@@ -1,13 +1,12 @@
 """Readers: local files (good and bad) and TFDS names, offline."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.shared_data import SHARED_DATA, needs
 from zoo.data import DataError, read_labelled, read_parallel, read_text
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def write(path, text):
@@ -216,14 +215,14 @@ def test_read_labelled_tfds(name, split, tfds_split, field, tfds):
 # The project's shared copies, where they are present.
 
 
-@pytest.mark.skipif(
-    not SHARED_DATA.is_dir(),
-    reason=f"the shared data sets are not at {SHARED_DATA}",
-)
-def test_shared_data_sets_read():
+@needs("multi30k", "sst2", "tinyshakespeare")
+def test_shared_data_sets_read_by_path_and_by_name():
     de, en = read_parallel(SHARED_DATA / "multi30k", "val", "de", "en")
     assert len(de) == len(en) == 1014
+    assert read_parallel("multi30k", "val", "de", "en") == (de, en)
     texts, labels = read_labelled(SHARED_DATA / "sst2", "dev")
     assert len(texts) == 872 and set(labels.tolist()) == {0, 1}
+    assert read_labelled("sst2", "dev")[0] == texts
     text = read_text(SHARED_DATA / "tinyshakespeare" / "input.txt")
     assert len(text) == 1_115_394 and len(set(text)) == 65
+    assert read_text("tinyshakespeare") == text

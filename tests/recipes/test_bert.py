@@ -3,16 +3,15 @@ pretrained backbone, on a tiny TSV; their refusals; and (slow) the real runs."""
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from recipes import bert_classify, bert_pretrain
 from tests.recipes.figures import BERT
+from tests.shared_data import needs
 from zoo.data import DataError
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 SIZES = ["--preset", "bert-tiny", "--hidden-dim", "32", "--intermediate-dim", "64", "--sequence-length", "16",
          "--batch-size", "16", "--epochs", "1", "--jit-compile", "false"]
 PRETRAIN = [*SIZES, "--vocabulary-size", "100"]
@@ -137,18 +136,15 @@ def test_missing_and_empty_files_and_a_missing_pretrained_run(sst2, tmp_path):
 
 
 @pytest.mark.slow
+@needs("sst2")
 def test_sst2_reaches_the_headline_accuracy_and_pretraining_gain(tmp_path):
     """The README's BERT figures: pretraining and fine-tuning for fixed
     epochs (about 45 min of CPU), then the same classifier from scratch;
     the floors are in figures.py."""
-    data = SHARED_DATA / "sst2"
-    if not (data / "train.tsv").is_file():
-        pytest.skip(f"{data} is not here")
-    bert_pretrain.main(["--data", str(data), "--output", str(tmp_path / "pretrain"), *BERT["pretrain_command"]])
-    pretrained = bert_classify.main(["--data", str(data), "--pretrained", str(tmp_path / "pretrain"),
+    bert_pretrain.main(["--output", str(tmp_path / "pretrain"), *BERT["pretrain_command"]])
+    pretrained = bert_classify.main(["--pretrained", str(tmp_path / "pretrain"),
                                      "--output", str(tmp_path / "pretrained"), *BERT["classify_command"]])
-    scratch = bert_classify.main(["--data", str(data), "--output", str(tmp_path / "scratch"),
-                                  *BERT["classify_command"]])
+    scratch = bert_classify.main(["--output", str(tmp_path / "scratch"), *BERT["classify_command"]])
     figures = f"dev accuracy {pretrained:.4f} pretrained, {scratch:.4f} from scratch; the README reports " \
               f"{BERT['reached']} and a gain of {BERT['gain_reached']}"
     assert pretrained >= BERT["dev_accuracy_at_least"], figures

@@ -1,4 +1,5 @@
-"""Data for the zoo: readers, tokenizers, tf.data pipelines, synthetic tasks.
+"""Data for the zoo: data sets by name, readers, tokenizers, tf.data
+pipelines, synthetic tasks.
 
 Stands alone: nothing here imports `zoo.layers` or `zoo.models`.
 TensorFlow Datasets, keras-hub and `tokenizers` are imported only by the
@@ -8,6 +9,7 @@ functions that need them.
 from zoo.data.buckets import bucketed_batches, divisor_batch_size, int32_masks, interleave, length_buckets
 from zoo.data.errors import DataError
 from zoo.data.huggingface_tokenizer import HuggingFaceTokenizer, train_sentence_piece
+from zoo.data.registry import DataSet, dataset_info, fetch_dataset, is_cached, list_datasets
 from zoo.data.sources import read_labelled, read_parallel, read_text
 from zoo.data.synthetic import (
     Task,
@@ -38,6 +40,7 @@ __all__ = [
     "CharTokenizer",
     "CharVocabulary",
     "DataError",
+    "DataSet",
     "HuggingFaceTokenizer",
     "Task",
     "WordTokenizer",
@@ -47,9 +50,13 @@ __all__ = [
     "divisor_batch_size",
     "int32_masks",
     "interleave",
+    "is_cached",
     "length_buckets",
+    "list_datasets",
     "classification_dataset",
     "copy_task",
+    "dataset_info",
+    "fetch_dataset",
     "held_out_split",
     "language_model_eval_batches",
     "language_model_windows",

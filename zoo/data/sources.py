@@ -1,9 +1,12 @@
 """Readers for text, parallel and labelled corpora.
 
-A *source* is either a local path or the string `"tfds:NAME"`, a TensorFlow
+A *source* is a registered data set's name (`"tinyshakespeare"`,
+`"multi30k"`, `"sst2"`: `zoo.data.registry`, fetched, checked and cached on
+first use), a local path, or the string `"tfds:NAME"`, a TensorFlow
 Datasets name such as `"tfds:tiny_shakespeare"`. TensorFlow Datasets is
 imported only when a `tfds:` source is read, and it downloads the data set on
-first use; local paths never touch the network.
+first use; local paths never touch the network. A local folder that has a
+registered name is given as a path (`"./sst2"` or a `pathlib.Path`).
 
 Local files are UTF-8. Line files are split on `"\\n"` only (a trailing
 `"\\r"` is dropped), so that exotic separators such as U+2028 inside a
@@ -12,9 +15,9 @@ the end of a file are dropped; an empty line anywhere else is an error.
 
 Example:
 ```python
-text = read_text("../shared/data/tinyshakespeare/input.txt")
-german, english = read_parallel("../shared/data/multi30k", "train", "de", "en")
-sentences, labels = read_labelled("../shared/data/sst2", "dev")
+text = read_text("tinyshakespeare")
+german, english = read_parallel("multi30k", "train", "de", "en")
+sentences, labels = read_labelled("sst2", "dev")
 ```
 """
 
@@ -23,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from zoo.data.errors import DataError, at
+from zoo.data.registry import dataset_path
 
 TFDS_PREFIX = "tfds:"
 
@@ -37,7 +41,8 @@ def read_text(source):
     """Reads one long text, for character or token level language models.
 
     Args:
-        source: a path to a plain UTF-8 text file, or `"tfds:NAME"` for a
+        source: a registered name such as `"tinyshakespeare"`, a path to a
+            plain UTF-8 text file, or `"tfds:NAME"` for a
             TensorFlow Datasets text corpus with a `"text"` field, such as
             `"tfds:tiny_shakespeare"`.
 
@@ -61,7 +66,7 @@ def read_text(source):
         if not text:
             raise DataError(f"{source}: expected some text, got none")
         return text
-    path = _existing_file(source, "a plain UTF-8 text file")
+    path = _existing_file(dataset_path(source), "a plain UTF-8 text file")
     text = _read_utf8(path)
     if not text:
         raise DataError(f"{path}: expected some text, got an empty file")
@@ -72,7 +77,8 @@ def read_parallel(source, split, source_lang, target_lang):
     """Reads aligned sentence pairs for translation.
 
     Args:
-        source: a folder holding the aligned line files
+        source: a registered name such as `"multi30k"`, a folder holding
+            the aligned line files
             `{split}.{source_lang}` and `{split}.{target_lang}` (one sentence
             a line, line i of one the translation of line i of the other,
             as in Multi30k's `train.de` / `train.en`), or `"tfds:NAME"` for a
@@ -105,7 +111,7 @@ def read_parallel(source, split, source_lang, target_lang):
             sources.append(_decode(ex[source_lang]).strip())
             targets.append(_decode(ex[target_lang]).strip())
         return sources, targets
-    folder = Path(source)
+    folder = dataset_path(source)
     source_path = folder / f"{split}.{source_lang}"
     target_path = folder / f"{split}.{target_lang}"
     sources = _read_lines(source_path)
@@ -122,7 +128,8 @@ def read_labelled(source, split):
     """Reads labelled sentences for classification.
 
     Args:
-        source: a folder holding `{split}.tsv`, a tab-separated file of two
+        source: a registered name such as `"sst2"`, or a folder holding
+            `{split}.tsv`, a tab-separated file of two
             columns, a label (an integer) and a text. An optional header line
             (one whose label field is not an integer) names the columns; the
             column named `label` is the label, so both `label<TAB>sentence`
@@ -152,7 +159,7 @@ def read_labelled(source, split):
             texts.append(_decode(ex[field]))
             labels.append(int(ex["label"]))
         return texts, np.asarray(labels, dtype=np.int32)
-    path = Path(source) / f"{split}.tsv"
+    path = dataset_path(source) / f"{split}.tsv"
     lines = _read_lines(path, allow_empty_lines=True)
     label_first, first_row = _tsv_layout(path, lines[0])
     texts, labels = [], []
@@ -231,7 +238,7 @@ def _existing_file(path, what):
     if not path.is_file():
         reason = "is a folder" if path.is_dir() else "does not exist"
         raise DataError(
-            f"{path}: {reason}; expected {what} or a 'tfds:NAME' source"
+            f"{path}: {reason}; expected {what}, a data set name (`zoo data list`) or a 'tfds:NAME' source"
         )
     return path
 
