@@ -126,7 +126,9 @@ def _same(a, b):
 
 
 def _close(a, b):
-    return all(np.allclose(p, q, rtol=1e-5, atol=1e-6) for p, q in zip(_numpy(a), _numpy(b)))
+    # float32 rounding of a compiled call against an eager one (about 1e-6 on values near zero);
+    # dropout moves outputs by tenths.
+    return all(np.allclose(p, q, rtol=1e-5, atol=1e-5) for p, q in zip(_numpy(a), _numpy(b)))
 
 
 @pytest.mark.parametrize("name", MODELS)
