@@ -26,7 +26,6 @@ checkpoint, as a folder or a handle (`hf://ORG/NAME[@REVISION]`), through
 import argparse
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -322,18 +321,17 @@ def _eval(args):
 
 def _data(args):
     from zoo.data import dataset_info, fetch_dataset, is_cached, list_datasets
-    from zoo.data.registry import cache_folder, file_url
+    from zoo.data.registry import cache_folder, file_url, local_copy
 
     if args.data_command == "download":
         datasets = [dataset_info(name) for name in args.names]  # every name checked before any download
         for dataset in datasets:
             print(f"{dataset.name}: {fetch_dataset(dataset.name)}")
         return 0
-    local = os.environ.get("ZOO_DATA")
     for name in list_datasets():
         dataset = dataset_info(name)
-        if local and all((Path(local) / name / f.name).is_file() for f in dataset.files):
-            where = f"local copy in {Path(local) / name} (ZOO_DATA)"
+        if local_copy(name) is not None:
+            where = f"local copy in {local_copy(name)} (ZOO_DATA)"
         else:
             where = f"cached in {cache_folder(name)}" if is_cached(name) else "not cached"
         print(f"{name}: {dataset.description}; {dataset.size / 1e6:.1f} MB, {where}")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from recipes import cli, gpt_char
-from tests.shared_data import SHARED_DATA, needs
+from tests.shared_data import SHARED_DATA, has, needs
 from zoo.data import DataError, dataset_info, fetch_dataset, is_cached, list_datasets, read_text
 from zoo.data.registry import cache_folder, file_url
 
@@ -54,7 +54,7 @@ class MirrorHandler(http.server.SimpleHTTPRequestHandler):
 def mirror(tmp_path, monkeypatch):
     """A mirror of the offline copy on 127.0.0.1, `ZOO_DATA_MIRROR` pointed
     at it, no `ZOO_DATA`, and an empty cache (`ZOO_HOME`)."""
-    if not all(_has(name) for name in list_datasets()):
+    if not all(has(name) for name in list_datasets()):
         pytest.skip(f"the registered data sets are not all in ZOO_DATA={SHARED_DATA}")
     root = tmp_path / "mirror"
     shutil.copytree(SHARED_DATA, root, ignore=shutil.ignore_patterns("README*"))
@@ -68,10 +68,6 @@ def mirror(tmp_path, monkeypatch):
     yield server
     server.shutdown()
     server.server_close()
-
-
-def _has(name):
-    return all((SHARED_DATA / name / file.name).is_file() for file in dataset_info(name).files)
 
 
 def _cache_is_empty(name):

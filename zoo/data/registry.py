@@ -146,6 +146,15 @@ def cache_folder(name):
     return zoo_home() / "datasets" / name
 
 
+def local_copy(name):
+    """`$ZOO_DATA/<name>` where `ZOO_DATA` is set and holds every file of
+    `name` (unchecked), else None."""
+    local = os.environ.get("ZOO_DATA")
+    if local and all((Path(local) / name / file.name).is_file() for file in dataset_info(name).files):
+        return Path(local) / name
+    return None
+
+
 def is_cached(name):
     """Whether every file of `name` is in the cache with its sha256."""
     dataset = dataset_info(name)
@@ -171,9 +180,8 @@ def fetch_dataset(name):
             `ZOO_DATA` named).
     """
     dataset = dataset_info(name)
-    local = os.environ.get("ZOO_DATA")
-    if local and all((Path(local) / name / file.name).is_file() for file in dataset.files):
-        folder = Path(local) / name
+    folder = local_copy(name)
+    if folder is not None:
         for file in dataset.files:
             _check(folder / file.name, file, where="ZOO_DATA")
         return folder
