@@ -12,6 +12,12 @@
 #      float32 at full precision (tests/conftest.py turns the GPU's TF32 off
 #      for the tests only), one line per test as it ends, so that a run cut
 #      short still names every result it reached.
+# Step generate-graphs repeats step 2 with XLA_FLAGS recording the whole decoding
+# loop as one CUDA graph (--xla_gpu_enable_command_buffer with WHILE), so the
+# device runs every token's step without the host.
+# GPU_CHECK_TRAIN_ARGS adds arguments to train_gpu.py (rows with levers:
+# "--impl torch,zoo,zoo+pad --profile"); GPU_CHECK_GENERATE_SETTINGS replaces
+# generate.py's settings (256x1,256x8,1024x1,1024x8).
 # Everything goes to the log as well as the screen; each step's exit status is
 # logged and a failing step does not stop the next. Steps: GPU_CHECK_STEPS="train generate tests".
 # Each step is stopped after its time limit (GPU_CHECK_LIMITS="train=220 generate=170
@@ -62,6 +68,8 @@ if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
 fi
 
 WORKERS=${GPU_CHECK_WORKERS:-6}
+SETTINGS=${GPU_CHECK_GENERATE_SETTINGS:-256x1,256x8,1024x1,1024x8}
+WHILE_GRAPHS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE"
 LIMITS="train=220 generate=170 tests=480 ${GPU_CHECK_LIMITS:-}"
 
 limit() {  # limit NAME: the step's time limit in seconds (the last NAME=S in LIMITS)
@@ -101,11 +109,15 @@ EOF
 for s in $STEPS; do
     case $s in
         tests) step tests env XLA_PYTHON_CLIENT_PREALLOCATE=false "$PYTHON" -m pytest -v -rfE --tb=short -p no:cacheprovider \
-            -p no:benchmark -n "$WORKERS" tests/test_precision.py tests/layers tests/generation tests/models ;;
-        train) step train "$PYTHON" benchmarks/train_gpu.py ;;
+            -p no:benchmark -n "$WORKERS" --junitxml "$LOG_DIR/gpu_tests.xml" \
+            tests/test_precision.py tests/layers tests/generation tests/models ;;
+        train) step train "$PYTHON" benchmarks/train_gpu.py ${GPU_CHECK_TRAIN_ARGS:-} ;;
         generate) step generate "$PYTHON" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
-            --settings 256x1,256x8,1024x1,1024x8 --no-uncached --no-growth --repeats 3 ;;
-        *) echo "unknown step $s (expected tests, train, generate)" | tee -a "$LOG" ;;
+            --settings "$SETTINGS" --no-uncached --no-growth --repeats 3 ;;
+        generate-graphs) step generate-graphs env XLA_FLAGS="${XLA_FLAGS:-} $WHILE_GRAPHS" \
+            "$PYTHON" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
+            --settings "$SETTINGS" --no-uncached --no-growth --repeats 3 ;;
+        *) echo "unknown step $s (expected tests, train, generate, generate-graphs)" | tee -a "$LOG" ;;
     esac
 done
 echo "log: $LOG"

@@ -21,6 +21,27 @@ norm clipped to 1.0) in bfloat16 mixed precision:
   bfloat16, `torch.compile` - when torch is installed (else the row is
   skipped with a note).
 
+A zoo row may name levers after a `+`, each measured as a row of its own
+in the same run (`--impl torch,zoo,zoo+pad,zoo+nocudnn`):
+
+- `pad`: the vocabulary padded to a multiple of 128 (50257 -> 50304, as
+  nanoGPT pads it); the labels stay below the real vocabulary size;
+- `flash`: `flash_attention=True` on `keras.ops.dot_product_attention`, which
+  fails the row if cuDNN's flash attention cannot run (by default Keras
+  chooses it itself where it can);
+- `nocudnn`: attention without the fused kernel (`flash_attention=False`), to
+  see what cuDNN's flash attention is worth;
+- `cublas`: `XLA_FLAGS=--xla_gpu_enable_triton_gemm=false` (every matrix
+  product through cuBLAS, none through Triton);
+- `lhs`: `XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true`;
+- `gradonly`: the forward and backward pass only (`jax.value_and_grad` of the
+  model and loss, no optimizer update, JAX only), to split the step into the
+  model and the optimizer.
+
+`--profile` traces 3 more steps of each row after the timed ones and prints
+the 5 GPU kernels that take the most time, in ms per step (`jax.profiler`
+for the Keras rows, `torch.profiler` for nanoGPT).
+
 Each runs in a fresh process of its own (`KERAS_BACKEND=jax` by default for
 the Keras rows: `--backend`). After `--warmup` steps (compilation), `--steps`
 steps are timed. Each row prints ms/step, tokens/s and the model FLOPs
@@ -42,11 +63,29 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = ("zoo", "hub", "torch")
 TITLES = {"zoo": "zoo", "hub": "keras-hub", "torch": "nanoGPT (PyTorch)"}
+LEVERS = ("pad", "flash", "nocudnn", "cublas", "lhs", "gradonly")
+XLA_FLAGS = {
+    "cublas": "--xla_gpu_enable_triton_gemm=false",
+    "lhs": "--xla_gpu_enable_latency_hiding_scheduler=true",
+}
+
+
+def split_row(row):
+    """'zoo+pad+cublas' -> ('zoo', ['pad', 'cublas'])."""
+    impl, *levers = row.split("+")
+    return impl, levers
+
+
+def title(row):
+    impl, levers = split_row(row)
+    return " + ".join([TITLES[impl], *levers])
 
 
 def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", default=",".join(IMPLS), help="comma-separated, of zoo,hub,torch (default: all)")
+    parser.add_argument("--impl", default=",".join(IMPLS),
+                        help="comma-separated rows, of zoo,hub,torch; a zoo row may add levers: zoo+pad+cublas "
+                             f"(levers: {', '.join(LEVERS)}); default: zoo,hub,torch")
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--width", type=int, default=768, help="d_model; d_ff is 4x")
     parser.add_argument("--heads", type=int, default=12)
@@ -57,12 +96,19 @@ def parse(argv=None):
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation)")
     parser.add_argument("--peak", type=float, default=989.0, help="the device's dense bf16 TFLOP/s (H100/H200: 989)")
     parser.add_argument("--backend", default="jax", help="Keras backend of the zoo and keras-hub rows")
-    parser.add_argument("--child", choices=IMPLS, help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true", help="print the 5 GPU kernels that take the most time per row")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     impls = [name.strip() for name in args.impl.split(",") if name.strip()]
-    unknown = [name for name in impls if name not in IMPLS]
-    if unknown or not impls:
+    if not impls:
         parser.error(f"--impl {args.impl}: expected a comma-separated list of {', '.join(IMPLS)}")
+    for row in impls:
+        impl, levers = split_row(row)
+        if impl not in IMPLS:
+            parser.error(f"--impl: unknown row {row!r}: expected {', '.join(IMPLS)}, a zoo row with levers after '+'")
+        unknown = [lever for lever in levers if lever not in LEVERS]
+        if unknown or (levers and impl != "zoo"):
+            parser.error(f"--impl: {row!r}: levers go on zoo rows and are {', '.join(LEVERS)}")
     for name in ("layers", "width", "heads", "vocab", "seq", "batch", "steps", "warmup"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             parser.error(f"--{name} {getattr(args, name)}: expected a positive number")
@@ -81,16 +127,27 @@ def random_tokens(args):
 # --- Keras: the zoo and keras-hub ---------------------------------------------
 
 
-def keras_model(impl, args):
+def padded(vocabulary_size, multiple=128):
+    return -(-vocabulary_size // multiple) * multiple
+
+
+def keras_model(impl, levers, args):
     import keras
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    if "flash" in levers or "nocudnn" in levers:
+        import functools
+
+        keras.ops.dot_product_attention = functools.partial(
+            keras.ops.dot_product_attention, flash_attention="flash" in levers
+        )
     if impl == "zoo":
         import zoo
         from zoo.training import MaskedSparseCrossentropy
 
         model = zoo.build(
-            "gpt2-small", task="causal_lm", vocabulary_size=args.vocab, num_layers=args.layers,
+            "gpt2-small", task="causal_lm",
+            vocabulary_size=padded(args.vocab) if "pad" in levers else args.vocab, num_layers=args.layers,
             num_heads=args.heads, hidden_dim=args.width, intermediate_dim=4 * args.width,
             max_sequence_length=args.seq, dropout=0.0,
         )
@@ -106,32 +163,106 @@ def keras_model(impl, args):
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     optimizer = keras.optimizers.AdamW(6e-4, weight_decay=0.1, beta_2=0.95, global_clipnorm=1.0)
     keras.Model.compile(model, optimizer=optimizer, loss=loss, jit_compile=True)
-    return model
+    return model, loss
 
 
-def keras_run(impl, args, tokens):
+def grad_only_step(model, loss):
+    """A jitted forward and backward pass (JAX): the step without the optimizer."""
+    import jax
+
+    non_trainable = [v.value for v in model.non_trainable_variables]
+
+    def loss_of(trainable, x, y):
+        logits, _ = model.stateless_call(trainable, non_trainable, x, training=True)
+        return loss(y, logits)
+
+    step = jax.jit(jax.value_and_grad(loss_of))
+    state = {"trainable": [v.value for v in model.trainable_variables]}
+
+    def fit(x, y, batch):
+        for start in range(0, len(y), batch):
+            value, grads = step(state["trainable"], {"token_ids": x["token_ids"][start:start + batch]},
+                                y[start:start + batch])
+        jax.block_until_ready(grads)
+        return float(value)
+
+    return fit
+
+
+def top_kernels(trace_dir, steps, count=5):
+    """The `count` GPU kernels with the most time in a `jax.profiler` trace: [(ms per step, name)]."""
+    import glob
+
+    from jax.profiler import ProfileData
+
+    paths = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
+    if not paths:
+        return []
+    totals, seen, lines = {}, set(), []
+    for plane in ProfileData.from_file(paths[-1]).planes:
+        if not plane.name.startswith("/device:GPU"):
+            continue
+        for line in plane.lines:
+            lines.append(line.name)
+            if "stream" not in line.name.lower():
+                continue
+            for event in line.events:
+                key = (event.name, event.start_ns)
+                if key in seen:
+                    continue
+                seen.add(key)
+                totals[event.name] = totals.get(event.name, 0.0) + event.duration_ns
+    if not totals:
+        return [(0.0, f"no kernel events in the trace's GPU planes (lines: {', '.join(lines) or 'none'})")]
+    ranked = sorted(totals.items(), key=lambda item: -item[1])[:count]
+    return [(ns / 1e6 / steps, name) for name, ns in ranked]
+
+
+def keras_run(row, args, tokens):
     import keras
 
-    model = keras_model(impl, args)
+    impl, levers = split_row(row)
+    model, loss = keras_model(impl, levers, args)
 
-    def fit(chunk):
-        """Train on chunk (steps, B, T + 1); the last loss, after the device is done."""
+    def inputs_of(chunk):
         inputs = chunk[:, :, :-1].reshape(-1, args.seq)
         x = {"token_ids": inputs}
         if impl == "hub":  # keras-hub's backbone always takes a padding mask
             x["padding_mask"] = np.ones_like(inputs)
-        y = chunk[:, :, 1:].reshape(-1, args.seq)
-        history = keras.Model.fit(model, x, y, batch_size=args.batch, epochs=1, verbose=0, shuffle=False)
-        keras.ops.convert_to_numpy(model.trainable_variables[0].value)  # waits for the last step
-        return history.history["loss"][-1]
+        return x, chunk[:, :, 1:].reshape(-1, args.seq)
+
+    if "gradonly" in levers:
+        if keras.backend.backend() != "jax":
+            raise SystemExit("the gradonly lever needs KERAS_BACKEND=jax")
+        step = grad_only_step(model, loss)
+
+        def fit(chunk):
+            return step(*inputs_of(chunk), args.batch)
+    else:
+        def fit(chunk):
+            """Train on chunk (steps, B, T + 1); the last loss, after the device is done."""
+            x, y = inputs_of(chunk)
+            history = keras.Model.fit(model, x, y, batch_size=args.batch, epochs=1, verbose=0, shuffle=False)
+            keras.ops.convert_to_numpy(model.trainable_variables[0].value)  # waits for the last step
+            return history.history["loss"][-1]
 
     start = time.perf_counter()
     first = fit(tokens[: max(args.warmup, 1)])
     warmup_seconds = time.perf_counter() - start
     start = time.perf_counter()
     last = fit(tokens[args.warmup:])
-    return dict(seconds=time.perf_counter() - start, warmup_seconds=warmup_seconds, first_loss=float(first),
-                last_loss=float(last), params=int(model.count_params()))
+    result = dict(seconds=time.perf_counter() - start, warmup_seconds=warmup_seconds, first_loss=float(first),
+                  last_loss=float(last), params=int(model.count_params()))
+    if args.profile and keras.backend.backend() == "jax":
+        import tempfile
+
+        import jax
+
+        trace_dir = tempfile.mkdtemp()
+        with jax.profiler.trace(trace_dir):
+            fit(tokens[-3:])
+        result["kernels"] = top_kernels(trace_dir, steps=3)
+    return result
 
 
 # --- nanoGPT in PyTorch --------------------------------------------------------
@@ -215,8 +346,19 @@ def torch_run(args, tokens):
         last = step(i)
     last = last.item()
     sync()
-    return dict(seconds=time.perf_counter() - start, warmup_seconds=warmup_seconds, first_loss=first,
-                last_loss=last, params=int(params))
+    result = dict(seconds=time.perf_counter() - start, warmup_seconds=warmup_seconds, first_loss=first,
+                  last_loss=last, params=int(params))
+    if args.profile and cuda:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(3):
+                step(i)
+            sync()
+        events = [e for e in prof.key_averages() if e.device_time_total > 0]
+        events.sort(key=lambda e: -e.device_time_total)
+        result["kernels"] = [(e.device_time_total / 1e3 / 3, e.key) for e in events[:5]]
+    return result
 
 
 # --- The table -----------------------------------------------------------------
@@ -233,8 +375,9 @@ def child(args):
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def run_child(impl, args, argv):
-    """One implementation in a fresh process: its result dict, or why not."""
+def run_child(row, args, argv):
+    """One row in a fresh process: its result dict, or why not."""
+    impl, levers = split_row(row)
     if impl == "torch":
         import importlib.util
 
@@ -242,7 +385,10 @@ def run_child(impl, args, argv):
             return None, "skipped: PyTorch is not installed (pip install torch)"
     env = {**os.environ, "KERAS_BACKEND": args.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    command = [sys.executable, os.path.abspath(__file__), *argv, "--child", impl]
+    flags = [XLA_FLAGS[lever] for lever in levers if lever in XLA_FLAGS]
+    if flags:
+        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS"), *flags]))
+    command = [sys.executable, os.path.abspath(__file__), *argv, "--child", row]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -260,19 +406,25 @@ def main(argv=None):
     print(f"GPT: {args.layers} layers, width {args.width}, {args.heads} heads, vocabulary {args.vocab}, "
           f"batch {args.batch} x {args.seq} tokens, bf16, AdamW; {args.warmup} + {args.steps} steps; "
           f"MFU against {args.peak:g} TFLOP/s; Keras rows on {args.backend}", flush=True)
-    print(f"{'':20s} {'params':>13s} {'warm-up s':>9s} {'ms/step':>9s} {'tokens/s':>11s} {'MFU':>6s}  loss")
+    print(f"{'':28s} {'params':>13s} {'warm-up s':>9s} {'ms/step':>9s} {'tokens/s':>11s} {'MFU':>6s}  loss")
     speed = {}
-    for impl in args.impls:
-        result, note = run_child(impl, args, argv)
+    for row in args.impls:
+        result, note = run_child(row, args, argv)
         if result is None:
-            print(f"{TITLES[impl]:20s} {note}", flush=True)
+            print(f"{title(row):28s} {note}", flush=True)
             continue
         ms = 1000 * result["seconds"] / args.steps
-        speed[impl] = tokens_per_step * args.steps / result["seconds"]
-        mfu = speed[impl] * flops_per_token(args, result["params"]) / (args.peak * 1e12)
-        print(f"{TITLES[impl]:20s} {result['params']:13,d} {result['warmup_seconds']:9.1f} {ms:9.1f} "
-              f"{speed[impl]:11,.0f} {100 * mfu:5.1f}%  {result['first_loss']:.3f} -> {result['last_loss']:.3f}",
+        speed[row] = tokens_per_step * args.steps / result["seconds"]
+        mfu = speed[row] * flops_per_token(args, result["params"]) / (args.peak * 1e12)
+        print(f"{title(row):28s} {result['params']:13,d} {result['warmup_seconds']:9.1f} {ms:9.1f} "
+              f"{speed[row]:11,.0f} {100 * mfu:5.1f}%  {result['first_loss']:.3f} -> {result['last_loss']:.3f}",
               flush=True)
+        for ms_per_step, name in result.get("kernels", []):
+            print(f"    {ms_per_step:8.2f} ms/step  {name[:110]}", flush=True)
+    if "torch" in speed:
+        for row in speed:
+            if row.startswith("zoo") and row != "zoo":
+                print(f"ratio {title(row)}/nanoGPT tokens/s: {speed[row] / speed['torch']:.2f}")
     if "zoo" in speed and "torch" in speed:
         print(f"ratio zoo/nanoGPT tokens/s: {speed['zoo'] / speed['torch']:.2f}")
     else:
