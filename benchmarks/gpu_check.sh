@@ -11,7 +11,8 @@
 #   3. the layer, generation and model tests, and the test that they multiply
 #      float32 at full precision (tests/conftest.py turns the GPU's TF32 off
 #      for the tests only), one line per test as it ends, so that a run cut
-#      short still names every result it reached.
+#      short still names every result it reached, and each failure's
+#      traceback in gpu_failures.log beside the log as it happens.
 # Step generate-graphs repeats step 2 with XLA_FLAGS recording the whole decoding
 # loop as one CUDA graph (--xla_gpu_enable_command_buffer with WHILE), so the
 # device runs every token's step without the host.
@@ -108,7 +109,7 @@ EOF
 
 for s in $STEPS; do
     case $s in
-        tests) step tests env XLA_PYTHON_CLIENT_PREALLOCATE=false "$PYTHON" -m pytest -v -rfE --tb=short -p no:cacheprovider \
+        tests) step tests env XLA_PYTHON_CLIENT_PREALLOCATE=false ZOO_TEST_FAILURE_LOG="$LOG_DIR/gpu_failures.log" "$PYTHON" -m pytest -v -rfE --tb=short -p no:cacheprovider \
             -p no:benchmark -n "$WORKERS" --junitxml "$LOG_DIR/gpu_tests.xml" \
             tests/test_precision.py tests/layers tests/generation tests/models ;;
         train) step train "$PYTHON" benchmarks/train_gpu.py ${GPU_CHECK_TRAIN_ARGS:-} ;;

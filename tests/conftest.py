@@ -51,8 +51,14 @@ def use_full_float32_matmuls(backend):
     GPUs (Ampere and later) multiply float32 in TF32 by default, a 10-bit
     mantissa: about 1e-3 off a float64 reference, where the comparisons here
     expect about 1e-6. Users keep that speed: the library never sets this.
-    Only the backend in use is configured (and imported).
+    Only the backend in use is configured (and imported). The variables set
+    here reach the Python processes that tests start (a model reloaded in a
+    fresh process must give the same outputs bit for bit): JAX reads its
+    default precision from the environment, and cuBLAS and cuDNN honour
+    NVIDIA_TF32_OVERRIDE=0 under every framework.
     """
+    os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+    os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
     if backend == "jax":
         import jax
 
@@ -67,6 +73,16 @@ def use_full_float32_matmuls(backend):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
+
+
+def pytest_runtest_logreport(report):
+    """With ZOO_TEST_FAILURE_LOG=FILE, each failure's report is appended to
+    FILE as it happens, so that a run cut short (a time limit on a borrowed
+    GPU) still says why each failed test failed."""
+    path = os.environ.get("ZOO_TEST_FAILURE_LOG")
+    if path and report.failed:
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
 
 
 @pytest.fixture(autouse=True)

@@ -110,6 +110,48 @@ def test_token_embedding_forward_and_reverse():
     np.testing.assert_allclose(logits, hidden.astype(np.float64) @ table.T.astype(np.float64), atol=ATOL)
 
 
+@pytest.mark.parametrize("vocabulary", [V, 130, 256])
+def test_the_padded_tied_head_a_gpu_runs_gives_the_same_logits(vocabulary, monkeypatch):
+    from zoo.layers import token_embedding
+
+    layer = TokenEmbedding(vocabulary, D)
+    layer.build((2, 5))
+    hidden = RNG.normal(size=(2, 5, D)).astype("float32")
+    table = to_np(layer.embeddings).astype(np.float64)
+    reference = hidden.astype(np.float64) @ table.T  # (2, 5, vocabulary)
+    monkeypatch.setattr(token_embedding, "pads_logits", lambda: True)
+    padded = to_np(layer(hidden, reverse=True))
+    monkeypatch.setattr(token_embedding, "pads_logits", lambda: False)
+    plain = to_np(layer(hidden, reverse=True))
+    assert padded.shape == plain.shape == (2, 5, vocabulary)
+    np.testing.assert_allclose(padded, reference, atol=ATOL)
+    np.testing.assert_allclose(padded, plain, atol=ATOL)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the padded head runs on JAX only")
+def test_the_padded_tied_head_gives_the_table_its_gradient(monkeypatch):
+    import jax
+
+    from zoo.layers import token_embedding
+
+    layer = TokenEmbedding(130, D)
+    layer.build((2, 5))
+    hidden = RNG.normal(size=(2, 5, D)).astype("float32")
+    upstream = RNG.normal(size=(2, 5, 130)).astype("float32")
+
+    def gradient():
+        def loss(table):
+            logits, _ = layer.stateless_call([table], [], hidden, reverse=True)
+            return jax.numpy.sum(upstream * logits)
+
+        return np.asarray(jax.grad(loss)(layer.embeddings.value))
+
+    monkeypatch.setattr(token_embedding, "pads_logits", lambda: True)
+    # d sum(U * H E^T) / dE = U^T H, rows of the real vocabulary only.
+    reference = upstream.reshape(-1, 130).T.astype(np.float64) @ hidden.reshape(-1, D).astype(np.float64)
+    np.testing.assert_allclose(gradient(), reference, atol=1e-4)
+
+
 @pytest.mark.parametrize("bad_id", [V, 100, -1])
 def test_token_id_outside_the_vocabulary_is_an_eager_error(bad_id):
     ids = IDS.copy()

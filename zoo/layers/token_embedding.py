@@ -6,6 +6,21 @@ Shape letters: B batch, T length, d width, V vocabulary.
 import keras
 from keras import ops
 
+# On a GPU the tied head's product is computed this many logits wide at a time.
+LOGITS_MULTIPLE = 128
+
+
+def pads_logits():
+    """Whether the tied head pads its product to `LOGITS_MULTIPLE` columns:
+    on JAX with a GPU, where XLA gives a product 50,257 logits wide (GPT-2)
+    Triton kernels slower than the cuBLAS ones it gives 50,304 (GPT-2 small
+    training on one H100: 47.8 against 40.5 ms per step; docs/gpu.md)."""
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "gpu"
+
 
 @keras.saving.register_keras_serializable(package="zoo")
 class TokenEmbedding(keras.layers.Embedding):
@@ -18,7 +33,10 @@ class TokenEmbedding(keras.layers.Embedding):
 
     `quantize("int8")` and `quantize("int4")` (Keras' Embedding
     quantization, what `model.quantize` calls) quantize the one table for
-    both directions. The reverse call then does what keras-hub's
+    both directions. On a GPU (JAX) the reverse product runs against the
+    table padded with zero rows to a multiple of 128 and keeps the first V
+    logits, as nanoGPT pads GPT-2's vocabulary for speed; the logits, the
+    table and the checkpoints keep V. The reverse call then does what keras-hub's
     `ReversibleEmbedding` does with tied weights: the hidden states are
     quantized per row (abs-max, the activation quantizer of the config),
     multiplied by the integer table, and the product is divided by both
@@ -53,7 +71,12 @@ class TokenEmbedding(keras.layers.Embedding):
 
     def call(self, inputs, reverse=False):
         if reverse:
-            table = ops.cast(ops.convert_to_tensor(self.embeddings), self.compute_dtype)
+            table = ops.cast(ops.convert_to_tensor(self.embeddings), self.compute_dtype)  # (V, d)
+            padding = -self.input_dim % LOGITS_MULTIPLE
+            if padding and pads_logits():
+                table = ops.pad(table, [[0, padding], [0, 0]])  # (V', d), zero rows
+                logits = ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))  # (B, T, V')
+                return logits[..., : self.input_dim]
             return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))
         _check_ids(inputs, self.input_dim)
         return super().call(inputs)
