@@ -223,13 +223,13 @@ def merge_masks(
     masks = []
     if padding_mask is not None:
         _check_mask_shape("padding_mask", padding_mask, (batch, k_len))
-        masks.append(ops.cast(padding_mask, "bool")[:, None, :])
+        masks.append(ops.expand_dims(ops.cast(padding_mask, "bool"), 1))  # (B, 1, S)
     if key_mask is not None:
         _check_mask_shape("key mask", key_mask, (batch, k_len))
-        masks.append(ops.cast(key_mask, "bool")[:, None, :])
+        masks.append(ops.expand_dims(ops.cast(key_mask, "bool"), 1))  # (B, 1, S)
     if query_mask is not None:
         _check_mask_shape("query mask", query_mask, (batch, q_len))
-        masks.append(ops.cast(query_mask, "bool")[:, :, None])
+        masks.append(ops.expand_dims(ops.cast(query_mask, "bool"), 2))  # (B, T, 1)
     if attention_mask is not None:
         _check_mask_shape("attention_mask", attention_mask, (batch, q_len, k_len))
         masks.append(ops.cast(attention_mask, "bool"))
@@ -237,7 +237,7 @@ def merge_masks(
         t, s = ops.shape(query)[1], ops.shape(key)[1]
         query_positions = ops.arange(t) + ops.cast(query_start, "int32")
         key_positions = ops.arange(s)
-        masks.append((key_positions[None, :] <= query_positions[:, None])[None, :, :])  # (1, T, S)
+        masks.append(ops.expand_dims(ops.expand_dims(key_positions, 0) <= ops.expand_dims(query_positions, 1), 0))  # (1, T, S)
     if not masks:
         return None
     merged = masks[0]

@@ -3,19 +3,29 @@
 Shape letters: B batch, T length, d width, f inner width (d_ff).
 """
 
+import math
+
 import keras
+from keras import ops
 
 ACTIVATIONS = ("relu", "gelu", "gelu_approximate", "silu")
 
 
-def _activation(name):
+def activation_function(name):
     if name == "silu":  # Swish-1, the gate of SwiGLU
         return keras.activations.silu
     if name == "gelu":
-        return lambda x: keras.activations.gelu(x, approximate=False)
+        return gelu
     if name == "gelu_approximate":  # GPT-2's tanh approximation
         return lambda x: keras.activations.gelu(x, approximate=True)
     return keras.activations.relu
+
+
+def gelu(x):
+    """GELU(x) = x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2))) (Hendrycks and
+    Gimpel 2016), BERT's exact form. Written with erf, which every runtime a
+    model exports to has (ONNX has no erfc, which TensorFlow's own gelu uses)."""
+    return 0.5 * x * (1.0 + ops.erf(x * (1.0 / math.sqrt(2.0))))
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -94,7 +104,7 @@ class FeedForward(keras.layers.Layer):
         if self.gated:
             self.gate_dense = keras.layers.Dense(
                 inner,
-                activation=_activation(self.activation),
+                activation=activation_function(self.activation),
                 use_bias=self.use_bias,
                 kernel_initializer=self.kernel_initializer,
                 bias_initializer=self.bias_initializer,
@@ -104,7 +114,7 @@ class FeedForward(keras.layers.Layer):
             self.gate_dense.build(input_shape)
         self.intermediate_dense = keras.layers.Dense(
             inner,
-            activation=None if self.gated else _activation(self.activation),
+            activation=None if self.gated else activation_function(self.activation),
             use_bias=self.use_bias,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,

@@ -6,6 +6,8 @@ Shape letters: B batch, T length, P masked positions, d width.
 import keras
 from keras import ops
 
+from zoo.layers.feed_forward import activation_function
+
 
 @keras.saving.register_keras_serializable(package="zoo")
 class MaskedLMTransform(keras.layers.Layer):
@@ -48,10 +50,9 @@ class MaskedLMTransform(keras.layers.Layer):
 
     def build(self, hidden_shape, mask_positions_shape=None):
         d = hidden_shape[-1]
-        approximate = self.activation == "gelu_approximate"
         self.dense = keras.layers.Dense(
             d,
-            activation=lambda x: keras.activations.gelu(x, approximate=approximate),
+            activation=activation_function(self.activation),
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=self.initializer_range),
             dtype=self.dtype_policy,
             name="dense",
@@ -67,7 +68,7 @@ class MaskedLMTransform(keras.layers.Layer):
         return None
 
     def call(self, hidden, mask_positions):
-        positions = ops.cast(mask_positions, "int32")[:, :, None]  # (B, P, 1)
+        positions = ops.expand_dims(ops.cast(mask_positions, "int32"), -1)  # (B, P, 1)
         gathered = ops.take_along_axis(hidden, positions, axis=1)  # (B, P, d)
         return self.norm(self.dense(gathered))
 

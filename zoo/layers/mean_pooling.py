@@ -38,7 +38,7 @@ class MeanPooling(keras.layers.Layer):
         return None
 
     def call(self, sequence, padding_mask):
-        weights = ops.cast(padding_mask, sequence.dtype)[:, :, None]  # (B, T, 1)
+        weights = ops.expand_dims(ops.cast(padding_mask, sequence.dtype), -1)  # (B, T, 1)
         total = ops.sum(sequence * weights, axis=1)
         count = ops.maximum(ops.sum(weights, axis=1), 1.0)
         return total / count

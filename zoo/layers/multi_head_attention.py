@@ -397,7 +397,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 q,
                 key,
                 ops.cast(value, q.dtype),
-                mask=None if causal_only or attend_mask is None else attend_mask[:, None],  # (B, 1, T, S)
+                mask=None if causal_only or attend_mask is None else ops.expand_dims(attend_mask, 1),  # (B, 1, T, S)
                 is_causal=causal_only,
             )  # (B, T, h, k)
         else:
@@ -408,7 +408,7 @@ class MultiHeadAttention(keras.layers.Layer):
             # per query head: (B, h, T, k) -> (B, g, h/g * T, k).
             q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
             q = ops.reshape(q, (b, self.num_key_value_heads, groups * t, self.head_dim))
-            mask = None if attend_mask is None else ops.tile(attend_mask[:, None], (1, 1, groups, 1))  # (B, 1, h/g T, S)
+            mask = None if attend_mask is None else ops.tile(ops.expand_dims(attend_mask, 1), (1, 1, groups, 1))  # (B, 1, h/g T, S)
             weights = attention_weights(q, key, mask=mask)  # (B, g, h/g T, S)
             dropped = self.dropout_layer(weights, training=training)
             out = ops.matmul(dropped, ops.cast(value, dropped.dtype))  # (B, g, h/g T, k)

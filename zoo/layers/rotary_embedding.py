@@ -97,9 +97,9 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def call(self, x, start_index=0):
         positions = ops.arange(ops.shape(x)[1], dtype="float32") + ops.cast(start_index, "float32")
-        angles = positions[:, None] * ops.convert_to_tensor(self.inverse)[None, :]  # (T, k/2)
-        cos = ops.cast(ops.cos(angles), x.dtype)[None, :, None, :]  # (1, T, 1, k/2)
-        sin = ops.cast(ops.sin(angles), x.dtype)[None, :, None, :]
+        angles = ops.expand_dims(positions, 1) * ops.expand_dims(ops.convert_to_tensor(self.inverse), 0)  # (T, k/2)
+        cos = ops.expand_dims(ops.cast(ops.cos(angles), x.dtype), (0, 2))  # (1, T, 1, k/2)
+        sin = ops.expand_dims(ops.cast(ops.sin(angles), x.dtype), (0, 2))
         first, second = ops.split(x, 2, axis=-1)  # 2 x (B, T, h, k/2)
         return ops.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 

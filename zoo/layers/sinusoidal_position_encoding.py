@@ -52,7 +52,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         inverse_frequency = ops.power(
             ops.cast(self.max_wavelength, "float32"), -pair / ops.cast(width, "float32")
         )
-        angles = positions[:, None] * inverse_frequency[None, :]  # (T, d)
+        angles = ops.expand_dims(positions, 1) * ops.expand_dims(inverse_frequency, 0)  # (T, d)
         encoding = ops.where(channel % 2 == 0, ops.sin(angles), ops.cos(angles))
         return ops.broadcast_to(ops.cast(encoding, self.compute_dtype), shape)
 
