@@ -12,6 +12,9 @@
     zoo data download NAME ...             fetch data sets ahead of time (checked by sha256, cached)
     zoo describe NAME                      sizes, parameters and FLOPs of a preset
     zoo explore TARGET [--port N]          a local web page: generation, attention maps, probabilities
+    zoo export TARGET PATH --format F      write a model for a runtime (tf_saved_model, onnx, litert) or as
+                                           a checkpoint (huggingface, keras-hub); TARGET: a run folder, a
+                                           .keras file, a checkpoint folder or hf://ORG/NAME
 
 `zoo train translate --epochs 2` is `python -m recipes.translate --epochs 2`:
 the same `main(argv)`, the same flags (`zoo train NAME -h` lists them).
@@ -41,6 +44,8 @@ RECIPES = {
     "bert_classify": ("recipes.bert_classify", "fine-tune BERT on SST-2 sentiment (from a pretrained run or scratch)"),
     "demo": ("recipes.demo", "a tiny encoder-decoder learns a toy English -> German grammar (a minute)"),
 }
+# zoo.export's formats: for runtimes (exported on TensorFlow), then checkpoints.
+EXPORT_FORMATS = ("tf_saved_model", "onnx", "litert", "huggingface", "keras-hub")
 # What each recipe's model does with text, for `zoo sample/translate/classify`.
 USES = {"gpt_char": "sample", "gpt_finetune": "sample", "translate": "translate", "demo": "translate", "bert_classify": "classify"}
 
@@ -120,6 +125,19 @@ def parser():
     download = data_commands.add_parser("download", help="fetch data sets now (checked by sha256, cached)")
     download.add_argument("names", nargs="+", metavar="NAME", help="data set names (`zoo data list`)")
 
+    export = commands.add_parser(
+        "export", help="write a model for TF Serving, onnxruntime or LiteRT, or as a checkpoint folder",
+        description="Writes TARGET's model to the folder PATH: a SavedModel, model.onnx or model.tflite "
+        "(exported on the TensorFlow backend, which this command uses), with the tokenizer's files beside "
+        "it; or a Hugging Face or keras-hub checkpoint. See docs/deploying.md.",
+    )
+    export.add_argument("target", metavar="TARGET",
+                        help="a run folder, a .keras file, or a checkpoint folder or handle (hf://ORG/NAME[@REVISION])")
+    export.add_argument("path", metavar="PATH", help="the folder to write")
+    export.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
+    export.add_argument("--overwrite", action="store_true", help="replace the files of an existing folder")
+    _add_quantize(export)
+
     presets = commands.add_parser("presets", help="list the presets")
     presets.add_argument("--family", choices=("transformer", "gpt", "llama", "bert"), default=None, help="only this family")
     describe = commands.add_parser("describe", help="sizes, parameters and FLOPs of a preset")
@@ -172,6 +190,10 @@ def main(argv=None):
     if args.command == "train":
         names = ", ".join(RECIPES)
         top.error(f"zoo train {args.recipe}: unknown recipe; expected one of {names}")
+    if args.command == "export" and args.format in EXPORT_FORMATS[:3]:
+        import os
+
+        os.environ["KERAS_BACKEND"] = "tensorflow"  # Keras' exports for runtimes convert TensorFlow graphs
     load_keras()
     try:
         return COMMANDS[args.command](args)
@@ -351,6 +373,26 @@ def _presets(args):
     return 0
 
 
+def _export(args):
+    import zoo
+
+    target = Path(args.target)
+    if target.suffix == ".keras":
+        model = zoo.load(target)
+        if args.quantize is not None:
+            model.quantize(args.quantize)
+    elif is_checkpoint(args.target):
+        model = zoo.from_pretrained(args.target, quantize=args.quantize)
+    else:
+        model = open_run(args.target, quantize=args.quantize)[2]
+    folder = zoo.export(model, args.path, format=args.format, overwrite=args.overwrite)
+    print(f"{args.format}: {folder}")
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            print(f"  {path.relative_to(folder)}  {path.stat().st_size:,} bytes")
+    return 0
+
+
 def _describe(args):
     import zoo
 
@@ -382,6 +424,7 @@ COMMANDS = {
     "presets": _presets,
     "describe": _describe,
     "explore": _explore,
+    "export": _export,
 }
 
 

@@ -149,7 +149,7 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
 
 
 def export(model, path, format="huggingface", overwrite=False):
-    """Write a zoo GPT-2, BERT or Llama-family model as a checkpoint folder others load.
+    """Write a zoo model as a checkpoint folder others load, or for a runtime.
 
     Args:
         model: a zoo `GPTCausalLM` / `GPTBackbone` (GPT-2), a
@@ -178,10 +178,23 @@ def export(model, path, format="huggingface", overwrite=False):
             `BertTextClassifier`, `Llama3CausalLM`, `QwenCausalLM`,
             `Qwen3CausalLM`, or the backbone) with the same weights -
             e.g. `keras_hub.models.GPT2CausalLM.from_preset(path)` loads it.
+            "tf_saved_model", "onnx", "litert": any zoo model (every
+            family and task), through Keras' `model.export`, for
+            `tf.saved_model.load` / TF Serving, `onnxruntime` and the LiteRT
+            interpreter; the batch and length dimensions stay dynamic and
+            the inputs keep the model's names. The folder holds the
+            SavedModel itself, or `model.onnx`, or `model.tflite`, with the
+            tokenizer's Hugging Face files beside it (in `assets.extra` of a
+            SavedModel). A `BertClassifier` exported on TensorFlow also gets
+            a `classify_text` signature: sentences in, the tokenizer inside,
+            `probabilities` and `labels` out, as `zoo.classify` gives them.
+            An int8 model exports to all three; a float8 one to
+            "tf_saved_model" only. These need the `export` extra.
+            See docs/deploying.md.
         overwrite: replace the files of an existing folder.
 
-    A quantized model (`model.quantize`) is refused: both formats hold
-    float weights, and a dequantized copy would pass the quantization
+    A quantized model (`model.quantize`) is refused by the two checkpoint
+    formats: both hold float weights, and a dequantized copy would pass the quantization
     error on as if it were the model's.
 
     Returns:
@@ -194,10 +207,13 @@ def export(model, path, format="huggingface", overwrite=False):
     lm2 = zoo.from_pretrained("my_gpt2")
     ```
     """
+    from zoo.deployment import RUNTIME_FORMATS, export_for_runtime
     from zoo.models import BertSentenceEncoder, quantization_mode
 
+    if format in RUNTIME_FORMATS:
+        return export_for_runtime(model, path, format, overwrite=overwrite)
     if format not in FORMATS:
-        raise ValueError(f"format={format!r}; expected one of {', '.join(map(repr, FORMATS))}.")
+        raise ValueError(f"format={format!r}; expected one of {', '.join(map(repr, FORMATS + RUNTIME_FORMATS))}.")
     mode = quantization_mode(model)
     if mode is not None:
         raise ValueError(

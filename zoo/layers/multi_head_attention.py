@@ -194,14 +194,17 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dense.build(tuple(query_shape[:-1]) + (query_width,))
         self.built = True
 
-    def _heads(self, x, heads):
-        # (B, L, heads * k) -> (B, L, heads, k)
-        return ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[1], heads, self.head_dim))
+    def _heads(self, x, heads, sequence=None):
+        # (B, L, heads * k) -> (B, L, heads, k); B and L read from `sequence`
+        # (the layer's input) when given: tf2onnx gives the shape of a Dense
+        # output on a 3-D input as its flattened (B L, n) matrix's.
+        batch, length = ops.shape(x if sequence is None else sequence)[:2]
+        return ops.reshape(x, (batch, length, heads, self.head_dim))
 
     def compute_key_value(self, key_value):
         """Project a cross-attention sequence once: (B, S, d_kv) -> (B, 2, g, S, k)."""
         x = self.key_value_dense(key_value)  # (B, S, 2 g k)
-        b, length = ops.shape(x)[0], ops.shape(x)[1]
+        b, length = ops.shape(key_value)[0], ops.shape(key_value)[1]  # not x's: see `_heads`
         x = ops.reshape(x, (b, length, 2, self.num_key_value_heads, self.head_dim))
         return ops.transpose(x, (0, 2, 3, 1, 4))  # (B, 2, g, S, k), head-major
 
@@ -331,7 +334,7 @@ class MultiHeadAttention(keras.layers.Layer):
                     "This MultiHeadAttention was built for cross-attention: pass the "
                     "sequence to attend to as `key_value`."
                 )
-            q = self._heads(self.query_dense(query), self.num_heads)  # (B, T, h, k)
+            q = self._heads(self.query_dense(query), self.num_heads, sequence=query)  # (B, T, h, k)
             kv = self.compute_key_value(key_value) if cache is None else cache  # (B, 2, g, S, k)
             key, value = kv[:, 0], kv[:, 1]  # (B, g, S, k)
             key_mask = key_value_mask
