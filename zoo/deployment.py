@@ -79,7 +79,7 @@ def export_for_runtime(model, path, format, overwrite=False):
         else:
             model.export(str(staging / FILE_NAMES[format]), format=format, verbose=False)
             tokenizer_folder = staging
-        _write_tokenizer(model, tokenizer_folder)
+        _write_tokenizer(model, tokenizer_folder, folder)
         if folder.exists():
             shutil.rmtree(folder) if folder.is_dir() else folder.unlink()
         staging.rename(folder)
@@ -205,8 +205,9 @@ def _is_graph_tokenizer(tokenizer):
     return isinstance(tokenizer, keras_hub.tokenizers.WordPieceTokenizer)
 
 
-def _write_tokenizer(model, folder):
-    """The tokenizer files of the Hugging Face export, where the family has them."""
+def _write_tokenizer(model, folder, destination):
+    """The tokenizer files of the Hugging Face export, where the family has
+    them, into `folder` (the staging copy of `destination`)."""
     from zoo.checkpoints import families
 
     tokenizer = getattr(model, "tokenizer", None) or getattr(getattr(model, "backbone", None), "tokenizer", None)
@@ -221,7 +222,7 @@ def _write_tokenizer(model, folder):
         family.tokenizer_problem(tokenizer, "huggingface", backbone)
     )
     if problem is not None:
-        warnings.warn(f"{folder}: tokenizer files not written: {problem}.", stacklevel=4)
+        warnings.warn(f"{destination}: tokenizer files not written: {problem}.", stacklevel=4)
         return
     folder.mkdir(parents=True, exist_ok=True)
     family.write_huggingface_tokenizer(tokenizer, folder, model)
