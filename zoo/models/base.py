@@ -171,6 +171,10 @@ class ZooModel(keras.Model):
             if key in config and isinstance(config[key], dict):
                 config[key] = keras.saving.deserialize_keras_object(config[key])
         model = cls(**config)
+        for key in cls._nested_models():
+            nested = getattr(model, key, None)
+            if getattr(nested, "_lora", None):  # building this model on it may have set its layers trainable again
+                nested._freeze_all_but_lora(tuple(nested._lora["target_names"]))
         if quantization:  # before the weights load, so the integer weights and their scales have somewhere to go
             model._quantize_layers(quantization)
         if lora:  # before the weights load, so the LoRA matrices have somewhere to go
@@ -252,20 +256,31 @@ class ZooModel(keras.Model):
         head put on top of the model afterwards trains as usual. The model's
         config records it, so a saved model reloads with LoRA enabled.
         """
+        self._lora = {"rank": int(rank), "target_names": list(target_names)}
+        for dense in self._lora_targets(target_names):
+            dense.enable_lora(rank)
+        self._freeze_all_but_lora(target_names)
+
+    def _lora_targets(self, target_names):
         from zoo.layers import FeedForward, MultiHeadAttention
 
-        self._lora = {"rank": int(rank), "target_names": list(target_names)}
-        self.trainable = True
-        for layer in self._flatten_layers(include_self=False):
-            layer.trainable = False
         for layer in self._flatten_layers(include_self=False):
             if isinstance(layer, (MultiHeadAttention, FeedForward)):
                 for dense in layer._flatten_layers(include_self=False):
                     if dense.name in target_names and hasattr(dense, "enable_lora"):
-                        dense.trainable = True
-                        dense.enable_lora(rank)
-                        if dense.bias is not None:  # only the LoRA matrices train
-                            dense.bias.trainable = False
+                        yield dense
+
+    def _freeze_all_but_lora(self, target_names):
+        """Every layer frozen but the LoRA projections, of which only the
+        low-rank A and B matrices train."""
+        self.trainable = True
+        for layer in self._flatten_layers(include_self=False):
+            layer.trainable = False
+        for dense in self._lora_targets(target_names):
+            dense.trainable = True
+            for weight in (getattr(dense, "_kernel", None), dense.bias):
+                if weight is not None:
+                    weight.trainable = False
 
     @staticmethod
     def get_layout_map(device_mesh, model_parallel_dim_name="model", data_parallel_dim_name="batch"):
