@@ -184,8 +184,8 @@ def test_export_refuses_what_the_format_cannot_hold(tmp_path):
         zoo.export(nano, tmp_path / "a", format="huggingface")
     with pytest.raises(ValueError, match="no biases"):
         zoo.export(nano, tmp_path / "b", format="keras-hub")
-    with pytest.raises(ValueError, match="format='onnx'"):
-        zoo.export(nano, tmp_path / "c", format="onnx")
+    with pytest.raises(ValueError, match="format='pytorch'; expected one of .*'onnx'"):
+        zoo.export(nano, tmp_path / "c", format="pytorch")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(FileExistsError, match="overwrite=True"):
