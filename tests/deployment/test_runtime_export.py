@@ -90,20 +90,18 @@ class Runtime:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """(task, format) -> (model, Runtime), each exported once."""
-    cache = {}
+    """(task, format) -> (model, Runtime): each task's model built once, each export made once."""
+    models, runtimes = {}, {}
 
     def get(task, format):
-        if (task, format) not in cache:
-            if task not in {t for t, _ in cache}:
-                keras.utils.set_random_seed(7)
-                model = TASKS[task][0]()
-                model(TASKS[task][1](6, 0))
-            else:
-                model = next(m for (t, _), (m, _) in cache.items() if t == task)
-            folder = zoo.export(model, tmp_path_factory.mktemp(task) / format, format=format)
-            cache[task, format] = (model, Runtime(folder, format))
-        return cache[task, format]
+        if task not in models:
+            keras.utils.set_random_seed(7)
+            models[task] = TASKS[task][0]()
+            models[task](TASKS[task][1](6, 0))
+        if (task, format) not in runtimes:
+            folder = zoo.export(models[task], tmp_path_factory.mktemp(task) / format, format=format)
+            runtimes[task, format] = Runtime(folder, format)
+        return models[task], runtimes[task, format]
 
     return get
 

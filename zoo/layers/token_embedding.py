@@ -72,12 +72,11 @@ class TokenEmbedding(keras.layers.Embedding):
     def call(self, inputs, reverse=False):
         if reverse:
             table = ops.cast(ops.convert_to_tensor(self.embeddings), self.compute_dtype)  # (V, d)
-            padding = -self.input_dim % LOGITS_MULTIPLE
-            if padding and pads_logits():
+            padding = -self.input_dim % LOGITS_MULTIPLE if pads_logits() else 0
+            if padding:
                 table = ops.pad(table, [[0, padding], [0, 0]])  # (V', d), zero rows
-                logits = ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))  # (B, T, V')
-                return logits[..., : self.input_dim]
-            return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))
+            logits = ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))  # (B, T, V')
+            return logits[..., : self.input_dim] if padding else logits
         _check_ids(inputs, self.input_dim)
         return super().call(inputs)
 
