@@ -92,7 +92,7 @@ def test_a_stop_token_ends_text_generation():
     free = generation.generate(lm, [prompt], 4).sequences[0]
     stop = int(free[1])
     text = zoo.generate(lm, "a dog", max_new_tokens=20, stop_token_ids=[stop])
-    assert text == _decode(tokenizer, prompt + free[: free.index(stop) + 1])
+    assert text == _decode(tokenizer, prompt + free[: free.index(stop)])  # the stop token ends the text, unwritten
 
 
 def test_token_id_calls_are_unchanged(lm):

@@ -32,6 +32,7 @@ _EXPORTS = {
     "preset_info": "zoo.factory",
     "plot": "zoo.factory",
     "generate": "zoo.inference",
+    "stream": "zoo.inference",
     "translate": "zoo.inference",
     "classify": "zoo.inference",
     "embed": "zoo.inference",

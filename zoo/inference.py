@@ -2,6 +2,8 @@
 
     lm = zoo.load("runs/gpt_char/model.keras")  # a GPTCausalLM with its CharTokenizer
     zoo.generate(lm, "ROMEO:", max_length=300, sampler="top_k", k=40, seed=0)  # str
+    for piece in zoo.stream(lm, "ROMEO:", max_new_tokens=300):  # the same text, piece by piece
+        print(piece, end="")
     zoo.translate(transformer, ["ein hund läuft .", "zwei männer"])  # list of str
     zoo.classify(classifier, ["a gripping film"]).probabilities  # (N, C)
     zoo.embed(encoder, ["a sentence", "another one"])  # (N, d)
@@ -24,6 +26,7 @@ import numpy as np
 from zoo import generation
 from zoo.data.tokenizers import token_id_lists
 from zoo.generation import samplers
+from zoo.generation.engine import Decoding, check_stop_tokens
 from zoo.generation.samplers import SAMPLERS  # noqa: F401  (zoo.inference.SAMPLERS)
 from zoo.models import BertClassifier, BertSentenceEncoder, EncoderDecoder, GPTCausalLM
 from zoo.models.gpt import DecoderStack
@@ -45,6 +48,7 @@ def generate(
     temperature=1.0,
     k=50,
     p=0.9,
+    stop=None,
     **kwargs,
 ):
     """Continue text, or token ids, with a decoder-only model.
@@ -52,10 +56,10 @@ def generate(
     On text (a str or a list of str) the model's tokenizer encodes the
     prompts and decodes the result, and generation goes on past the
     model's window W as nanoGPT's `sample.py` does: every new token is
-    predicted from the last W tokens at most. Up to W tokens come from one
-    cached call of `zoo.generation.generate`; each token after that from
+    predicted from the last W tokens at most. Up to W tokens come from the
+    cached loop of `zoo.generation.generate`; each token after that from
     one forward pass over the last W tokens (a fixed (B, W) shape, so it
-    compiles once).
+    compiles once). `zoo.stream` gives the same text in pieces as it comes.
 
     On token ids (a list of lists or a (B, T) array) this is
     `zoo.generation.generate(model, prompt, max_new_tokens, ...)` and
@@ -73,19 +77,23 @@ def generate(
             tokenizer's end tokens if it has them (`end_token_ids` of a
             `HuggingFaceTokenizer`, else `end_token_id`, e.g. GPT-2's
             `<|endoftext|>`, `[END]` of a `WordTokenizer`), none for a
-            `CharTokenizer`; for token ids, none.
-        seed: an int makes sampling reproducible.
+            `CharTokenizer`; for token ids, none. On text the stop token
+            ends the text and is not part of it.
+        seed: an int makes sampling reproducible (the same seed, the same
+            text); None continues the sampler's random state.
         max_length: for text, the most tokens of prompt plus continuation,
             as keras-hub's `CausalLM.generate`.
         temperature, k, p: the samplers' settings (see
             `zoo.generation.generate`).
+        stop: for text, stop strings (a str or a list of str): the new
+            text ends before the first one it contains, as OpenAI's `stop`.
         **kwargs: passed to `zoo.generation.generate` (`num_beams`,
             `length_penalty`, `padding_mask`, ...).
 
     Returns:
         For a str, the str of prompt and continuation (the tokenizer's
-        decoding of all the ids); for a list of str, a list of them; for
-        token ids, a `zoo.generation.GenerationOutput`.
+        decoding of the prompt, then of the new ids); for a list of str, a
+        list of them; for token ids, a `zoo.generation.GenerationOutput`.
 
     Example:
 
@@ -100,13 +108,15 @@ def generate(
     """
     if _is_text(prompt):
         return _generate_text(
-            model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, k, p, kwargs
+            model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, k, p, stop, kwargs
         )
     if max_length is not None:
         raise ValueError(
             "`max_length` counts the tokens of a text prompt and its continuation; for token-id prompts "
             "pass `max_new_tokens`."
         )
+    if stop is not None:
+        raise ValueError("`stop` strings end a text prompt's continuation; for token-id prompts pass `stop_token_ids`.")
     if max_new_tokens is None:
         raise ValueError("zoo.generate on token ids needs `max_new_tokens`, the most new tokens per prompt.")
     return generation.generate(
@@ -121,6 +131,73 @@ def generate(
         p=p,
         **kwargs,
     )
+
+
+def stream(
+    model,
+    prompt,
+    max_new_tokens=None,
+    sampler="greedy",
+    stop_token_ids=AUTO,
+    seed=None,
+    *,
+    max_length=None,
+    temperature=1.0,
+    k=50,
+    p=0.9,
+    stop=None,
+    skip_prompt=False,
+):
+    """Yield the text of `zoo.generate` in pieces, as its tokens are chosen.
+
+    The pieces, joined, are exactly `zoo.generate`'s text with the same
+    arguments (the same seed, the same text), inside the model's window and
+    past it. Each token costs one call of the same compiled loop that
+    `zoo.generate` runs (`zoo.generation.engine`). A piece is never half a
+    UTF-8 character, nor the start of a stop string that may still come.
+    Stopping the iteration stops the computation.
+
+    Args:
+        model: a decoder-only language model carrying its tokenizer, or an
+            `EncoderDecoder` (the prompt is then the source sentence, and
+            the pieces its translation, decoded as `zoo.translate` with
+            `num_beams=1` decodes it).
+        prompt: one str.
+        skip_prompt: False yields the prompt's text first (as `zoo.generate`
+            returns prompt and continuation); True only the new text.
+        The rest: as `zoo.generate`'s (`sampler` is not "beam").
+
+    Yields:
+        str pieces.
+
+    Example:
+
+    ```python
+    import zoo
+    from zoo.data import CharTokenizer
+
+    tokenizer = CharTokenizer.from_text("ROMEO: JULIET: abcdefghijklmnopqrstuvwxyz\\n")
+    lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
+    for piece in zoo.stream(lm, "ROMEO:", max_new_tokens=20, sampler="top_k", k=5, seed=0):
+        print(piece, end="", flush=True)
+    ```
+    """
+    if not isinstance(prompt, str):
+        raise ValueError(f"zoo.stream takes one prompt, a str; got {type(prompt).__name__}.")
+    rows = _text_prompts(model, prompt, "zoo.stream")
+    if isinstance(model, EncoderDecoder) and max_new_tokens is None and max_length is None:
+        max_new_tokens = min(len(rows[0]) + 10, model.max_sequence_length - 1)  # as zoo.translate
+    budgets = _text_budgets(model, rows, max_new_tokens, max_length)
+    generation = TextGeneration(model, rows, budgets, stop=stop, stop_token_ids=stop_token_ids, sampler=sampler,
+                                seed=seed, temperature=temperature, k=k, p=p)
+    return _pieces(generation, skip_prompt or isinstance(model, EncoderDecoder))
+
+
+def _pieces(generation, skip_prompt):
+    if not skip_prompt and generation.rows[0].prompt_text:
+        yield generation.rows[0].prompt_text
+    for _, piece in generation.pieces():
+        yield piece
 
 
 def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6, batch_size=128):
@@ -288,95 +365,222 @@ def embed(model, sentences, batch_size=32):
 # --- Text generation -------------------------------------------------------------
 
 
-def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, k, p, kwargs):
+class TextGeneration:
+    """Text prompts decoded together through one `zoo.generation.engine.Decoding`,
+    each row's text given out in pieces as its tokens come: what
+    `zoo.generate` (on text), `zoo.stream` and `zoo serve` run.
+
+    A piece is never half a UTF-8 character (a byte-level BPE token may
+    end inside one: the text is held until the character is whole), nor
+    the start of a stop string (held until the string is ruled out). A row
+    ends at its budget, at a stop token (not part of the text), or at the
+    first stop string in its new text (cut before it).
+
+    Args:
+        model: a decoder-only language model, or an encoder-decoder
+            (translation: the prompts are the sources, the decoder starts
+            from `[START]` and stops at `[END]`), carrying its tokenizer.
+        prompt_ids: B lists of token ids (the sources, for an
+            encoder-decoder).
+        budgets: the most new tokens, one int or one per row. A decoder-only
+            model goes on past its window (nanoGPT's sliding window).
+        stop: stop strings: None, a str, a list of str, or one such per row
+            (a list of B lists).
+        stop_token_ids, sampler, seed, temperature, k, p: as `zoo.generate`'s.
+
+    Attributes:
+        rows: B `TextRow`s: `prompt_text`, `text` (the new text so far),
+            `finish_reason` ("stop", "length" or None), `prompt_tokens`,
+            `completion_tokens`.
+    """
+
+    def __init__(self, model, prompt_ids, budgets, *, stop=None, stop_token_ids=AUTO, sampler="greedy", seed=None,
+                 temperature=1.0, k=50, p=0.9):
+        tokenizer = _tokenizer_of(model, "zoo.generate")
+        if sampler == "beam":
+            raise ValueError("sampler='beam' cannot stream (the best beam changes until the end); use zoo.generate.")
+        samplers.check_name(sampler)
+        config = samplers.sampler_config(sampler, temperature, k, p, model.vocabulary_size)
+        batch = len(prompt_ids)
+        stops = _stop_strings(stop, batch)
+        if isinstance(model, EncoderDecoder):
+            start, end = _special_id(tokenizer, "start"), _special_id(tokenizer, "end")
+            ends = [end] if _is_auto(stop_token_ids) else stop_token_ids
+            self.decoding = Decoding(model, [[start]] * batch, budgets, config, ends, seed, source=prompt_ids)
+            text_prompts = [[] for _ in prompt_ids]
+        else:
+            ends = _auto_stop_ids(tokenizer) if _is_auto(stop_token_ids) else stop_token_ids
+            self.decoding = Decoding(model, prompt_ids, budgets, config, ends, seed, slide=True)
+            text_prompts = prompt_ids
+        ends = self.decoding.stop_token_ids
+        self.rows = [TextRow(tokenizer, ids, len(ids), row_stops, ends) for ids, row_stops in zip(text_prompts, stops)]
+        for row, ids in zip(self.rows, prompt_ids):
+            row.prompt_tokens = len(ids)
+
+    def pieces(self, every_token=True):
+        """Yields `(row, piece)` as pieces of new text come, until every row
+        has ended. A caller that stops iterating stops the decoding."""
+        decoding = self.decoding
+        for _ in decoding.steps(every_token):
+            for b, row in enumerate(self.rows):
+                if row.finish_reason is not None:
+                    continue
+                piece = row.update(decoding.new_tokens[b], decoding.finish_reasons[b])
+                if row.finish_reason is not None:
+                    decoding.finish(b)  # a stop string: the decoding stops computing this row
+                if piece:
+                    yield b, piece
+
+    def run(self):
+        """Decodes to the end (in whole cache stages); returns the B new texts."""
+        for _ in self.pieces(every_token=False):
+            pass
+        return [row.text for row in self.rows]
+
+
+class TextRow:
+    """One row's text as its tokens come (see `TextGeneration`)."""
+
+    def __init__(self, tokenizer, prompt_ids, prompt_tokens, stop, stop_token_ids):
+        self.tokenizer, self.prompt_ids, self.stop, self.stop_token_ids = tokenizer, list(prompt_ids), stop, stop_token_ids
+        self.prompt_text = _decode(tokenizer, self.prompt_ids)
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = 0
+        self.text = ""  # the new text given out so far
+        self.finish_reason = None
+
+    def update(self, new_tokens, finish_reason):
+        """The next piece of new text, after `new_tokens` (all of the row's
+        new tokens so far); `finish_reason`: the decoding's, once the row
+        has ended there."""
+        self.completion_tokens = len(new_tokens)
+        ids = list(new_tokens)
+        if ids and ids[-1] in self.stop_token_ids:
+            ids = ids[:-1]
+        text = self._new_text(ids)
+        cut = min((i for i in (text.find(s) for s in self.stop) if i >= 0), default=-1)
+        if cut >= 0:
+            text, finish_reason = text[:cut], "stop"
+        elif finish_reason is None:
+            text = _without_unfinished_end(text, self.stop)
+        self.finish_reason = finish_reason
+        if not text.startswith(self.text):  # a tokenizer whose text of more ids is not an extension: nothing to add
+            return ""
+        piece, self.text = text[len(self.text):], text
+        return piece
+
+    def _new_text(self, ids):
+        full = _decode(self.tokenizer, self.prompt_ids + ids)
+        if full.startswith(self.prompt_text):
+            return full[len(self.prompt_text):]
+        return _decode(self.tokenizer, ids)
+
+
+def _without_unfinished_end(text, stop):
+    """`text` less what may still change: a trailing half UTF-8 character
+    (decoded as U+FFFD) and the longest end that begins a stop string."""
+    text = text.rstrip("\ufffd")
+    held = 0
+    for s in stop:
+        for size in range(min(len(s) - 1, len(text)), held, -1):
+            if text.endswith(s[:size]):
+                held = size
+                break
+    return text[: len(text) - held]
+
+
+def _stop_strings(stop, batch):
+    """B tuples of stop strings from None, a str, a list of str, or B lists."""
+    def checked(strings):
+        if strings is None:
+            return ()
+        if isinstance(strings, str):
+            strings = [strings]
+        if not isinstance(strings, (list, tuple)) or not all(isinstance(s, str) and s for s in strings):
+            raise ValueError(f"`stop` must be a str or a list of non-empty str; got {strings!r}.")
+        return tuple(strings)
+
+    if isinstance(stop, (list, tuple)) and stop and all(isinstance(s, (list, tuple)) for s in stop):
+        if len(stop) != batch:
+            raise ValueError(f"`stop` has {len(stop)} lists for {batch} prompts; expected one per prompt.")
+        return [checked(s) for s in stop]
+    return [checked(stop)] * batch
+
+
+def _text_prompts(model, prompt, what):
+    """The tokenizer's ids of a str or a list of str (cut to the model's
+    window for an encoder-decoder's sources)."""
     if isinstance(model, EncoderDecoder):
-        raise ValueError("zoo.generate on text takes a decoder-only model; for an EncoderDecoder use zoo.translate.")
-    if not isinstance(model, (GPTCausalLM, DecoderStack)):
-        raise ValueError(f"zoo.generate on text needs a causal LM (a GPTCausalLM or LlamaCausalLM); got a {type(model).__name__}.")
-    tokenizer = _tokenizer_of(model, "zoo.generate")
-    samplers.check_name(sampler)
-    if (max_new_tokens is None) == (max_length is None):
+        tokenizer = model.source_tokenizer or _tokenizer_of(model, what)
+    elif isinstance(model, (GPTCausalLM, DecoderStack)):
+        tokenizer = _tokenizer_of(model, what)
+    else:
         raise ValueError(
-            "zoo.generate on text needs one of `max_length` (prompt plus new tokens) or `max_new_tokens`."
+            f"{what} on text needs a causal LM (a GPTCausalLM or LlamaCausalLM) or an EncoderDecoder; "
+            f"got a {type(model).__name__}."
         )
     texts = [prompt] if isinstance(prompt, str) else list(prompt)
     rows = token_id_lists(tokenizer, texts)
     _check_not_empty(rows, texts)
+    if isinstance(model, EncoderDecoder):
+        rows = [row[: model.max_sequence_length] for row in rows]
+    return rows
+
+
+def _text_budgets(model, rows, max_new_tokens, max_length):
+    if (max_new_tokens is None) == (max_length is None):
+        raise ValueError(
+            "zoo.generate on text needs one of `max_length` (prompt plus new tokens) or `max_new_tokens`."
+        )
+    if isinstance(model, EncoderDecoder):
+        window = model.max_sequence_length
+        return [max_new_tokens if max_new_tokens is not None else min(max_length, window - 1)] * len(rows)
     budgets = [max_new_tokens if max_new_tokens is not None else max_length - len(row) for row in rows]
     for row, budget in zip(rows, budgets):
-        if not isinstance(budget, (int, np.integer)) or budget < 1:
+        if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or budget < 1:
             limit = "max_new_tokens" if max_new_tokens is not None else "max_length"
             raise ValueError(
                 f"`{limit}`={max_new_tokens if max_new_tokens is not None else max_length} leaves no new token "
                 f"after a prompt of {len(row)} tokens; expected max_length > prompt length or max_new_tokens >= 1."
             )
-    stops = _auto_stop_ids(tokenizer) if _is_auto(stop_token_ids) else stop_token_ids
+    return budgets
+
+
+def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, k, p, stop,
+                   kwargs):
+    if isinstance(model, EncoderDecoder):
+        raise ValueError("zoo.generate on text takes a decoder-only model; for an EncoderDecoder use zoo.translate.")
+    rows = _text_prompts(model, prompt, "zoo.generate")
+    budgets = _text_budgets(model, rows, max_new_tokens, max_length)
+    samplers.check_name(sampler)
+    if sampler == "beam":
+        return _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, kwargs)
+    if kwargs:
+        raise ValueError(f"zoo.generate on text takes no {', '.join(sorted(kwargs))} (only with sampler='beam').")
+    generation = TextGeneration(model, rows, budgets, stop=stop, stop_token_ids=stop_token_ids, sampler=sampler,
+                                seed=seed, temperature=temperature, k=k, p=p)
+    texts = [row.prompt_text + new for row, new in zip(generation.rows, generation.run())]
+    return texts[0] if isinstance(prompt, str) else texts
+
+
+def _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, kwargs):
+    tokenizer = _tokenizer_of(model, "zoo.generate")
     window = (model.backbone if isinstance(model, GPTCausalLM) else model).max_sequence_length
-    longest = max(map(len, rows))
-    cached = min(max(budgets), window - longest)  # new tokens the cached call can give every row
-    if sampler == "beam" and max(len(r) + b for r, b in zip(rows, budgets)) > window:
+    if max(len(r) + b for r, b in zip(rows, budgets)) > window:
         raise ValueError(
             f"sampler='beam' generates within the model's context of {window} tokens only; ask for fewer "
             "tokens or use 'greedy', 'temperature', 'top_k' or 'top_p'."
         )
-    options = dict(sampler=sampler, stop_token_ids=stops, seed=seed, temperature=temperature, k=k, p=p, **kwargs)
-    sequences = [list(row) for row in rows]
-    done = [False] * len(rows)
-    if cached > 0:
-        result = generation.generate(model, rows, int(cached), **options)
-        for i, new in enumerate(result.sequences):
-            new = [int(t) for t in new][: budgets[i]]
-            sequences[i] += new
-            done[i] = len(new) == budgets[i] or (bool(new) and stops is not None and new[-1] in _as_set(stops))
-    if not all(done):
-        _slide(model, sequences, budgets, [len(r) for r in rows], done, window, stops, options)
-    decoded = [_decode(tokenizer, row) for row in sequences]
-    return decoded[0] if isinstance(prompt, str) else decoded
-
-
-def _slide(model, sequences, budgets, prompt_lengths, done, window, stops, options):
-    """nanoGPT's sampling past the window: each token from a forward pass
-    over the last `window` tokens of its row (right-padded to a fixed
-    (B, W) shape: the model is causal, so padding after a row's last token
-    changes nothing before it)."""
-    stop_set = _as_set(stops)
-    name = options["sampler"]
-    if name == "greedy":
-        sample = None
-    else:
-        config = samplers.sampler_config(
-            name, options["temperature"], options["k"], options["p"], model.vocabulary_size
-        )
-        sample = samplers.keras_hub_sampler(config, seed=options["seed"])
-    batch = len(sequences)
-    while not all(done):
-        ids = np.zeros((batch, window), "int32")
-        mask = np.zeros((batch, window), "int32")
-        last = np.zeros(batch, "int64")
-        for i, row in enumerate(sequences):
-            recent = row[-window:]
-            ids[i, : len(recent)] = recent
-            mask[i, : len(recent)] = 1
-            last[i] = len(recent) - 1
-        logits = _last_logits(model, ids, mask, last)  # (B, V)
-        if sample is None:
-            tokens = logits.argmax(axis=-1)
-        else:
-            tokens = keras.ops.convert_to_numpy(sample.get_next_token(sample.compute_probabilities(logits)))
-        for i, token in enumerate(tokens.tolist()):
-            if done[i]:
-                continue
-            sequences[i].append(int(token))
-            done[i] = len(sequences[i]) - prompt_lengths[i] >= budgets[i] or int(token) in stop_set
-
-
-def _last_logits(model, ids, mask, last):
-    """(B, V) float32 logits at position `last[b]` of each row."""
-    outputs = model.predict_on_batch({"token_ids": ids, "padding_mask": mask})  # (B, W, V) or (B, W, d)
-    picked = np.asarray(outputs)[np.arange(len(last)), last]  # (B, V) or (B, d)
-    if isinstance(model, DecoderStack):  # a bare backbone: its hidden states through its language-model head
-        picked = keras.ops.convert_to_numpy(model.logits(picked[:, None, :]))[:, 0]
-    return picked.astype("float32")
+    ends = _auto_stop_ids(tokenizer) if _is_auto(stop_token_ids) else stop_token_ids
+    result = generation.generate(model, rows, max(budgets), sampler="beam", stop_token_ids=ends,
+                                 temperature=temperature, **kwargs)
+    stops = _stop_strings(stop, len(rows))
+    texts = []
+    for row, new, budget, row_stops in zip(rows, result.sequences, budgets, stops):
+        text_row = TextRow(tokenizer, row, len(row), row_stops, check_stop_tokens(ends, model.vocabulary_size))
+        text_row.update([int(t) for t in new][:budget], "length")
+        texts.append(text_row.prompt_text + text_row.text)
+    return texts[0] if isinstance(prompt, str) else texts
 
 
 # --- BERT inputs -------------------------------------------------------------------
@@ -470,12 +674,6 @@ def _is_text(prompt):
 
 def _is_auto(value):
     return isinstance(value, str) and value == AUTO
-
-
-def _as_set(stops):
-    if stops is None:
-        return set()
-    return {int(stops)} if isinstance(stops, (int, np.integer)) else {int(t) for t in stops}
 
 
 def _sentences(sentences, what):

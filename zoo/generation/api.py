@@ -2,10 +2,11 @@
 with a key/value cache for decoder-only and encoder-decoder zoo models.
 
 A model generates through the cached step it owns (see
-`zoo.generation.interface`). How a call runs: this module checks the
-arguments and pads the prompts (`zoo.generation.prompts`), `compiled` traces
-and caches one function per input shape (`loop.SamplingLoop`,
-`beam.BeamSearchLoop`), and inside it:
+`zoo.generation.interface`). How a call runs: the arguments are checked
+and the prompts padded (`zoo.generation.prompts`), `compiled` traces and
+caches the functions of each input shape (`loop.Prefill` and
+`loop.Advance`, run by `engine.Decoding`; `beam.BeamSearchLoop`), and in
+them:
 1. (encoder-decoder) `model.start` runs the encoder once on the source
    and projects each decoder block's cross-attention keys and values once.
 2. `model.call_with_cache` on the right-padded prompts fills the
@@ -33,8 +34,9 @@ import dataclasses
 
 import numpy as np
 
-from zoo.generation import compiled, loop, prompts, samplers
+from zoo.generation import compiled, prompts, samplers
 from zoo.generation.beam import BeamSearchLoop
+from zoo.generation.engine import Decoding, Request, check_stop_tokens
 from zoo.generation.interface import check_model
 
 
@@ -155,16 +157,17 @@ def generate(
             prompt_lengths=beams.prompt_lengths,
             sequences=[row[0] for row in beams.sequences],
         )
-    request = _Request(model, prompt, max_new_tokens, stop_token_ids, padding_mask, source, source_padding_mask)
+    check_model(model)
     config = samplers.sampler_config(sampler, temperature, k, p, model.vocabulary_size)
-    key = (config, request.static)
-    run = compiled.lookup(model, key) or compiled.compile(model, key, loop.SamplingLoop(model, request.static, config))
-    samplers.reset_seed(run.sampler, seed)
-    (raw,) = run(*request.arrays)
-    token_ids, lengths, sequences = prompts.trim(
-        raw, request.prompt_lengths, max_new_tokens, request.stop_token_ids, pad_token_id
-    )
-    return GenerationOutput(token_ids, lengths, request.prompt_lengths, sequences)
+    decoding = Decoding(
+        model, prompt, max_new_tokens, config, stop_token_ids, seed,
+        padding_mask=padding_mask, source=source, source_padding_mask=source_padding_mask,
+    ).run()
+    lengths = decoding.prompt_lengths + np.array([len(new) for new in decoding.new_tokens], "int32")
+    token_ids = np.full((len(lengths), int(decoding.prompt_lengths.max()) + max_new_tokens), pad_token_id, "int32")
+    for row, (prompt_ids, new) in enumerate(zip(decoding.rows, decoding.new_tokens)):
+        token_ids[row, : lengths[row]] = prompt_ids + new
+    return GenerationOutput(token_ids, lengths, decoding.prompt_lengths, decoding.new_tokens)
 
 
 def beam_search(
@@ -198,7 +201,11 @@ def beam_search(
     if not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool):
         raise ValueError(f"`length_penalty` must be a number; got {length_penalty!r}.")
     samplers.check_temperature(temperature)
-    request = _Request(model, prompt, max_new_tokens, stop_token_ids, padding_mask, source, source_padding_mask)
+    check_model(model)
+    batch = prompts.as_batch(prompt, padding_mask, "prompt")
+    prompts.check_token_range(batch, model.vocabulary_size, "prompt")
+    stop_token_ids = check_stop_tokens(stop_token_ids, model.vocabulary_size)
+    request = Request(model, batch, max_new_tokens, stop_token_ids, source, source_padding_mask)
     if model.vocabulary_size < 2:
         raise ValueError("Beam search needs a vocabulary of at least 2 tokens.")
     config = ("beam", num_beams, float(length_penalty), float(temperature))
@@ -211,71 +218,3 @@ def beam_search(
         raw, request.prompt_lengths, max_new_tokens, request.stop_token_ids, pad_token_id
     )
     return BeamSearchOutput(token_ids, lengths, request.prompt_lengths, sequences, scores)
-
-
-class _Request:
-    """Checked, padded inputs of one call and the static shapes they fix."""
-
-    def __init__(self, model, prompt, max_new_tokens, stop_token_ids, padding_mask, source, source_padding_mask):
-        check_model(model)
-        if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
-            raise ValueError(f"`max_new_tokens` must be an integer >= 1; got {max_new_tokens!r}.")
-        self.max_new_tokens = max_new_tokens = int(max_new_tokens)
-        batch = prompts.as_batch(prompt, padding_mask, "prompt")
-        prompts.check_token_range(batch, model.vocabulary_size, "prompt")
-        self.prompt_lengths = np.array([len(row) for row in batch], dtype="int32")
-        longest = int(self.prompt_lengths.max())
-        limit = model.max_sequence_length
-        if longest + max_new_tokens > limit:
-            raise ValueError(
-                f"The longest prompt ({longest} tokens) plus max_new_tokens ({max_new_tokens}) is "
-                f"{longest + max_new_tokens} positions, more than the model's maximum sequence length "
-                f"{limit}; shorten the prompt or ask for at most {max(limit - longest, 0)} new tokens."
-            )
-        self.stop_token_ids = _stop_tokens(stop_token_ids, model.vocabulary_size)
-        length = longest + max_new_tokens
-        ids, mask = prompts.right_pad(batch, length, 0)
-        self.arrays = (ids, mask)
-        self.shapes = (len(batch), longest, length)
-        if model.is_encoder_decoder:
-            if source is None:
-                raise ValueError(
-                    f"{type(model).__name__} is an encoder-decoder: pass the encoder input as `source` "
-                    "(and `prompt` as the decoder's start tokens)."
-                )
-            sources = prompts.as_batch(source, source_padding_mask, "source")
-            prompts.check_token_range(sources, model.source_vocabulary_size, "source")
-            if len(sources) != len(batch):
-                raise ValueError(f"`source` has {len(sources)} sequences but `prompt` has {len(batch)}.")
-            source_length = max(len(row) for row in sources)
-            if source_length > limit:
-                raise ValueError(
-                    f"The longest source ({source_length} tokens) is longer than the model's maximum "
-                    f"sequence length {limit}."
-                )
-            self.arrays += prompts.right_pad(sources, source_length, 0)
-            self.shapes += (source_length,)
-        elif source is not None or source_padding_mask is not None:
-            raise ValueError(f"{type(model).__name__} is decoder-only and takes no `source`.")
-        # What the traced function depends on (the rest are its array inputs).
-        self.static = _Static(self.shapes, self.stop_token_ids, max_new_tokens, loop.stage_lengths(longest, length))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    shapes: tuple  # (B, P, L) or (B, P, L, S)
-    stop_token_ids: tuple
-    max_new_tokens: int
-    stages: tuple  # cache lengths, see `zoo.generation.loop`
-
-
-def _stop_tokens(stop_token_ids, vocabulary_size):
-    if stop_token_ids is None:
-        return ()
-    if isinstance(stop_token_ids, (int, np.integer)):
-        stop_token_ids = [stop_token_ids]
-    ids = tuple(sorted({int(t) for t in stop_token_ids}))
-    for t in ids:
-        if not 0 <= t < vocabulary_size:
-            raise ValueError(f"Stop token id {t} is outside the vocabulary [0, {vocabulary_size}).")
-    return ids

@@ -1,11 +1,10 @@
 """One compiled function per (model, input shapes, sampler configuration).
 
-The whole decoding loop - encoder, prompt prefill, and the `while_loop`s
-over new positions (one per cache stage) - is one Python function (a
-`SamplingLoop` or a `BeamSearchLoop`), traced once and compiled with XLA
-(`tf.function(jit_compile=True)` on TensorFlow, `jax.jit` on JAX); a later
-call with the same shapes and configuration reuses it. Other backends run
-the same function eagerly.
+A decoding function - the prefill, a stage's `while_loop` (`zoo.generation.loop`),
+or beam search's whole loop (`zoo.generation.beam`) - is a Python callable
+traced once and compiled with XLA (`tf.function(jit_compile=True)` on
+TensorFlow, `jax.jit` on JAX); a later call with the same shapes and
+configuration reuses it. Other backends run the same function eagerly.
 """
 
 import collections
@@ -13,11 +12,11 @@ import itertools
 import weakref
 
 import keras
-import numpy as np
 
 _COMPILED = weakref.WeakKeyDictionary()  # model -> OrderedDict(key -> Compiled)
 _PER_MODEL = 32  # the most recently used functions kept per model
 _TRACES = [0]
+_SAMPLERS = weakref.WeakKeyDictionary()  # model -> {sampler configuration: keras-hub sampler}
 
 
 def trace_count():
@@ -40,6 +39,17 @@ def lookup(model, key):
     return per_model[key]
 
 
+def sampler(model, config):
+    """The one keras-hub sampler of `config` for `model`: every function
+    that samples with it reads and advances the same random state."""
+    from zoo.generation.samplers import keras_hub_sampler
+
+    per_model = _SAMPLERS.setdefault(model, {})
+    if config not in per_model:
+        per_model[config] = keras_hub_sampler(config)
+    return per_model[config]
+
+
 def compile(model, key, function):
     """Compiles `function` for `model` and caches it under `key`.
 
@@ -50,7 +60,8 @@ def compile(model, key, function):
         key: hashable, what the traced function depends on.
         function: a decoding function: called with the input arrays, it
             returns a tuple of tensors; it has `model` and `sampler` (whose
-            `variables` are the random state it updates).
+            `variables` are the random state it updates; None: no random
+            state).
 
     Returns:
         The `Compiled` function.
@@ -64,7 +75,8 @@ def compile(model, key, function):
 
 class Compiled:
     """A decoding function compiled for the backend: `compiled(*arrays)`
-    -> a tuple of NumPy arrays.
+    -> a tuple of NumPy arrays; `compiled.raw(*arrays)` -> its outputs as
+    the backend's tensors, to feed to the next call.
 
     `function` is a callable object, not a closure: TensorFlow tells apart
     the functions it watches for retracing by their code object, and every
@@ -90,27 +102,32 @@ class Compiled:
             self.compiled = function
 
     def __call__(self, *arrays):
-        if self.backend == "jax":
-            model, variables = self.function.model, self.sampler.variables
-            state = (
-                [v.value for v in variables],
-                [v.value for v in model.trainable_variables],
-                [v.value for v in model.non_trainable_variables],
-            )
-            outputs, new_sampler_values = self.compiled(state, arrays)
-            for variable, value in zip(variables, new_sampler_values):
-                variable.assign(value)
-            return tuple(np.asarray(x) for x in outputs)
-        if self.backend == "tensorflow":
-            return tuple(x.numpy() for x in self.compiled(*arrays))
-        return tuple(keras.ops.convert_to_numpy(x) for x in self.compiled(*arrays))
+        return tuple(keras.ops.convert_to_numpy(x) for x in self.raw(*arrays))
+
+    def raw(self, *arrays):
+        if self.backend != "jax":
+            return self.compiled(*arrays)
+        model, variables = self.function.model, self.variables
+        state = (
+            [v.value for v in variables],
+            [v.value for v in model.trainable_variables],
+            [v.value for v in model.non_trainable_variables],
+        )
+        outputs, new_sampler_values = self.compiled(state, arrays)
+        for variable, value in zip(variables, new_sampler_values):
+            variable.assign(value)
+        return outputs
+
+    @property
+    def variables(self):
+        return self.sampler.variables if self.sampler is not None else []
 
     def stateless(self, state, arrays):
         """The function as `jax.jit` traces it. JAX arrays are immutable:
         the model's and the sampler's variables come in as `state` (read
         through a `StatelessScope`), the sampler's new seed state goes out,
         as keras-hub's CausalLM does it."""
-        model, variables = self.function.model, self.sampler.variables
+        model, variables = self.function.model, self.variables
         sampler_values, trainable, non_trainable = state
         mapping = itertools.chain(
             zip(variables, sampler_values),

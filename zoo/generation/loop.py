@@ -7,12 +7,14 @@ in stages: positions up to 64 attend over a 64-position cache, up to 128
 over 128, and so on, doubling up to the full length; between two stages the
 cache is zero-padded once to the next size. Every stage is the same
 `while_loop` over the same step function (one forward path), and all of
-them live in the one compiled function. A step's result does not depend on
+them share one step function. A step's result does not depend on
 its stage: positions past the current one are masked out either way.
 
-`SamplingLoop` is the function that `generate` compiles for a keras-hub
-sampler: `SamplingLoop(...)(ids, mask)` reaches the model's
-`call_with_cache` through one `while_loop` body (`SamplingStep.body`).
+A sampled generation compiles three kinds of function (`zoo.generation.engine`
+runs them): `Prefill` (the prompts into the cache), `Advance` (one stage's
+`while_loop`, reaching the model's `call_with_cache` through one body,
+`SamplingStep.body`) and, past the model's window, `WindowStep`. Beam
+search compiles its whole loop in one function (`zoo.generation.beam`).
 
 Shape letters: B batch, L prompt plus new tokens, V vocabulary.
 """
@@ -89,30 +91,21 @@ def run_in_stages(cond, body, index, cache, state, stages):
     return index, cache, tuple(state)
 
 
-class SamplingLoop:
-    """The traced function of one `generate` configuration: the prefill,
-    then keras-hub's sampling loop (its `Sampler.__call__`) carried through
-    the cache stages.
+class Prefill:
+    """The traced function that starts a generation: the encoder (an
+    encoder-decoder) and the prompts' positions written to a cache of the
+    first stage's length, in one pass of the model's cached step.
 
-    Args:
-        model: the model (held weakly).
-        static: what the trace depends on: `shapes` (B, P, L[, S]),
-            `stop_token_ids`, `max_new_tokens`, `stages`.
-        config: a `zoo.generation.samplers.sampler_config`.
-
-    Call arguments:
-        ids: (B, L) int32, right-padded prompts.
-        mask: (B, L) bool, True at prompt tokens, which are kept.
-        *source: the encoder-decoder's (B, S) source ids and padding mask.
-
-    Returns:
-        A tuple of the (B, L) int32 token ids.
+    Call arguments: `ids` (B, L) int32 right-padded prompts, `mask` (B, L)
+    bool, `*source` the encoder-decoder's (B, S) ids and padding mask.
+    Returns `(context, cache)`.
     """
 
-    def __init__(self, model, static, config):
+    sampler = None  # no random state
+
+    def __init__(self, model, shapes, cache_length):
         self._model = weakref.ref(model)
-        self.static = static
-        self.sampler = samplers.keras_hub_sampler(config)
+        self.shapes, self.cache_length = shapes, cache_length
 
     @property
     def model(self):
@@ -120,31 +113,101 @@ class SamplingLoop:
 
     def __call__(self, ids, mask, *source):
         compiled.count_trace()
-        model, static = self.model, self.static
-        lengths = ops.sum(ops.cast(mask, "int32"), axis=1)  # (B,)
-        context, cache = prefill(model, static.shapes, static.stages[0], ids, *source)
-        index = ops.min(lengths)  # the first position to predict
-        budget_end = lengths + static.max_new_tokens  # (B,) the position after each row's last new token
-        # `done` only with stop tokens: TensorFlow's XLA bridge fails on three
-        # loops in a row that pass a constant through (tensorflow#122886).
-        state = (ids, ops.zeros((ids.shape[0],), "bool")) if static.stop_token_ids else (ids,)
-        for stage, length in enumerate(static.stages):
-            if stage:
-                cache = grow_cache(cache, length)
-            step = SamplingStep(model, self.sampler, context, mask, budget_end, static.stop_token_ids, length)
-            if not step.stateless:
-                index, cache, *state = ops.while_loop(step.cond, step.body, (index, cache, *state))
-                continue
-            variables, index, cache, *state = ops.while_loop(
-                step.cond, step.body, (step.variables(), index, cache, *state)
-            )
-            step.assign(variables)
-        return (state[0],)
+        return prefill(self.model, self.shapes, self.cache_length, ids, *source)
+
+
+class Advance:
+    """The traced function that decodes: keras-hub's sampling loop (its
+    `Sampler.__call__`) from position `index` up to `until` or the end of
+    the cache's stage, whichever comes first, or until every row is done.
+
+    `zoo.generation.generate` calls it once per stage (`until` the stage's
+    end), `zoo.stream` once per token (`until` = index + 1): the same
+    compiled loop, so they choose the same tokens.
+
+    Args:
+        model: the model (held weakly).
+        sampler: the keras-hub sampler (shared by every function of one
+            model and sampler configuration, so its random state carries
+            from one call to the next).
+        stop_token_ids: ids that end a row.
+
+    Call arguments:
+        index: () int32, the first position to predict.
+        cache: the model's cache, its stage's length.
+        token_ids: (B, L) int32, prompts and the tokens so far.
+        probabilities: (B, L) float32, the model's probability of each
+            chosen token (softmax of the logits, before the sampler's
+            temperature).
+        done: (B,) bool, rows that stopped.
+        until: () int32, stop before this position.
+        mask: (B, L) bool, True at prompt tokens, which are kept.
+        budget_end: (B,) int32, the position after each row's last new
+            token.
+        context: the encoder-decoder's `start` output, or None.
+
+    Returns:
+        `(index, cache, token_ids, probabilities, done)` after the loop.
+    """
+
+    def __init__(self, model, sampler, stage_length, stop_token_ids):
+        self._model = weakref.ref(model)
+        self.sampler, self.stage_length, self.stop_token_ids = sampler, stage_length, stop_token_ids
+
+    @property
+    def model(self):
+        return self._model()
+
+    def __call__(self, index, cache, token_ids, probabilities, done, until, mask, budget_end, context):
+        compiled.count_trace()
+        end = ops.minimum(until, self.stage_length)
+        step = SamplingStep(self.model, self.sampler, context, mask, budget_end, self.stop_token_ids, end)
+        state = (index, cache, token_ids, probabilities, done)
+        if not step.stateless:
+            return tuple(ops.while_loop(step.cond, step.body, state))
+        variables, *state = ops.while_loop(step.cond, step.body, (step.variables(), *state))
+        step.assign(variables)
+        return tuple(state)
+
+
+class WindowStep:
+    """The traced function that samples past the model's window, as
+    nanoGPT's `sample.py` does: a pass over each row's last W tokens
+    (right-padded to W: the model is causal, so the padding changes
+    nothing before a row's last token), through the model's cached step
+    on an empty cache, then the sampler's token after each row's last
+    position.
+
+    Call arguments: `ids` (B, W) int32, `last` (B,) int32 the index of each
+    row's last token. Returns `(tokens (B,) int32, probabilities (B,))`.
+    """
+
+    def __init__(self, model, sampler):
+        self._model = weakref.ref(model)
+        self.sampler = sampler
+
+    @property
+    def model(self):
+        return self._model()
+
+    def __call__(self, ids, last):
+        compiled.count_trace()
+        model = self.model
+        cache = model.empty_cache(ids.shape[0], ids.shape[1])
+        logits, _ = model.call_with_cache(ids, cache, 0, None)  # (B, W, V)
+        logits = ops.cast(ops.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], "float32")  # (B, V)
+        token = ops.cast(self.sampler.get_next_token(self.sampler.compute_probabilities(logits)), "int32")
+        return token, _probability_of(logits, token)
+
+
+def _probability_of(logits, token):
+    """(B,) softmax(logits)[b, token[b]]."""
+    return ops.take_along_axis(ops.softmax(logits, axis=-1), token[:, None], axis=1)[:, 0]
 
 
 class SamplingStep:
-    """One stage's `while_loop` of `SamplingLoop`: `cond` and `body` over
-    `(index, cache, token_ids[, done])`, up to position `end`.
+    """The `while_loop` of `Advance`: `cond` and `body` over
+    `(index, cache, token_ids, probabilities, done)`, up to position `end`.
 
     On JAX the loop also carries the sampler's and the model's variables,
     read through a `StatelessScope` (keras-hub's `Sampler.run_loop`), so
@@ -171,18 +234,17 @@ class SamplingStep:
             variable.assign(value)
 
     def cond(self, *loop_vars):
-        index, cache, token_ids, *done = loop_vars[1:] if self.stateless else loop_vars
-        in_stage = index < self.end
-        finished = index >= self.budget_end
-        if done:
-            finished = ops.logical_or(finished, done[0])
-        return ops.logical_and(in_stage, ops.logical_not(ops.all(finished)))
+        index, cache, token_ids, probabilities, done = loop_vars[1:] if self.stateless else loop_vars
+        finished = ops.logical_or(index >= self.budget_end, done)
+        return ops.logical_and(index < self.end, ops.logical_not(ops.all(finished)))
 
     def body(self, *loop_vars):
         """Position `index`: its logits from the token at index - 1 (written
         to the cache), the sampler's token after a row's prompt, the
         prompt's token inside it."""
-        state, (index, cache, token_ids, *done) = (loop_vars[0], loop_vars[1:]) if self.stateless else (None, loop_vars)
+        state, (index, cache, token_ids, probabilities, done) = (
+            (loop_vars[0], loop_vars[1:]) if self.stateless else (None, loop_vars)
+        )
         sampler = self.sampler
         with self._scope(state) as scope:
             previous = ops.slice(token_ids, [0, index - 1], [token_ids.shape[0], 1])  # (B, 1)
@@ -192,10 +254,11 @@ class SamplingStep:
             in_prompt = self.mask[:, index]
             token = ops.where(in_prompt, token_ids[:, index], token)  # (B,)
             token_ids = ops.slice_update(token_ids, [0, index], token[:, None])
-            if done:
+            probabilities = ops.slice_update(probabilities, [0, index], _probability_of(logits, token)[:, None])
+            if self.stop_token_ids:
                 stopped = ops.logical_and(self._is_stop(token), ops.logical_not(in_prompt))
-                done = (ops.logical_or(done[0], stopped),)
-            loop_vars = (index + 1, cache, token_ids, *done)
+                done = ops.logical_or(done, stopped)
+            loop_vars = (index + 1, cache, token_ids, probabilities, done)
         if not self.stateless:
             return loop_vars
         sampler_values = []

@@ -8,7 +8,6 @@ need TensorFlow); "beam" is `zoo.generation.beam.BeamSearch`.
 """
 
 import numpy as np
-from keras import ops
 
 SAMPLERS = ("greedy", "temperature", "top_k", "top_p", "beam")
 
@@ -53,17 +52,6 @@ def keras_hub_sampler(config, seed=0):
     if name == "top_k":
         return samplers.TopKSampler(k=args[1], temperature=args[0], seed=seed)
     return samplers.TopPSampler(p=args[1], temperature=args[0], seed=seed)
-
-
-def reset_seed(sampler, seed):
-    """Every keras-hub sampler draws from its own `SeedGenerator`; with a
-    seed its state restarts at the same value each call."""
-    if seed is None:
-        return
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise ValueError(f"`seed` must be an integer or None; got {seed!r}.")
-    for variable in sampler.variables:
-        variable.assign(ops.convert_to_tensor([int(seed), 0], dtype=variable.dtype))
 
 
 def sampler_options(top_p=None, top_k=None):

@@ -1,0 +1,290 @@
+"""The decoding engine: one sampled generation, run step by step.
+
+`zoo.generation.generate`, `zoo.generate`, `zoo.stream`, `zoo serve` and
+`zoo explore` all decode through a `Decoding`:
+
+    decoding = Decoding(model, [[1, 2, 3]], budgets=8, config=("greedy",))
+    for new in decoding.steps(every_token=True):
+        new  # B lists: the tokens each row gained in this step
+    decoding.new_tokens  # B lists of new tokens, each cut at its budget or stop token
+
+How it runs (the compiled functions are `zoo.generation.loop`'s, cached by
+`zoo.generation.compiled`):
+1. `Prefill`: the encoder (an encoder-decoder) and the right-padded
+   prompts into a cache of the first stage's length.
+2. `Advance`, per cache stage: keras-hub's sampling loop, one position per
+   step through the model's `call_with_cache`. `steps(every_token=False)`
+   (what `generate` runs) calls it once per stage; `steps(every_token=True)`
+   (what a stream runs) once per token. It is the same compiled loop with
+   a different stopping position, so both choose the same tokens.
+3. `WindowStep` (only with `slide=True`, text generation past the model's
+   window W): nanoGPT's sampling, each token from a pass over the row's
+   last W tokens.
+
+One keras-hub sampler serves every function of a model and configuration;
+each `Decoding` keeps its own random state and puts it in place around its
+calls, so decodings may interleave (one thread at a time) and each still
+draws what it would draw alone.
+
+Shape letters: B batch, P longest prompt, L = P + new tokens, S longest
+source, W the model's window.
+"""
+
+import contextlib
+import dataclasses
+
+import numpy as np
+from keras import ops
+
+from zoo.generation import compiled, loop, prompts
+from zoo.generation.interface import check_model
+
+STOP, LENGTH = "stop", "length"  # why a row ended (OpenAI's `finish_reason`)
+
+
+class Decoding:
+    """One generation of B prompts with a keras-hub sampler.
+
+    Args:
+        model: a model with a cached step (`zoo.generation.interface`).
+        prompt: B token-id sequences (a list of lists, or a (B, T) array
+            with `padding_mask`).
+        budgets: the most new tokens, one int or one per row.
+        config: a `zoo.generation.samplers.sampler_config`.
+        stop_token_ids: ids that end a row (the stop token is kept).
+        seed: an int restarts the sampler's random state; None continues it.
+        padding_mask, source, source_padding_mask: as
+            `zoo.generation.generate`'s.
+        slide: past the model's window W, go on with nanoGPT's sliding
+            window (decoder-only); False refuses a budget that does not fit.
+
+    Attributes:
+        prompt_lengths: (B,) int32.
+        new_tokens: B lists of new token ids.
+        probabilities: B lists, the model's probability of each new token.
+        finish_reasons: B of `STOP` (a stop token, or `finish(row)`),
+            `LENGTH` (the budget) or None (not finished yet).
+    """
+
+    def __init__(self, model, prompt, budgets, config, stop_token_ids=None, seed=None, *, padding_mask=None,
+                 source=None, source_padding_mask=None, slide=False):
+        check_model(model)
+        self.model = model
+        rows = prompts.as_batch(prompt, padding_mask, "prompt")
+        prompts.check_token_range(rows, model.vocabulary_size, "prompt")
+        self.rows = [row.tolist() for row in rows]
+        self.prompt_lengths = np.array([len(row) for row in rows], "int32")
+        self.budgets = _budgets(budgets, len(rows))
+        self.stop_token_ids = check_stop_tokens(stop_token_ids, model.vocabulary_size)
+        self.window = model.max_sequence_length
+        if slide and model.is_encoder_decoder:
+            raise ValueError("Only a decoder-only model generates past its window; an encoder-decoder stops there.")
+        cached = int(self.budgets.max())
+        if slide:
+            cached = min(cached, self.window - int(self.prompt_lengths.max()))
+        self.request = None
+        if cached > 0:
+            self.request = Request(model, rows, cached, self.stop_token_ids, source, source_padding_mask)
+        elif source is not None:
+            raise ValueError(f"{type(model).__name__} is decoder-only and takes no `source`.")
+        self.sampler = compiled.sampler(model, config)
+        self.config = config
+        if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)):
+            raise ValueError(f"`seed` must be an integer or None; got {seed!r}.")
+        variables = self.sampler.variables
+        self.random_state = (
+            [np.array([int(seed), 0], v.dtype) for v in variables] if seed is not None
+            else [ops.convert_to_numpy(v.value) for v in variables]
+        )
+        batch = len(rows)
+        self.new_tokens = [[] for _ in range(batch)]
+        self.probabilities = [[] for _ in range(batch)]
+        self.finish_reasons = [None] * batch
+
+    @property
+    def finished(self):
+        return all(reason is not None for reason in self.finish_reasons)
+
+    def finish(self, row):
+        """Ends `row` now (e.g. a stop string came): its finish reason is `STOP`."""
+        if self.finish_reasons[row] is None:
+            self.finish_reasons[row] = STOP
+
+    def steps(self, every_token=False):
+        """Decodes, yielding after each compiled call B lists of the tokens
+        each row gained (empty for a row that gained none). Stops when every
+        row has finished; a caller that stops iterating stops the decoding."""
+        if self.request is not None:
+            yield from self._cached_steps(every_token)
+        while not self.finished:
+            yield self._window_step()
+
+    def run(self):
+        """Decodes to the end; returns `self`."""
+        for _ in self.steps():
+            pass
+        return self
+
+    # --- Within the window: the cached loop ------------------------------------------
+
+    def _cached_steps(self, every_token):
+        model, request = self.model, self.request
+        ids, mask, *source = request.arrays
+        batch, _, length = request.shapes[:3]
+        stages = request.static.stages
+        prefill = _function(model, ("prefill", request.shapes, stages[0]), loop.Prefill, model, request.shapes,
+                            stages[0])
+        context, cache = prefill.raw(ids, mask, *source)
+        index = int(self.prompt_lengths.min())
+        budget_end = (self.prompt_lengths + np.minimum(self.budgets, request.max_new_tokens)).astype("int32")
+        token_ids, probabilities = ids, np.zeros((batch, length), "float32")
+        for stage_length in stages:
+            if index >= stage_length:
+                continue
+            cache = loop.grow_cache(cache, stage_length)
+            key = ("advance", self.config, request.shapes, stage_length, self.stop_token_ids)
+            advance = _function(model, key, loop.Advance, model, self.sampler, stage_length, self.stop_token_ids)
+            while index < stage_length and not self.finished:
+                until = index + 1 if every_token else stage_length
+                done = np.array([reason is not None for reason in self.finish_reasons])
+                with self._random_state():
+                    index_out, cache, token_ids, probabilities, _ = advance.raw(
+                        np.array(index, "int32"), cache, token_ids, probabilities, done, np.array(until, "int32"),
+                        mask, budget_end, context,
+                    )
+                end = int(ops.convert_to_numpy(index_out))
+                yield self._take(ops.convert_to_numpy(token_ids), ops.convert_to_numpy(probabilities), index, end)
+                index = end
+                if index >= length:
+                    break
+            if self.finished or index >= length:
+                break
+
+    def _take(self, token_ids, probabilities, start, end):
+        """The new tokens of positions start..end-1 into each unfinished row."""
+        gained = [[] for _ in self.rows]
+        for row, prompt_length in enumerate(self.prompt_lengths):
+            for position in range(max(start, int(prompt_length)), end):
+                if self.finish_reasons[row] is not None:
+                    break
+                self._append(row, int(token_ids[row, position]), float(probabilities[row, position]), gained)
+        return gained
+
+    def _append(self, row, token, probability, gained):
+        self.new_tokens[row].append(token)
+        self.probabilities[row].append(probability)
+        gained[row].append(token)
+        if token in self.stop_token_ids:
+            self.finish_reasons[row] = STOP
+        elif len(self.new_tokens[row]) >= self.budgets[row]:
+            self.finish_reasons[row] = LENGTH
+
+    # --- Past the window: nanoGPT's sliding window -----------------------------------
+
+    def _window_step(self):
+        window = self.window
+        ids = np.zeros((len(self.rows), window), "int32")
+        last = np.zeros(len(self.rows), "int32")
+        for row, (prompt, new) in enumerate(zip(self.rows, self.new_tokens)):
+            recent = (prompt + new)[-window:]
+            ids[row, : len(recent)] = recent
+            last[row] = len(recent) - 1
+        key = ("window", self.config, ids.shape)
+        step = _function(self.model, key, loop.WindowStep, self.model, self.sampler)
+        with self._random_state():
+            tokens, probabilities = step(ids, last)
+        gained = [[] for _ in self.rows]
+        for row, (token, probability) in enumerate(zip(tokens.tolist(), probabilities.tolist())):
+            if self.finish_reasons[row] is None:
+                self._append(row, int(token), float(probability), gained)
+        return gained
+
+    @contextlib.contextmanager
+    def _random_state(self):
+        """The sampler's random state is this decoding's during a call."""
+        variables = self.sampler.variables
+        for variable, value in zip(variables, self.random_state):
+            variable.assign(value)
+        yield
+        self.random_state = [ops.convert_to_numpy(v.value) for v in variables]
+
+
+def _function(model, key, cls, *args):
+    return compiled.lookup(model, key) or compiled.compile(model, key, cls(*args))
+
+
+def _budgets(budgets, batch):
+    values = np.broadcast_to(np.asarray(budgets), (batch,)) if np.ndim(budgets) == 0 else np.asarray(budgets)
+    if values.shape != (batch,) or not all(
+        isinstance(b, (int, np.integer)) and not isinstance(b, (bool, np.bool_)) and b >= 1 for b in values.tolist()
+    ):
+        raise ValueError(f"`max_new_tokens` must be an integer >= 1; got {budgets!r}.")
+    return values.astype("int64")
+
+
+class Request:
+    """Checked, right-padded inputs of one cached decoding and the static
+    shapes they fix (`shapes` (B, P, L[, S]), `static` the traced
+    functions' key)."""
+
+    def __init__(self, model, rows, max_new_tokens, stop_token_ids, source, source_padding_mask):
+        if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+            raise ValueError(f"`max_new_tokens` must be an integer >= 1; got {max_new_tokens!r}.")
+        self.max_new_tokens = max_new_tokens = int(max_new_tokens)
+        self.prompt_lengths = np.array([len(row) for row in rows], dtype="int32")
+        longest = int(self.prompt_lengths.max())
+        limit = model.max_sequence_length
+        if longest + max_new_tokens > limit:
+            raise ValueError(
+                f"The longest prompt ({longest} tokens) plus max_new_tokens ({max_new_tokens}) is "
+                f"{longest + max_new_tokens} positions, more than the model's maximum sequence length "
+                f"{limit}; shorten the prompt or ask for at most {max(limit - longest, 0)} new tokens."
+            )
+        self.stop_token_ids = tuple(stop_token_ids)
+        length = longest + max_new_tokens
+        ids, mask = prompts.right_pad(rows, length, 0)
+        self.arrays = (ids, mask)
+        self.shapes = (len(rows), longest, length)
+        if model.is_encoder_decoder:
+            if source is None:
+                raise ValueError(
+                    f"{type(model).__name__} is an encoder-decoder: pass the encoder input as `source` "
+                    "(and `prompt` as the decoder's start tokens)."
+                )
+            sources = prompts.as_batch(source, source_padding_mask, "source")
+            prompts.check_token_range(sources, model.source_vocabulary_size, "source")
+            if len(sources) != len(rows):
+                raise ValueError(f"`source` has {len(sources)} sequences but `prompt` has {len(rows)}.")
+            source_length = max(len(row) for row in sources)
+            if source_length > limit:
+                raise ValueError(
+                    f"The longest source ({source_length} tokens) is longer than the model's maximum "
+                    f"sequence length {limit}."
+                )
+            self.arrays += prompts.right_pad(sources, source_length, 0)
+            self.shapes += (source_length,)
+        elif source is not None or source_padding_mask is not None:
+            raise ValueError(f"{type(model).__name__} is decoder-only and takes no `source`.")
+        # What the traced functions depend on (the rest are their array inputs).
+        self.static = Static(self.shapes, self.stop_token_ids, max_new_tokens, loop.stage_lengths(longest, length))
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    shapes: tuple  # (B, P, L) or (B, P, L, S)
+    stop_token_ids: tuple
+    max_new_tokens: int
+    stages: tuple  # cache lengths, see `zoo.generation.loop`
+
+
+def check_stop_tokens(stop_token_ids, vocabulary_size):
+    """The sorted tuple of stop ids; a ValueError for one outside the vocabulary."""
+    if stop_token_ids is None:
+        return ()
+    if isinstance(stop_token_ids, (int, np.integer)):
+        stop_token_ids = [stop_token_ids]
+    ids = tuple(sorted({int(t) for t in stop_token_ids}))
+    for t in ids:
+        if not 0 <= t < vocabulary_size:
+            raise ValueError(f"Stop token id {t} is outside the vocabulary [0, {vocabulary_size}).")
+    return ids
