@@ -201,66 +201,30 @@ class Explorer:
 
     def stream(self, settings):
         """Yields each new token as it is chosen: dicts {index, id, text,
-        probability}. Within the context window each token costs one
-        cached step (`call_with_cache`, as `zoo.generate` runs); past it,
-        one forward pass over the last W tokens (nanoGPT's sliding
-        window, as `zoo.generate` does). Greedy picks the tokens
-        `zoo.generate` picks; the other samplers draw from NumPy's
-        generator seeded with `seed`."""
-        import keras
+        probability}. The tokens are `zoo.generate`'s with the same settings
+        and seed (`zoo.generation.engine`, one compiled step per token;
+        past the context window, nanoGPT's sliding window); `probability`
+        is the model's softmax probability of the token. Stops at the
+        tokenizer's end token, as `zoo.generate` does."""
+        from zoo.generation import engine, sampler_config
 
+        config = sampler_config(settings["sampler"], settings["temperature"], settings["top_k"], settings["top_p"],
+                                int(self.model.vocabulary_size))
+        ends = getattr(self.tokenizer, "end_token_ids", None) or getattr(self.tokenizer, "end_token_id", None)
         ids = list(settings["ids"])
-        context = self.context
-        end = getattr(self.tokenizer, "end_token_id", None)
-        rng = np.random.default_rng(settings["seed"])
-        cache = None
-        logits = None
-        for _ in range(settings["max_new_tokens"]):
+        with self.lock:
+            decoding = engine.Decoding(self.model, [ids], settings["max_new_tokens"], config, ends,
+                                       settings["seed"], slide=True)
+        steps = decoding.steps(every_token=True)
+        while True:
             with self.lock:
-                if len(ids) < context:
-                    if cache is None:  # the prefill: the prompt's positions at once
-                        cache = self.model.empty_cache(1, context)
-                        step, start = ids, 0
-                    else:
-                        step, start = ids[-1:], len(ids) - 1
-                    out, cache = self.model.call_with_cache(np.array([step], "int32"), cache, start)
-                    logits = keras.ops.convert_to_numpy(keras.ops.cast(out[0, -1], "float32"))
-                else:
-                    logits = self._window_logits(ids[-context:])
-            token = self._choose(logits, settings, rng)
-            probability = float(_softmax(logits)[token])
-            ids.append(token)
-            yield {"index": len(ids) - 1, "id": token, "text": self.token_text(token), "probability": probability}
-            if end is not None and token == int(end):
+                gained = next(steps, None)
+            if gained is None:
                 return
-
-    def _window_logits(self, window):
-        """(V,) float32 logits after the last token of `window` (at most W
-        tokens), right-padded to W as `zoo.generate` pads its sliding
-        window, so that every step has one shape."""
-        context = self.context
-        ids = np.zeros((1, context), "int32")
-        mask = np.zeros((1, context), "int32")
-        ids[0, : len(window)] = window
-        mask[0, : len(window)] = 1
-        logits = self.model.predict_on_batch({"token_ids": ids, "padding_mask": mask})  # (1, W, V)
-        return np.asarray(logits, "float32")[0, len(window) - 1]
-
-    def _choose(self, logits, settings, rng):
-        name = settings["sampler"]
-        if name == "greedy":
-            return int(np.argmax(logits))
-        probabilities = _softmax(logits / settings["temperature"])
-        if name == "top_k":
-            keep = np.argsort(-probabilities, kind="stable")[: settings["top_k"]]
-        elif name == "top_p":
-            order = np.argsort(-probabilities, kind="stable")
-            mass = np.cumsum(probabilities[order])
-            keep = order[: int(np.searchsorted(mass, settings["top_p"])) + 1]
-        else:
-            keep = np.arange(len(probabilities))
-        kept = probabilities[keep] / probabilities[keep].sum()
-        return int(keep[rng.choice(len(keep), p=kept)])
+            for token in gained[0]:
+                probability = decoding.probabilities[0][len(ids) - len(settings["ids"])]
+                ids.append(token)
+                yield {"index": len(ids) - 1, "id": token, "text": self.token_text(token), "probability": probability}
 
     def inspect(self, request):
         """The attention of the token at `position` over its context, for

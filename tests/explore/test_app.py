@@ -136,6 +136,18 @@ def test_sampling_is_reproducible_by_seed_and_its_narrowest_settings_are_greedy(
     assert generate(client, max_new_tokens=12, sampler="top_p", top_p=1e-6, seed=5)[-1][1]["text"] == greedy
 
 
+@pytest.mark.parametrize("sampler, settings", [("temperature", {"temperature": 1.5}), ("top_k", {"top_k": 5}),
+                                               ("top_p", {"top_p": 0.8, "temperature": 0.9})])
+@pytest.mark.parametrize("new_tokens", [6, 40])  # 40: past the context of 32
+def test_a_sampled_stream_is_zoo_generate_with_the_same_seed(clients, models, sampler, settings, new_tokens):
+    stream = generate(clients["language_model"], max_new_tokens=new_tokens, sampler=sampler, seed=11, **settings)
+    options = {"k": settings.get("top_k", 50), "p": settings.get("top_p", 0.9),
+               "temperature": settings.get("temperature", 1.0)}
+    expected = zoo.generate(models["language_model"], PROMPT, max_new_tokens=new_tokens, sampler=sampler, seed=11,
+                            **options)
+    assert stream[-1][1]["text"] == expected
+
+
 def test_the_stream_stops_at_the_tokenizers_end_token(explorers):
     explorer = explorers["language_model"]
     settings = explorer.check_generate({"prompt": PROMPT, "max_new_tokens": 10})
