@@ -16,7 +16,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,jax,eval,explore,export]"
+	$(PY) -m pip install -q -e ".[test,jax,eval,serve,export]"
 	touch $(STAMP)
 
 # The explorer's browser test drives Debian's chromium through its driver;

@@ -12,6 +12,7 @@
     zoo data download NAME ...             fetch data sets ahead of time (checked by sha256, cached)
     zoo describe NAME                      sizes, parameters and FLOPs of a preset
     zoo explore TARGET [--port N]          a local web page: generation, attention maps, probabilities
+    zoo serve TARGET [--port N --api-key K] an OpenAI-compatible server (completions, chat, streaming)
     zoo export TARGET PATH --format F      write a model for a runtime (tf_saved_model, onnx, litert) or as
                                            a checkpoint (huggingface, keras-hub); TARGET: a run folder, a
                                            .keras file, a checkpoint folder or hf://ORG/NAME
@@ -156,6 +157,22 @@ def parser():
     explore.add_argument("--labels", default=None,
                          help="a classifier's class names in class order, e.g. negative,positive")
     _add_quantize(explore)
+
+    serve = commands.add_parser(
+        "serve", help="an OpenAI-compatible HTTP server over a language model (completions, chat, streaming)",
+        description="Serve /v1/models, /v1/completions and /v1/chat/completions over one language model "
+        "(needs the serve extra: pip install -e .[serve]); docs/serving.md shows clients.",
+    )
+    serve.add_argument("target", metavar="TARGET",
+                       help="a run folder (holding model.keras), a .keras file, or a checkpoint: a folder "
+                       "or a handle (hf://ORG/NAME[@REVISION])")
+    serve.add_argument("--port", type=int, default=8000, help="the port (0: a free one)")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1: this machine)")
+    serve.add_argument("--api-key", default=None,
+                       help="the key clients must send (Authorization: Bearer KEY); default: $ZOO_API_KEY")
+    serve.add_argument("--name", default=None, help="the model's id in the API (default: TARGET)")
+    serve.add_argument("--max-batch", type=int, default=8, help="the most requests decoded together")
+    _add_quantize(serve)
     return top
 
 
@@ -415,6 +432,20 @@ def _explore(args):
     return serve(args.target, host=args.host, port=args.port, labels=labels, quantize=args.quantize)
 
 
+def _serve(args):
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+
+        from recipes.serve import serve
+    except ImportError as error:
+        raise ValueError(f"{error.name} is not installed; expected the serve extra: pip install -e .[serve]") from None
+    if args.max_batch < 1:
+        raise ValueError(f"--max-batch {args.max_batch}: expected an integer >= 1")
+    return serve(args.target, host=args.host, port=args.port, api_key=args.api_key, name=args.name,
+                 max_batch=args.max_batch, quantize=args.quantize)
+
+
 COMMANDS = {
     "sample": _sample,
     "translate": _translate,
@@ -424,6 +455,7 @@ COMMANDS = {
     "presets": _presets,
     "describe": _describe,
     "explore": _explore,
+    "serve": _serve,
     "export": _export,
 }
 

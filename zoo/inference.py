@@ -417,11 +417,13 @@ class TextGeneration:
         for row, ids in zip(self.rows, prompt_ids):
             row.prompt_tokens = len(ids)
 
-    def pieces(self, every_token=True):
-        """Yields `(row, piece)` as pieces of new text come, until every row
-        has ended. A caller that stops iterating stops the decoding."""
+    def steps(self, every_token=True):
+        """Decodes, yielding after each step of the decoding the list of
+        `(row, piece)` it gave (often empty), until every row has ended. A
+        caller that stops iterating stops the decoding."""
         decoding = self.decoding
         for _ in decoding.steps(every_token):
+            pieces = []
             for b, row in enumerate(self.rows):
                 if row.finish_reason is not None:
                     continue
@@ -429,7 +431,19 @@ class TextGeneration:
                 if row.finish_reason is not None:
                     decoding.finish(b)  # a stop string: the decoding stops computing this row
                 if piece:
-                    yield b, piece
+                    pieces.append((b, piece))
+            yield pieces
+
+    def pieces(self, every_token=True):
+        """Yields `(row, piece)` as pieces of new text come (see `steps`)."""
+        for pieces in self.steps(every_token):
+            yield from pieces
+
+    def end(self, row):
+        """Ends `row` now (its reader has gone): nothing more is computed for it."""
+        if self.rows[row].finish_reason is None:
+            self.rows[row].finish_reason = "stop"
+        self.decoding.finish(row)
 
     def run(self):
         """Decodes to the end (in whole cache stages); returns the B new texts."""

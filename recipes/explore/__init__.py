@@ -11,8 +11,9 @@ Ctrl-C, and shows by the model's kind: a language model's tokens as they
 are generated, each token's attention over its context for every block
 and head and the next-token probabilities there; a translator's
 cross-attention; a classifier's label probabilities and [CLS] attention.
-Needs the `explore` extra (`pip install -e .[explore]`: Starlette and
-uvicorn); the page is static HTML, CSS and JavaScript, with no network.
+Needs the `serve` extra (`pip install -e .[serve]`: Starlette and
+uvicorn; `recipes.server` is the part it shares with `zoo serve`); the page
+is static HTML, CSS and JavaScript, with no network.
 """
 
 
@@ -28,10 +29,7 @@ def serve(target, host="127.0.0.1", port=8000, labels=None, quantize=None):
         quantize: a quantization mode ("int8", "int4", "float8") applied
             to the model in memory after it loads; None keeps it as saved.
     """
-    import socket
-
-    import uvicorn
-
+    from recipes import server
     from recipes.explore.app import create_app
     from recipes.explore.engine import Explorer, open_target, run_record
 
@@ -39,22 +37,9 @@ def serve(target, host="127.0.0.1", port=8000, labels=None, quantize=None):
     if quantize is not None:
         model.quantize(quantize)
     explorer = Explorer(model, name=target, labels=labels, run=run_record(target))
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host, port))
-    except OSError as error:
-        listener.close()
-        raise ValueError(f"--host {host} --port {port}: cannot listen there ({error.strerror}); "
-                         "expected a free port (--port 0 picks one)") from None
-    listener.listen()  # from here a browser's connection waits in the backlog until the server starts
-    port = listener.getsockname()[1]
-    config = uvicorn.Config(create_app(explorer), log_level="warning", timeout_graceful_shutdown=2)
+    listener = server.listen(host, port)
     print(f"zoo explore: a {type(explorer.model).__name__} ({explorer.kind.replace('_', ' ')}) from {target}")
-    print(f"zoo explore: http://{host}:{port}/ (Ctrl-C stops)", flush=True)
-    try:
-        uvicorn.Server(config).run(sockets=[listener])
-    except KeyboardInterrupt:  # uvicorn shuts down, then raises the Ctrl-C it caught again
-        pass
+    print(f"zoo explore: {server.url(host, listener)}/ (Ctrl-C stops)", flush=True)
+    server.run(create_app(explorer), listener)
     print("zoo explore: stopped", flush=True)
     return 0

@@ -25,6 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from recipes.explore.engine import RequestError
+from recipes.server import BadRequest, read_json
 
 STATIC = Path(__file__).parent / "static"
 
@@ -96,12 +97,9 @@ def _event(name, data):
 async def _json(request):
     """The request's JSON object, or the 400 response saying why not."""
     try:
-        body = json.loads(await request.body() or b"null")
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        return _refused(f"the body is not JSON ({error}); expected a JSON object")
-    if not isinstance(body, dict):
-        return _refused(f"the body is {type(body).__name__}; expected a JSON object")
-    return body
+        return await read_json(request)
+    except BadRequest as error:
+        return _refused(error)
 
 
 async def _in_thread(method, body):

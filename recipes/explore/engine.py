@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from recipes.server import open_target  # noqa: F401  (the page's model, as `zoo serve` opens it)
 from zoo.generation.samplers import SAMPLERS as GENERATION_SAMPLERS
 
 # What the page shows, by model kind.
@@ -29,39 +30,6 @@ TOP = 10
 class RequestError(ValueError):
     """A request the model cannot answer: the message names the field that
     was wrong and what was expected."""
-
-
-def open_target(target):
-    """The model of a run folder, a `.keras` file, or a checkpoint folder or handle.
-
-    Args:
-        target: a run folder holding `model.keras` (as the recipes write),
-            a `.keras` file, or a GPT-2 / BERT / Llama-family checkpoint
-            that `zoo.from_pretrained` reads: a folder or a handle
-            (`hf://ORG/NAME[@REVISION]`, a keras-hub preset name).
-    """
-    import zoo
-
-    from recipes.run_folder import MODEL, RUN, load_model, read_run
-
-    if zoo.pretrained.is_handle(target):  # before Path(), which folds the `//` of `hf://`
-        return zoo.from_pretrained(target)
-    path = Path(target)
-    if path.is_dir() and (path / RUN).is_file():
-        read_run(path)  # says what is missing from a run folder
-        return load_model(path)
-    if path.is_dir() and (path / MODEL).is_file():
-        return zoo.load(path / MODEL, compile=False)
-    if path.suffix == ".keras":
-        if not path.is_file():
-            raise ValueError(f"{path}: no such file; expected a .keras file written by zoo.save")
-        return zoo.load(path, compile=False)
-    if path.is_dir():
-        return zoo.from_pretrained(path)
-    raise ValueError(
-        f"{path}: not found; expected a run folder (holding model.keras), a .keras file, a checkpoint folder "
-        "or a handle (hf://ORG/NAME)"
-    )
 
 
 def run_record(target):

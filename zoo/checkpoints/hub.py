@@ -40,6 +40,7 @@ HF_FILES = (
     "model.safetensors.index.json",
     "tokenizer.json",
     "tokenizer_config.json",
+    "chat_template.jinja",
     "special_tokens_map.json",
     "vocab.json",
     "merges.txt",

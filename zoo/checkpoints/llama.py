@@ -375,6 +375,8 @@ def write_huggingface_tokenizer(tokenizer, folder, model):
     }
     if tokenizer.add_bos is not None:
         settings["add_bos_token"] = tokenizer.add_bos
+    if tokenizer.chat_template is not None:
+        settings["chat_template"] = tokenizer.chat_template
     write_text(folder / "tokenizer_config.json", json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
     write_text(folder / "generation_config.json", json.dumps(_special_ids(tokenizer), indent=2) + "\n")
 

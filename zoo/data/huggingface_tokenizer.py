@@ -63,10 +63,13 @@ class HuggingFaceTokenizer(keras.layers.Layer):
         add_bos: None follows the post-processor of `tokenizer_json`; True
             puts `start_token_id` first and False adds nothing, neither
             running the post-processor's template.
+        chat_template: the checkpoint's Jinja chat template (the
+            `chat_template` of `tokenizer_config.json`, or its
+            `chat_template.jinja`), or None; see `apply_chat_template`.
 
     Attributes:
         start_token_id, end_token_ids (a tuple of int), end_token_id (the
-        first of them, or None), pad_token_id, add_bos.
+        first of them, or None), pad_token_id, add_bos, chat_template.
 
     Example:
     ```python
@@ -86,6 +89,7 @@ class HuggingFaceTokenizer(keras.layers.Layer):
         end_token_ids=None,
         pad_token_id=None,
         add_bos=None,
+        chat_template=None,
         **kwargs,
     ):
         kwargs.setdefault("trainable", False)
@@ -100,6 +104,9 @@ class HuggingFaceTokenizer(keras.layers.Layer):
         if add_bos and self.start_token_id is None:
             raise ValueError("add_bos=True needs a start_token_id, the BOS id to add.")
         self.add_bos = add_bos
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise ValueError(f"chat_template: expected a Jinja template (a str) or None; got {type(chat_template).__name__}.")
+        self.chat_template = chat_template
         self._json = None
         self._tokenizer = None
         self._size = None
@@ -152,7 +159,9 @@ class HuggingFaceTokenizer(keras.layers.Layer):
         `tokenizer_config.json` (`bos_token`, `eos_token`, `pad_token`: a
         str or a dict with `"content"`; `add_bos_token`), `config.json` and
         `generation_config.json` (`bos_token_id`, `eos_token_id` an int or a
-        list, `pad_token_id`):
+        list, `pad_token_id`), and the chat template (`chat_template` of
+        `tokenizer_config.json`, the "default" one of a list, else
+        `chat_template.jinja`):
 
         - BOS and padding: `tokenizer_config.json`'s token, else the id of
           `generation_config.json`, else of `config.json`;
@@ -192,6 +201,7 @@ class HuggingFaceTokenizer(keras.layers.Layer):
         pad = token("pad_token") or next(iter(config_ids("pad_token_id")), None)
         eos = config_ids("eos_token_id") + ([token("eos_token")] if token("eos_token") else [])
         add_bos = tokenizer_config.get("add_bos_token")
+        kwargs.setdefault("chat_template", _chat_template(tokenizer_config, folder))
         return cls.from_file(
             folder / ASSET_FILE, bos_token=bos, eos_token=eos, pad_token=pad, add_bos=add_bos, **kwargs
         )
@@ -292,6 +302,41 @@ class HuggingFaceTokenizer(keras.layers.Layer):
         texts = backend.decode_batch(rows, skip_special_tokens=True)
         return texts[0] if single else list(texts)
 
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        """The ids of a conversation, rendered by the checkpoint's chat template
+        as transformers renders it (a sandboxed Jinja2 environment with
+        `trim_blocks` and `lstrip_blocks`; `messages`, `bos_token`,
+        `eos_token`, `add_generation_prompt`, `raise_exception`), then
+        tokenized without adding special tokens (the template writes them).
+
+        Args:
+            messages: a list of {"role": str, "content": str} dicts.
+            add_generation_prompt: end with the start of an assistant turn.
+
+        Returns:
+            A list of int ids.
+
+        Raises:
+            ValueError: the tokenizer has no chat template, or the template
+                refused the messages (its `raise_exception`).
+        """
+        text = self.render_chat(messages, add_generation_prompt)
+        prefix = [self.start_token_id] if self.add_bos and not text.startswith(self._token(self.start_token_id)) else []
+        return prefix + self._checked().encode(text, add_special_tokens=False).ids
+
+    def render_chat(self, messages, add_generation_prompt=True):
+        """The text of `apply_chat_template`, before tokenizing."""
+        if self.chat_template is None:
+            raise ValueError(
+                "the tokenizer has no chat template (tokenizer_config.json's `chat_template`); expected an "
+                "instruction-tuned checkpoint, or a plain completion instead of chat"
+            )
+        return _render_chat(self.chat_template, messages, add_generation_prompt,
+                            bos_token=self._token(self.start_token_id), eos_token=self._token(self.end_token_id))
+
+    def _token(self, token_id):
+        return "" if token_id is None else self.id_to_token(token_id)
+
     def vocabulary_size(self):
         """int. The number of token ids, the added tokens included."""
         self._checked()
@@ -335,8 +380,55 @@ class HuggingFaceTokenizer(keras.layers.Layer):
             end_token_ids=list(self.end_token_ids),
             pad_token_id=self.pad_token_id,
             add_bos=self.add_bos,
+            chat_template=self.chat_template,
         )
         return config
+
+
+def _chat_template(tokenizer_config, folder):
+    """The chat template of a checkpoint folder, or None."""
+    template = tokenizer_config.get("chat_template")
+    if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}, ...]
+        named = {entry.get("name"): entry.get("template") for entry in template if isinstance(entry, dict)}
+        template = named.get("default")
+    if template is None and (folder / "chat_template.jinja").is_file():
+        template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    return template if isinstance(template, str) else None
+
+
+def _render_chat(template, messages, add_generation_prompt, **special_tokens):
+    """transformers' `render_jinja_template`: an immutable sandbox, Jinja's
+    loop controls, `raise_exception`, `strftime_now` and its `tojson`."""
+    try:
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:
+        raise ValueError("a chat template needs jinja2; expected the serve extra: pip install -e .[serve]") from None
+    import datetime
+
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, type(None)))
+        for m in messages
+    ):
+        raise ValueError('messages: expected a list of {"role": str, "content": str} objects')
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                extensions=["jinja2.ext.loopcontrols"])
+    environment.filters["tojson"] = tojson
+    environment.globals["raise_exception"] = raise_exception
+    environment.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    try:
+        return environment.from_string(template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **special_tokens
+        )
+    except jinja2.exceptions.TemplateError as error:
+        raise ValueError(f"the chat template refused the messages: {error}") from None
 
 
 def _optional_id(value, name):

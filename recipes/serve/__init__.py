@@ -1,0 +1,67 @@
+"""`zoo serve TARGET`: an OpenAI-compatible HTTP server over one language model.
+
+    zoo serve runs/gpt_char                      # a run folder holding model.keras
+    zoo serve checkpoints/SmolLM2-135M-Instruct  # a Hugging Face checkpoint folder (chat through its template)
+    zoo serve hf://HuggingFaceTB/SmolLM2-135M-Instruct --api-key KEY --port 8000
+
+The official `openai` client, curl, or any OpenAI client then talks to
+http://127.0.0.1:8000/v1 (`recipes.serve.app` lists the endpoints and
+fields). Tokens are chosen as `zoo.generate` chooses them (the same seed,
+the same text) and streamed as they come. Concurrent requests are decoded
+together where their settings allow (`recipes.serve.scheduler`).
+Needs the `serve` extra (`pip install -e .[serve]`: Starlette, uvicorn,
+Jinja2 for chat templates).
+"""
+
+import os
+import sys
+
+
+def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batch=8, quantize=None):
+    """Loads `target`, serves it until Ctrl-C; returns 0.
+
+    Args:
+        target: a run folder, a `.keras` file, or a checkpoint folder or
+            handle (`hf://ORG/NAME[@REVISION]`) of a decoder-only language
+            model that carries its tokenizer.
+        host: the address to listen on (127.0.0.1: this machine only).
+        port: the port; 0 picks a free one (the printed URL names it).
+        api_key: the key every request must carry (`Authorization: Bearer
+            KEY`); None reads `ZOO_API_KEY`, and without either the server is
+            open to whoever can reach the address.
+        name: the model's id in the API; by default the target as given.
+        max_batch: the most requests decoded together.
+        quantize: "int8", "int4" or "float8" applied in memory after loading.
+    """
+    from recipes import server
+    from recipes.serve.app import Service, create_app
+    from recipes.serve.scheduler import Scheduler
+
+    api_key = api_key or os.environ.get("ZOO_API_KEY") or None
+    model = server.open_target(target)
+    check_language_model(model, target)
+    if quantize is not None:
+        model.quantize(quantize)
+    listener = server.listen(host, port)
+    service = Service(model, name or str(target), Scheduler(model, max_batch=max_batch))
+    if not server.is_loopback(host) and api_key is None:
+        print(f"zoo serve: warning: listening on {host} without an API key: anyone who can reach it may use the "
+              "model (set --api-key or ZOO_API_KEY)", file=sys.stderr, flush=True)
+    print(f"zoo serve: a {type(model).__name__} from {target}, as {service.name!r}")
+    print(f"zoo serve: {server.url(host, listener)}/v1 (Ctrl-C stops)", flush=True)
+    server.run(create_app(service, api_key), listener)
+    print("zoo serve: stopped", flush=True)
+    return 0
+
+
+def check_language_model(model, target):
+    """One clear line for a model `zoo serve` cannot serve."""
+    from zoo.models import GPTCausalLM
+
+    if not isinstance(model, GPTCausalLM):
+        raise ValueError(
+            f"{target}: a {type(model).__name__}; zoo serve serves a decoder-only language model (GPT, Llama "
+            "family); `zoo translate` and `zoo classify` use the others"
+        )
+    if getattr(model, "tokenizer", None) is None and getattr(model.backbone, "tokenizer", None) is None:
+        raise ValueError(f"{target}: the model carries no tokenizer; zoo serve works on text")

@@ -1,0 +1,169 @@
+"""The model's one thread: requests decoded together where their settings allow.
+
+Every model call of `zoo serve` runs on this thread. Requests that arrive
+while it is busy, or within `gather_seconds` of each other when it is idle,
+are grouped into batches: one `zoo.inference.TextGeneration` per batch,
+whose rows are the requests (static batching; right-padded prompts, one
+compiled decoding step for all of them). The active batches take turns,
+one decoding step each, so a new request starts while a long one runs.
+
+Requests share a batch when the same sampler draws for them: greedy ones
+always; sampled ones with the same sampler settings and no seed. A seeded
+request decodes in a batch of its own, because a sampler's random draw
+depends on the batch, and a seed promises the answer the request would
+get alone.
+"""
+
+import itertools
+import queue
+import threading
+
+import zoo
+from zoo.generation import sampler_config
+
+PIECE, END, ERROR = "piece", "end", "error"
+
+
+class Job:
+    """One request: its prompt ids, settings, and the events its reader takes.
+
+    Events (on `events`, a queue): `(PIECE, text)`, then `(END, row)`
+    (the `TextRow`, with `finish_reason` and token counts), or `(ERROR,
+    message)`. The reader sets `cancelled` when it goes away.
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self, prompt_ids, max_tokens, stop, sampler, temperature, top_p, seed):
+        self.prompt_ids, self.max_tokens, self.stop = prompt_ids, max_tokens, stop
+        self.sampler, self.temperature, self.top_p, self.seed = sampler, temperature, top_p, seed
+        self.events = queue.Queue()
+        self.cancelled = False
+        self.id = next(self._ids)
+
+    def batch_key(self, vocabulary_size):
+        config = sampler_config(self.sampler, self.temperature, 50, self.top_p, vocabulary_size)
+        if self.sampler == "greedy":
+            return (config,)
+        return (config, "seed", self.id) if self.seed is not None else (config,)
+
+    def pieces(self):
+        """The events as they come, ending with `END` or `ERROR`. Closing
+        this generator (the client went away) cancels the job."""
+        try:
+            while True:
+                event = self.events.get()
+                yield event
+                if event[0] != PIECE:
+                    return
+        finally:
+            self.cancelled = True
+
+
+class Scheduler:
+    """Decodes the `Job`s submitted to it on one thread.
+
+    Args:
+        model: a decoder-only language model carrying its tokenizer.
+        max_batch: the most requests in one batch.
+        gather_seconds: how long an idle scheduler waits for more requests
+            before it starts a batch.
+    """
+
+    def __init__(self, model, max_batch=8, gather_seconds=0.02):
+        self.model, self.max_batch, self.gather_seconds = model, max_batch, gather_seconds
+        self.queue = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name="zoo-serve-model", daemon=True)
+        self.thread.start()
+
+    def submit(self, job):
+        self.queue.put(job)
+        return job
+
+    def _run(self):
+        active = []
+        while True:
+            for batch in self._batches(self._arrivals(wait=not active)):
+                if batch.start():
+                    active.append(batch)
+            for batch in list(active):
+                if not batch.step():
+                    active.remove(batch)
+
+    def _arrivals(self, wait):
+        jobs = []
+        if wait:
+            jobs.append(self.queue.get())
+            threading.Event().wait(self.gather_seconds)
+        while True:
+            try:
+                jobs.append(self.queue.get_nowait())
+            except queue.Empty:
+                return jobs
+
+    def _batches(self, jobs):
+        groups = {}
+        for job in jobs:
+            groups.setdefault(job.batch_key(self.model.vocabulary_size), []).append(job)
+        for group in groups.values():
+            for first in range(0, len(group), self.max_batch):
+                yield _Batch(self.model, group[first : first + self.max_batch])
+
+
+class _Batch:
+    """Jobs decoded together by one `TextGeneration`."""
+
+    def __init__(self, model, jobs):
+        self.model, self.jobs = model, jobs
+        self.ended = [False] * len(jobs)
+
+    def start(self):
+        """Builds the generation; False (each job told why) if it cannot start."""
+        first = self.jobs[0]
+        try:
+            self.generation = zoo.inference.TextGeneration(
+                self.model,
+                [job.prompt_ids for job in self.jobs],
+                [job.max_tokens for job in self.jobs],
+                stop=[list(job.stop) for job in self.jobs],
+                sampler=first.sampler,
+                seed=first.seed,
+                temperature=first.temperature,
+                p=first.top_p,
+            )
+            self.steps = self.generation.steps(every_token=True)
+        except Exception as error:  # every job of the batch hears why, and the server goes on
+            self._fail(error)
+            return False
+        return True
+
+    def step(self):
+        """One decoding step; False once the batch is over."""
+        for row, job in enumerate(self.jobs):
+            if job.cancelled and not self.ended[row]:
+                self.generation.end(row)
+                self.ended[row] = True
+        try:
+            pieces = next(self.steps, None)
+        except Exception as error:
+            self._fail(error)
+            return False
+        for row, piece in pieces or ():
+            self.jobs[row].events.put((PIECE, piece))
+        for row, text_row in enumerate(self.generation.rows):
+            if text_row.finish_reason is not None and not self.ended[row]:
+                self.ended[row] = True
+                self.jobs[row].events.put((END, text_row))
+        if pieces is None:
+            for row, text_row in enumerate(self.generation.rows):
+                if not self.ended[row]:
+                    self.jobs[row].events.put((END, text_row))
+            return False
+        return not all(self.ended)
+
+    def _fail(self, error):
+        message = f"generation stopped: {type(error).__name__}: {error}"
+        for row, job in enumerate(self.jobs):
+            if not self.ended[row]:
+                self.ended[row] = True
+                job.events.put((ERROR, message))

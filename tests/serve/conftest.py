@@ -1,0 +1,62 @@
+"""Servers of `zoo serve` on 127.0.0.1, in this process (a thread runs uvicorn)."""
+
+import threading
+import time
+
+import keras
+import pytest
+
+import zoo
+from zoo.data import CharTokenizer
+
+TEXT = "ROMEO: But soft, what light through yonder window breaks?\nJULIET: Ay me!\n\n"
+CONTEXT = 32
+
+
+class Server:
+    """`zoo serve`'s app on a free port of 127.0.0.1 until `stop()`."""
+
+    def __init__(self, model, name="lm", api_key=None, max_batch=8):
+        import uvicorn
+
+        from recipes import server
+        from recipes.serve.app import Service, create_app
+        from recipes.serve.scheduler import Scheduler
+
+        self.service = Service(model, name, Scheduler(model, max_batch=max_batch))
+        listener = server.listen("127.0.0.1", 0)
+        self.url = server.url("127.0.0.1", listener)
+        self.server = uvicorn.Server(uvicorn.Config(create_app(self.service, api_key), log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [listener]}, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started and time.time() < deadline:
+            time.sleep(0.05)
+
+    def client(self, api_key="none"):
+        import openai
+
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def char_lm():
+    keras.utils.set_random_seed(3)
+    tokenizer = CharTokenizer.from_text(TEXT)
+    return zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(),
+                     max_sequence_length=CONTEXT, tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return char_lm()
+
+
+@pytest.fixture(scope="module")
+def served(lm):
+    server = Server(lm)
+    yield server
+    server.stop()
