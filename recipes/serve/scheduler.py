@@ -14,6 +14,7 @@ depends on the batch, and a seed promises the answer the request would
 get alone.
 """
 
+import collections
 import itertools
 import queue
 import threading
@@ -68,10 +69,15 @@ class Scheduler:
         max_batch: the most requests in one batch.
         gather_seconds: how long an idle scheduler waits for more requests
             before it starts a batch.
+
+    Attributes:
+        ended: the latest ended jobs, `(job id, new tokens computed, finish
+            reason or "cancelled")`, oldest first.
     """
 
     def __init__(self, model, max_batch=8, gather_seconds=0.02):
         self.model, self.max_batch, self.gather_seconds = model, max_batch, gather_seconds
+        self.ended = collections.deque(maxlen=1000)
         self.queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="zoo-serve-model", daemon=True)
         self.thread.start()
@@ -107,14 +113,14 @@ class Scheduler:
             groups.setdefault(job.batch_key(self.model.vocabulary_size), []).append(job)
         for group in groups.values():
             for first in range(0, len(group), self.max_batch):
-                yield _Batch(self.model, group[first : first + self.max_batch])
+                yield _Batch(self.model, group[first : first + self.max_batch], self.ended)
 
 
 class _Batch:
     """Jobs decoded together by one `TextGeneration`."""
 
-    def __init__(self, model, jobs):
-        self.model, self.jobs = model, jobs
+    def __init__(self, model, jobs, log):
+        self.model, self.jobs, self.log = model, jobs, log
         self.ended = [False] * len(jobs)
 
     def start(self):
@@ -143,6 +149,7 @@ class _Batch:
             if job.cancelled and not self.ended[row]:
                 self.generation.end(row)
                 self.ended[row] = True
+                self.log.append((job.id, len(self.generation.decoding.new_tokens[row]), "cancelled"))
         try:
             pieces = next(self.steps, None)
         except Exception as error:
@@ -151,15 +158,11 @@ class _Batch:
         for row, piece in pieces or ():
             self.jobs[row].events.put((PIECE, piece))
         for row, text_row in enumerate(self.generation.rows):
-            if text_row.finish_reason is not None and not self.ended[row]:
+            if not self.ended[row] and (text_row.finish_reason is not None or pieces is None):
                 self.ended[row] = True
                 self.jobs[row].events.put((END, text_row))
-        if pieces is None:
-            for row, text_row in enumerate(self.generation.rows):
-                if not self.ended[row]:
-                    self.jobs[row].events.put((END, text_row))
-            return False
-        return not all(self.ended)
+                self.log.append((self.jobs[row].id, text_row.completion_tokens, text_row.finish_reason))
+        return pieces is not None and not all(self.ended)
 
     def _fail(self, error):
         message = f"generation stopped: {type(error).__name__}: {error}"

@@ -16,7 +16,7 @@ CONTEXT = 32
 class Server:
     """`zoo serve`'s app on a free port of 127.0.0.1 until `stop()`."""
 
-    def __init__(self, model, name="lm", api_key=None, max_batch=8):
+    def __init__(self, model, name="lm", api_key=None, max_batch=8, port=0):
         import uvicorn
 
         from recipes import server
@@ -24,7 +24,7 @@ class Server:
         from recipes.serve.scheduler import Scheduler
 
         self.service = Service(model, name, Scheduler(model, max_batch=max_batch))
-        listener = server.listen("127.0.0.1", 0)
+        listener = server.listen("127.0.0.1", port)
         self.url = server.url("127.0.0.1", listener)
         self.server = uvicorn.Server(uvicorn.Config(create_app(self.service, api_key), log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [listener]}, daemon=True)
