@@ -387,6 +387,7 @@ class TextGeneration:
         stop: stop strings: None, a str, a list of str, or one such per row
             (a list of B lists).
         stop_token_ids, sampler, seed, temperature, k, p: as `zoo.generate`'s.
+        bucket: round the compiled shapes up, see `zoo.generation.Decoding`.
 
     Attributes:
         rows: B `TextRow`s: `prompt_text`, `text` (the new text so far),
@@ -395,7 +396,7 @@ class TextGeneration:
     """
 
     def __init__(self, model, prompt_ids, budgets, *, stop=None, stop_token_ids=AUTO, sampler="greedy", seed=None,
-                 temperature=1.0, k=50, p=0.9):
+                 temperature=1.0, k=50, p=0.9, bucket=False):
         tokenizer = _tokenizer_of(model, "zoo.generate")
         if sampler == "beam":
             raise ValueError("sampler='beam' cannot stream (the best beam changes until the end); use zoo.generate.")
@@ -406,11 +407,12 @@ class TextGeneration:
         if isinstance(model, EncoderDecoder):
             start, end = _special_id(tokenizer, "start"), _special_id(tokenizer, "end")
             ends = [end] if _is_auto(stop_token_ids) else stop_token_ids
-            self.decoding = Decoding(model, [[start]] * batch, budgets, config, ends, seed, source=prompt_ids)
+            self.decoding = Decoding(model, [[start]] * batch, budgets, config, ends, seed, source=prompt_ids,
+                                     bucket=bucket)
             text_prompts = [[] for _ in prompt_ids]
         else:
             ends = _auto_stop_ids(tokenizer) if _is_auto(stop_token_ids) else stop_token_ids
-            self.decoding = Decoding(model, prompt_ids, budgets, config, ends, seed, slide=True)
+            self.decoding = Decoding(model, prompt_ids, budgets, config, ends, seed, slide=True, bucket=bucket)
             text_prompts = prompt_ids
         ends = self.decoding.stop_token_ids
         self.rows = [TextRow(tokenizer, ids, len(ids), row_stops, ends) for ids, row_stops in zip(text_prompts, stops)]

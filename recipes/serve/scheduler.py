@@ -1,11 +1,13 @@
 """The model's one thread: requests decoded together where their settings allow.
 
 Every model call of `zoo serve` runs on this thread. Requests that arrive
-while it is busy, or within `gather_seconds` of each other when it is idle,
-are grouped into batches: one `zoo.inference.TextGeneration` per batch,
+while it is busy, or within `gather_seconds` of one another when it is
+idle, are grouped into batches: one `zoo.inference.TextGeneration` per batch,
 whose rows are the requests (static batching; right-padded prompts, one
-compiled decoding step for all of them). The active batches take turns,
-one decoding step each, so a new request starts while a long one runs.
+compiled decoding step for all of them; shapes rounded up, so that
+requests of many sizes share a few compiled functions). The active batches
+take turns, one decoding step each, so a new request starts while a long
+one runs.
 
 Requests share a batch when the same sampler draws for them: greedy ones
 always; sampled ones with the same sampler settings and no seed. A seeded
@@ -18,6 +20,7 @@ import collections
 import itertools
 import queue
 import threading
+import time
 
 import zoo
 from zoo.generation import sampler_config
@@ -67,8 +70,8 @@ class Scheduler:
     Args:
         model: a decoder-only language model carrying its tokenizer.
         max_batch: the most requests in one batch.
-        gather_seconds: how long an idle scheduler waits for more requests
-            before it starts a batch.
+        gather_seconds: an idle scheduler that got a request starts its
+            batch once no other came for this long (at most ten times it).
 
     Attributes:
         ended: the latest ended jobs, `(job id, new tokens computed, finish
@@ -97,10 +100,18 @@ class Scheduler:
                     active.remove(batch)
 
     def _arrivals(self, wait):
+        """The jobs queued now. An idle scheduler first waits for one, then
+        for more while they keep coming (each within `gather_seconds` of
+        the last, for at most ten times that, or until a batch is full)."""
         jobs = []
         if wait:
             jobs.append(self.queue.get())
-            threading.Event().wait(self.gather_seconds)
+            deadline = time.monotonic() + 10 * self.gather_seconds
+            while len(jobs) < self.max_batch and time.monotonic() < deadline:
+                try:
+                    jobs.append(self.queue.get(timeout=self.gather_seconds))
+                except queue.Empty:
+                    break
         while True:
             try:
                 jobs.append(self.queue.get_nowait())
@@ -136,6 +147,7 @@ class _Batch:
                 seed=first.seed,
                 temperature=first.temperature,
                 p=first.top_p,
+                bucket=True,
             )
             self.steps = self.generation.steps(every_token=True)
         except Exception as error:  # every job of the batch hears why, and the server goes on

@@ -57,6 +57,12 @@ class Decoding:
             `zoo.generation.generate`'s.
         slide: past the model's window W, go on with nanoGPT's sliding
             window (decoder-only); False refuses a budget that does not fit.
+        bucket: round the compiled shapes up (the batch to a power of two,
+            with rows that are done from the start; the longest prompt to a
+            multiple of 16 positions, prompt plus new tokens to a multiple
+            of 64), so that requests of many sizes share a few compiled
+            functions (what a server wants). Each row's tokens are the same
+            up to floating-point rounding.
 
     Attributes:
         prompt_lengths: (B,) int32.
@@ -67,14 +73,20 @@ class Decoding:
     """
 
     def __init__(self, model, prompt, budgets, config, stop_token_ids=None, seed=None, *, padding_mask=None,
-                 source=None, source_padding_mask=None, slide=False):
+                 source=None, source_padding_mask=None, slide=False, bucket=False):
         check_model(model)
         self.model = model
         rows = prompts.as_batch(prompt, padding_mask, "prompt")
         prompts.check_token_range(rows, model.vocabulary_size, "prompt")
+        self.budgets = _budgets(budgets, len(rows))
+        padding = (1 << (len(rows) - 1).bit_length()) - len(rows) if bucket else 0
+        rows = rows + [rows[0]] * padding
+        self.budgets = np.concatenate([self.budgets, np.ones(padding, "int64")])
+        if source is not None and padding:
+            source = list(prompts.as_batch(source, source_padding_mask, "source"))
+            source, source_padding_mask = source + [source[0]] * padding, None
         self.rows = [row.tolist() for row in rows]
         self.prompt_lengths = np.array([len(row) for row in rows], "int32")
-        self.budgets = _budgets(budgets, len(rows))
         self.stop_token_ids = check_stop_tokens(stop_token_ids, model.vocabulary_size)
         self.window = model.max_sequence_length
         if slide and model.is_encoder_decoder:
@@ -84,7 +96,7 @@ class Decoding:
             cached = min(cached, self.window - int(self.prompt_lengths.max()))
         self.request = None
         if cached > 0:
-            self.request = Request(model, rows, cached, self.stop_token_ids, source, source_padding_mask)
+            self.request = Request(model, rows, cached, self.stop_token_ids, source, source_padding_mask, bucket)
         elif source is not None:
             raise ValueError(f"{type(model).__name__} is decoder-only and takes no `source`.")
         self.sampler = compiled.sampler(model, config)
@@ -99,7 +111,7 @@ class Decoding:
         batch = len(rows)
         self.new_tokens = [[] for _ in range(batch)]
         self.probabilities = [[] for _ in range(batch)]
-        self.finish_reasons = [None] * batch
+        self.finish_reasons = [None] * (batch - padding) + [STOP] * padding  # the padding rows are done
 
     @property
     def finished(self):
@@ -227,7 +239,7 @@ class Request:
     shapes they fix (`shapes` (B, P, L[, S]), `static` the traced
     functions' key)."""
 
-    def __init__(self, model, rows, max_new_tokens, stop_token_ids, source, source_padding_mask):
+    def __init__(self, model, rows, max_new_tokens, stop_token_ids, source, source_padding_mask, bucket=False):
         if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
             raise ValueError(f"`max_new_tokens` must be an integer >= 1; got {max_new_tokens!r}.")
         self.max_new_tokens = max_new_tokens = int(max_new_tokens)
@@ -242,6 +254,9 @@ class Request:
             )
         self.stop_token_ids = tuple(stop_token_ids)
         length = longest + max_new_tokens
+        if bucket:
+            longest = min(-(-longest // 16) * 16, limit - max_new_tokens)
+            length = min(-(-(longest + max_new_tokens) // 64) * 64, limit)
         ids, mask = prompts.right_pad(rows, length, 0)
         self.arrays = (ids, mask)
         self.shapes = (len(rows), longest, length)
