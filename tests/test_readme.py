@@ -13,7 +13,9 @@ the rendered page, that names what to lay out first:
   tokenizer, as the recipes write them (tiny untrained models: the blocks
   test the calls, not the quality);
 - `data`: the registered data sets, read from the offline copy in
-  `$ZOO_DATA` (the block is skipped, with the reason, where it is absent).
+  `$ZOO_DATA` (the block is skipped, with the reason, where it is absent);
+- `server`: `zoo serve runs/gpt_char` on 127.0.0.1:8000, as the block's
+  reader would have started it (skipped where that port is taken).
 """
 
 import re
@@ -75,6 +77,7 @@ def lay_out_runs(folder):
 
 SETUPS = {"checkpoints": lay_out_checkpoints, "runs": lay_out_runs}
 DATA = "data"
+SERVER = "server"
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +91,8 @@ def laid_out(tmp_path_factory):
 
 @pytest.mark.parametrize("code, needs", list(python_blocks()))
 def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
-    unknown = sorted(set(needs) - set(SETUPS) - {DATA})
-    assert not unknown, f"unknown readme-test setup {unknown}; expected some of {sorted([*SETUPS, DATA])}"
+    unknown = sorted(set(needs) - set(SETUPS) - {DATA, SERVER})
+    assert not unknown, f"unknown readme-test setup {unknown}; expected some of {sorted([*SETUPS, DATA, SERVER])}"
     if DATA in needs:
         from tests.shared_data import SHARED_DATA, has
         from zoo.data import list_datasets
@@ -102,7 +105,24 @@ def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
             (tmp_path / name).symlink_to(shared / name, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     np.random.seed(0)
-    exec(compile(code, request.node.callspec.id.split(":")[0], "exec"), {"__name__": "__readme__"})
+    server = _serve(tmp_path / "runs" / "gpt_char") if SERVER in needs else None
+    try:
+        exec(compile(code, request.node.callspec.id.split(":")[0], "exec"), {"__name__": "__readme__"})
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _serve(run):
+    """`zoo serve RUN` on 127.0.0.1:8000, in this process."""
+    pytest.importorskip("openai")
+    import zoo
+    from tests.serve.conftest import Server
+
+    try:
+        return Server(zoo.load(run / "model.keras"), name=str(run.relative_to(run.parents[1])), port=8000)
+    except ValueError as error:  # the port is taken
+        pytest.skip(f"zoo serve cannot listen on 127.0.0.1:8000 here: {error}")
 
 
 def test_the_readme_and_its_guides_have_python_blocks():
