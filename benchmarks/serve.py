@@ -74,6 +74,7 @@ def start_server(model, max_batch):
     from recipes.serve.scheduler import Scheduler
 
     service = Service(model, "bench", Scheduler(model, max_batch=max_batch))
+    start_server.scheduler = service.scheduler
     listener = server.listen("127.0.0.1", 0)
     uvicorn_server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning"))
     threading.Thread(target=uvicorn_server.run, kwargs={"sockets": [listener]}, daemon=True).start()
@@ -126,9 +127,13 @@ def main(argv=None):
     print(f"{args.preset}: {model.count_params():,} parameters, backend {keras.config.backend()}, "
           f"{args.prompt_tokens}-token prompts, {args.new_tokens} new tokens per client")
     figures = {}
+    batch_sizes = start_server.scheduler.batch_sizes
     for name, batch, seeds in rows:
         run(url, batch, args.new_tokens, seeds)  # compiles this batch's shapes
+        batch_sizes.clear()
         figures[name] = statistics.median(run(url, batch, args.new_tokens, seeds) for _ in range(args.repeats))
+        print(f"{name}: {statistics.median(batch_sizes):g} requests a batch (median), batches {list(batch_sizes)}",
+              flush=True)
     base = figures[rows[0][0]]
     print("| clients | aggregate tokens/s | x one client |")
     print("|---|---|---|")

@@ -4,8 +4,9 @@ Every model call of `zoo serve` runs on this thread. Requests that arrive
 while it is busy, or within `gather_seconds` of one another when it is
 idle, are grouped into batches: one `zoo.inference.TextGeneration` per batch,
 whose rows are the requests (static batching; right-padded prompts, one
-compiled decoding step for all of them; shapes rounded up, so that
-requests of many sizes share a few compiled functions). The active batches
+compiled decoding step for all of them; shapes rounded up, a batch of
+several requests to `max_batch` rows, so that requests of many sizes share
+a few compiled functions). The active batches
 take turns, one decoding step each, so a new request starts while a long
 one runs.
 
@@ -76,11 +77,13 @@ class Scheduler:
     Attributes:
         ended: the latest ended jobs, `(job id, new tokens computed, finish
             reason or "cancelled")`, oldest first.
+        batch_sizes: the number of requests of each of the latest batches.
     """
 
-    def __init__(self, model, max_batch=8, gather_seconds=0.02):
+    def __init__(self, model, max_batch=8, gather_seconds=0.04):
         self.model, self.max_batch, self.gather_seconds = model, max_batch, gather_seconds
         self.ended = collections.deque(maxlen=1000)
+        self.batch_sizes = collections.deque(maxlen=1000)
         self.queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="zoo-serve-model", daemon=True)
         self.thread.start()
@@ -124,14 +127,15 @@ class Scheduler:
             groups.setdefault(job.batch_key(self.model.vocabulary_size), []).append(job)
         for group in groups.values():
             for first in range(0, len(group), self.max_batch):
-                yield _Batch(self.model, group[first : first + self.max_batch], self.ended)
+                self.batch_sizes.append(len(group[first : first + self.max_batch]))
+                yield _Batch(self.model, group[first : first + self.max_batch], self.ended, self.max_batch)
 
 
 class _Batch:
     """Jobs decoded together by one `TextGeneration`."""
 
-    def __init__(self, model, jobs, log):
-        self.model, self.jobs, self.log = model, jobs, log
+    def __init__(self, model, jobs, log, max_batch):
+        self.model, self.jobs, self.log, self.max_batch = model, jobs, log, max_batch
         self.ended = [False] * len(jobs)
 
     def start(self):
@@ -147,7 +151,7 @@ class _Batch:
                 seed=first.seed,
                 temperature=first.temperature,
                 p=first.top_p,
-                bucket=True,
+                bucket=self.max_batch if len(self.jobs) > 1 else True,  # two batch shapes: 1 and max_batch
             )
             self.steps = self.generation.steps(every_token=True)
         except Exception as error:  # every job of the batch hears why, and the server goes on

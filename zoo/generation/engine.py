@@ -58,6 +58,7 @@ class Decoding:
         slide: past the model's window W, go on with nanoGPT's sliding
             window (decoder-only); False refuses a budget that does not fit.
         bucket: round the compiled shapes up (the batch to a power of two,
+            or to `bucket` rows when it is an int larger than the batch,
             with rows that are done from the start; the longest prompt to a
             multiple of 16 positions, prompt plus new tokens to a multiple
             of 64), so that requests of many sizes share a few compiled
@@ -80,6 +81,8 @@ class Decoding:
         prompts.check_token_range(rows, model.vocabulary_size, "prompt")
         self.budgets = _budgets(budgets, len(rows))
         padding = (1 << (len(rows) - 1).bit_length()) - len(rows) if bucket else 0
+        if not isinstance(bucket, bool) and isinstance(bucket, int) and bucket > len(rows):
+            padding = bucket - len(rows)
         rows = rows + [rows[0]] * padding
         self.budgets = np.concatenate([self.budgets, np.ones(padding, "int64")])
         if source is not None and padding:
