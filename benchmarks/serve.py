@@ -8,8 +8,8 @@ The model has gpt2-small's shape (12 layers, width 768, 12 heads, a
 50,257-token vocabulary, context 1024) with random weights, and a byte-level
 tokenizer of the same vocabulary size (every id decodes to text). The
 server is `zoo serve`'s app (`recipes.serve`) on 127.0.0.1 in this process;
-each client is a thread streaming one completion over HTTP (httpx, the
-transport of the `openai` client) of exactly `--new-tokens` tokens from a
+each client is a thread with its own open connection (httpx, the
+transport of the `openai` client), streaming one completion of exactly `--new-tokens` tokens from a
 `--prompt-tokens`-token prompt.
 
 Rows, each the median of `--repeats` runs after one warm-up run (which
@@ -83,12 +83,12 @@ def start_server(model, max_batch):
     return server.url("127.0.0.1", listener) + "/v1/completions"
 
 
-def stream(url, prompt, new_tokens, seed):
+def stream(client, url, prompt, new_tokens, seed):
     body = {"model": "bench", "prompt": prompt, "max_tokens": new_tokens, "stream": True,
             "stream_options": {"include_usage": True}}
     body.update({"temperature": 0} if seed is None else {"temperature": 1.0, "seed": seed})
     tokens = 0
-    with httpx.stream("POST", url, json=body, timeout=3600) as response:
+    with client.stream("POST", url, json=body) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if line.startswith("data: {"):
@@ -98,10 +98,18 @@ def stream(url, prompt, new_tokens, seed):
 
 
 def run(url, prompts, new_tokens, seeds):
+    """Aggregate tokens/s of one client per prompt, each with its connection
+    open before the clock starts (as a client that keeps one would)."""
+    clients = [httpx.Client(timeout=3600) for _ in prompts]
+    for client in clients:
+        client.get(url.replace("/completions", "/models")).raise_for_status()
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-        tokens = list(pool.map(lambda i: stream(url, prompts[i], new_tokens, seeds[i]), range(len(prompts))))
+        tokens = list(pool.map(lambda i: stream(clients[i], url, prompts[i], new_tokens, seeds[i]),
+                               range(len(prompts))))
     seconds = time.perf_counter() - start
+    for client in clients:
+        client.close()
     assert tokens == [new_tokens] * len(prompts), tokens
     return sum(tokens) / seconds
 
