@@ -94,6 +94,7 @@ class Compiled:
             # No AutoGraph: the loops are `ops.while_loop`s already, and the
             # Python `for` over the cache stages is meant to unroll.
             self.compiled = tf.function(function, jit_compile=True, autograph=False)
+            self.concrete = {}  # input shapes -> concrete function
         elif self.backend == "jax":
             import jax
 
@@ -105,6 +106,8 @@ class Compiled:
         return tuple(keras.ops.convert_to_numpy(x) for x in self.raw(*arrays))
 
     def raw(self, *arrays):
+        if self.backend == "tensorflow":
+            return self._concrete(arrays)(*arrays)
         if self.backend != "jax":
             return self.compiled(*arrays)
         model, variables = self.function.model, self.variables
@@ -117,6 +120,20 @@ class Compiled:
         for variable, value in zip(variables, new_sampler_values):
             variable.assign(value)
         return outputs
+
+    def _concrete(self, arrays):
+        """TensorFlow's traced function for these input shapes, called
+        directly: matching a `tf.function`'s signature on every call costs
+        milliseconds, a stream calls once per token."""
+        import tensorflow as tf
+
+        signature = repr(keras.tree.map_structure(lambda x: None if x is None else (tuple(x.shape), str(x.dtype)), arrays))
+        concrete = self.concrete.get(signature)
+        if concrete is None:
+            specs = keras.tree.map_structure(lambda x: x if x is None else tf.TensorSpec(x.shape, tf.as_dtype(x.dtype)),
+                                             arrays)
+            concrete = self.concrete[signature] = self.compiled.get_concrete_function(*specs)
+        return concrete
 
     @property
     def variables(self):

@@ -13,10 +13,12 @@ How it runs (the compiled functions are `zoo.generation.loop`'s, cached by
 1. `Prefill`: the encoder (an encoder-decoder) and the right-padded
    prompts into a cache of the first stage's length.
 2. `Advance`, per cache stage: keras-hub's sampling loop, one position per
-   step through the model's `call_with_cache`. `steps(every_token=False)`
-   (what `generate` runs) calls it once per stage; `steps(every_token=True)`
-   (what a stream runs) once per token. It is the same compiled loop with
-   a different stopping position, so both choose the same tokens.
+   step through the model's `call_with_cache`; `steps(every_token=True)`
+   (what a stream runs) calls it once per token. `steps(every_token=False)`
+   (what `generate` runs) runs the prefill and every stage's loop in one
+   compiled call, `Whole`, with no host round trip between stages. Both run
+   the same loop body (`loop.SamplingStep`), so they choose the same tokens
+   (tested for every sampler, on each backend).
 3. `WindowStep` (only with `slide=True`, text generation past the model's
    window W): nanoGPT's sampling, each token from a pass over the row's
    last W tokens.
@@ -34,7 +36,7 @@ import contextlib
 import dataclasses
 
 import numpy as np
-from keras import ops
+from keras import ops, tree
 
 from zoo.generation import compiled, loop, prompts
 from zoo.generation.interface import check_model
@@ -147,16 +149,26 @@ class Decoding:
         ids, mask, *source = request.arrays
         batch, _, length = request.shapes[:3]
         stages = request.static.stages
+        index = int(self.prompt_lengths.min())
+        budget_end = (self.prompt_lengths + np.minimum(self.budgets, request.max_new_tokens)).astype("int32")
+        if not every_token:
+            key = ("whole", self.config, request.shapes, self.stop_token_ids)
+            whole = _function(model, key, loop.Whole, model, self.sampler, request.shapes, stages, self.stop_token_ids)
+            done = np.array([reason is not None for reason in self.finish_reasons])
+            with self._random_state():
+                token_ids, probabilities = whole(ids, mask, budget_end, done, *source)
+            yield self._take(token_ids, probabilities, index, length)
+            return
         prefill = _function(model, ("prefill", request.shapes, stages[0]), loop.Prefill, model, request.shapes,
                             stages[0])
         context, cache = prefill.raw(ids, mask, *source)
-        index = int(self.prompt_lengths.min())
-        budget_end = (self.prompt_lengths + np.minimum(self.budgets, request.max_new_tokens)).astype("int32")
         token_ids, probabilities = ids, np.zeros((batch, length), "float32")
         for stage_length in stages:
             if index >= stage_length:
                 continue
-            cache = loop.grow_cache(cache, stage_length)
+            if tree.flatten(cache)[0].shape[3] < stage_length:
+                grow = _function(model, ("grow", request.shapes, stage_length), loop.Grow, model, stage_length)
+                cache = grow.raw(cache)
             key = ("advance", self.config, request.shapes, stage_length, self.stop_token_ids)
             advance = _function(model, key, loop.Advance, model, self.sampler, stage_length, self.stop_token_ids)
             while index < stage_length and not self.finished:

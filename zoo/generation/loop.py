@@ -10,10 +10,12 @@ cache is zero-padded once to the next size. Every stage is the same
 them share one step function. A step's result does not depend on
 its stage: positions past the current one are masked out either way.
 
-A sampled generation compiles three kinds of function (`zoo.generation.engine`
-runs them): `Prefill` (the prompts into the cache), `Advance` (one stage's
-`while_loop`, reaching the model's `call_with_cache` through one body,
-`SamplingStep.body`) and, past the model's window, `WindowStep`. Beam
+A sampled generation compiles these functions (`zoo.generation.engine`
+runs them): `Whole` (a generation to its end: the prefill and every
+stage's `while_loop`, reaching the model's `call_with_cache` through one
+body, `SamplingStep.body`); for a stream, `Prefill`, `Grow` and `Advance`
+(one stage's loop up to a given position, the same body); and past the
+model's window, `WindowStep`. Beam
 search compiles its whole loop in one function (`zoo.generation.beam`).
 
 Shape letters: B batch, L prompt plus new tokens, V vocabulary.
@@ -161,13 +163,69 @@ class Advance:
     def __call__(self, index, cache, token_ids, probabilities, done, until, mask, budget_end, context):
         compiled.count_trace()
         end = ops.minimum(until, self.stage_length)
-        step = SamplingStep(self.model, self.sampler, context, mask, budget_end, self.stop_token_ids, end)
-        state = (index, cache, token_ids, probabilities, done)
-        if not step.stateless:
-            return tuple(ops.while_loop(step.cond, step.body, state))
-        variables, *state = ops.while_loop(step.cond, step.body, (step.variables(), *state))
-        step.assign(variables)
-        return tuple(state)
+        return sample(self.model, self.sampler, self.stop_token_ids, end, (index, cache, token_ids, probabilities, done),
+                      mask, budget_end, context)
+
+
+class Whole:
+    """The traced function of a generation run to its end in one call (what
+    `zoo.generation.generate` runs): `Prefill`, then each stage's loop as
+    `Advance` runs it (the same `SamplingStep`), the cache grown between.
+
+    Call arguments: `ids`, `mask` as `Prefill`'s, `budget_end` and `done` as
+    `Advance`'s, then `*source`. Returns `(token_ids, probabilities)`.
+    """
+
+    def __init__(self, model, sampler, shapes, stages, stop_token_ids):
+        self._model = weakref.ref(model)
+        self.sampler, self.shapes, self.stages, self.stop_token_ids = sampler, shapes, stages, stop_token_ids
+
+    @property
+    def model(self):
+        return self._model()
+
+    def __call__(self, ids, mask, budget_end, done, *source):
+        compiled.count_trace()
+        model = self.model
+        context, cache = prefill(model, self.shapes, self.stages[0], ids, *source)
+        index = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))  # the first position to predict
+        state = (index, cache, ids, ops.zeros(ids.shape, "float32"), done)
+        for stage, length in enumerate(self.stages):
+            if stage:
+                state = (state[0], grow_cache(state[1], length), *state[2:])
+            state = sample(model, self.sampler, self.stop_token_ids, length, state, mask, budget_end, context)
+        return state[2], state[3]
+
+
+def sample(model, sampler, stop_token_ids, end, state, mask, budget_end, context):
+    """keras-hub's sampling loop from `state` = (index, cache, token_ids,
+    probabilities, done) up to position `end`: one `while_loop` over
+    `SamplingStep.body`."""
+    step = SamplingStep(model, sampler, context, mask, budget_end, stop_token_ids, end)
+    if not step.stateless:
+        return tuple(ops.while_loop(step.cond, step.body, state))
+    variables, *state = ops.while_loop(step.cond, step.body, (step.variables(), *state))
+    step.assign(variables)
+    return tuple(state)
+
+
+class Grow:
+    """The traced function between two stages: the cache zero-padded to the
+    next stage's length (`grow_cache`), in one compiled call."""
+
+    sampler = None  # no random state
+
+    def __init__(self, model, length):
+        self._model = weakref.ref(model)
+        self.length = length
+
+    @property
+    def model(self):
+        return self._model()
+
+    def __call__(self, cache):
+        compiled.count_trace()
+        return grow_cache(cache, self.length)
 
 
 class WindowStep:
