@@ -1,7 +1,8 @@
 """One compiled function per (model, input shapes, sampler configuration).
 
-A decoding function - the prefill, a stage's `while_loop` (`zoo.generation.loop`),
-or beam search's whole loop (`zoo.generation.beam`) - is a Python callable
+A decoding function - a whole generation, or the prefill and a stage's
+`while_loop` of a stream (`zoo.generation.loop`), or beam search's whole
+loop (`zoo.generation.beam`) - is a Python callable
 traced once and compiled with XLA (`tf.function(jit_compile=True)` on
 TensorFlow, `jax.jit` on JAX); a later call with the same shapes and
 configuration reuses it. Other backends run the same function eagerly.

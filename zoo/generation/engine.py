@@ -172,7 +172,7 @@ class Decoding:
             key = ("advance", self.config, request.shapes, stage_length, self.stop_token_ids)
             advance = _function(model, key, loop.Advance, model, self.sampler, stage_length, self.stop_token_ids)
             while index < stage_length and not self.finished:
-                until = index + 1 if every_token else stage_length
+                until = index + 1
                 done = np.array([reason is not None for reason in self.finish_reasons])
                 with self._random_state():
                     index_out, cache, token_ids, probabilities, _ = advance.raw(
