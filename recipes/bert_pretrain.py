@@ -4,7 +4,7 @@
 
 Devlin et al. (2019) at CPU size: a WordPiece vocabulary trained on the
 text, 15% of the tokens selected (80% [MASK], 10% random, 10% kept, keras-hub's
-`MaskedLMMaskGenerator`, fresh masks every epoch), the loss on the selected
+`MaskedLMMaskGenerator`'s rule drawn from --seed, fresh masks every epoch), the loss on the selected
 positions only, through a head tied to the token embedding. The text is the
 sentences of a labelled TSV folder (`--data`, labels ignored; SST-2's train
 split by default) plus any `--text` files (one sentence a line, e.g. the
@@ -224,7 +224,7 @@ def read_data(args):
     val_ids = [row for row in token_id_lists(tokenizer, val_text) if row]
     train, steps = batches(train_ids, args.batch_size, args, ids, len(vocabulary), True, args.seed)
     val_batch = min(args.batch_size, len(val_ids))
-    val, val_steps = batches(val_ids, val_batch, args, ids, len(vocabulary), False, None)
+    val, val_steps = batches(val_ids, val_batch, args, ids, len(vocabulary), False, args.seed)
     print(
         f"{len(train_ids):,} training sentences, {len(val_ids):,} held out, "
         f"vocabulary {len(vocabulary):,} WordPieces, {steps} steps an epoch",

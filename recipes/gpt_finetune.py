@@ -185,13 +185,17 @@ def parse(argv):
 
 
 def start(args):
-    """The distribution and XLA's flags, before TensorFlow runs anything;
+    """The distribution, XLA's flags and the seed, before TensorFlow runs
+    anything and before the model (its dropout and LoRA weights) is built;
     returns Keras' `jit_compile`."""
+    import keras
+
     from zoo.training import start_distribution
 
     from recipes.flags import jit_compile_flag
 
     start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
+    keras.utils.set_random_seed(args.seed)
     return jit_compile_flag(args)
 
 
@@ -242,7 +246,6 @@ def compile_model(model, args, jit_compile):
     from zoo.models.layout import get_layout_map
     from zoo.training import WarmupCosineDecay, adamw, distribution_scope
 
-    keras.utils.set_random_seed(args.seed)
     schedule = WarmupCosineDecay(
         args.learning_rate, args.warmup_steps, args.steps, args.learning_rate * DEFAULTS["min_learning_rate_fraction"]
     )

@@ -143,7 +143,7 @@ def masked_batch():
     lengths = np.r_[np.full(48, 62), rng.integers(1, 40, 16)]  # some padded
     sequences = [rng.integers(4, VOCABULARY, n).tolist() for n in lengths]
     dataset = masked_lm_dataset(
-        sequences, 64, 64, VOCABULARY, MASK, CLS, SEP, shuffle=False
+        sequences, 64, 64, VOCABULARY, MASK, CLS, SEP, shuffle=False, seed=0
     )
     assert_static(dataset)
     (batch,) = take(dataset, 1)
@@ -163,7 +163,7 @@ def test_masked_lm_structure_mirrors_keras_hub(masked_batch):
 
 def test_masked_lm_selects_about_15_percent_never_special(masked_batch):
     sequences, (x, mask_ids, mask_weights) = masked_batch
-    selected, selectable, replaced_by_mask = 0, 0, 0
+    selected, replaced_by_mask, kept = 0, 0, 0
     for i, sequence in enumerate(sequences):
         original = np.array([CLS] + sequence[:62] + [SEP])
         n = len(original)
@@ -177,12 +177,40 @@ def test_masked_lm_selects_about_15_percent_never_special(masked_batch):
         unselected = np.setdiff1d(np.arange(n), positions)
         np.testing.assert_array_equal(x["token_ids"][i][unselected], original[unselected])
         np.testing.assert_array_equal(x["token_ids"][i][n:], PAD)
+        # ceil(15%) of the selectable tokens, at most 20, in increasing order.
+        assert real.sum() == min(np.ceil(0.15 * (n - 2)), 20)
+        assert np.all(np.diff(positions) > 0) and not real[real.sum():].any()
+        np.testing.assert_array_equal(x["mask_positions"][i][~real], 0)
+        np.testing.assert_array_equal(mask_ids[i][~real], 0)
         selected += real.sum()
-        selectable += n - 2
         replaced_by_mask += (x["token_ids"][i][positions] == MASK).sum()
-    # 15% of ~3,500 selectable tokens: a standard deviation of about 0.6%.
-    assert 0.12 < selected / selectable < 0.18
-    assert 0.7 < replaced_by_mask / selected < 0.9
+        kept += (x["token_ids"][i][positions] == original[positions]).sum()
+    # 80% [MASK], 10% a random id, 10% kept (plus the random ids that drew
+    # the original) of ~520 selections: standard deviations of about 2%.
+    assert 0.72 < replaced_by_mask / selected < 0.88
+    assert 0.04 < kept / selected < 0.18
+
+
+def masks(dataset, passes=1):
+    return [[np.concatenate([x["token_ids"], x["mask_positions"]], 1) for x, _, _ in take(dataset, 4)]
+            for _ in range(passes)]
+
+
+def test_masked_lm_masks_come_from_the_seed_and_change_every_epoch_only_when_shuffled():
+    rng = np.random.default_rng(1)
+    sequences = [rng.integers(4, VOCABULARY, rng.integers(5, 30)).tolist() for _ in range(64)]
+
+    def build(seed, shuffle=True):
+        return masked_lm_dataset(sequences, 16, 32, VOCABULARY, MASK, CLS, SEP, shuffle=shuffle, seed=seed)
+
+    first, second = masks(build(7), passes=2)
+    again = masks(build(7), passes=2)
+    np.testing.assert_array_equal(np.stack(first + second), np.stack(again[0] + again[1]))
+    assert not np.array_equal(np.stack(first), np.stack(second))  # a new epoch, new order and masks
+    assert not np.array_equal(np.stack(first), np.stack(masks(build(8))[0]))
+    fixed = masks(build(7, shuffle=False), passes=2)
+    np.testing.assert_array_equal(np.stack(fixed[0]), np.stack(fixed[1]))
+    assert not np.array_equal(np.stack(fixed[0]), np.stack(masks(build(8, shuffle=False))[0]))
 
 
 # Classification

@@ -188,15 +188,19 @@ def masked_lm_dataset(
     """BERT's masked language model batches, with fresh masks every epoch.
 
     Each sequence is packed as `[CLS] ids [SEP]`, cut and padded to
-    `sequence_length`; then keras-hub's `MaskedLMMaskGenerator` selects
-    `mask_selection_rate` of the other tokens and replaces 80% of them by
-    `[MASK]`, 10% by a random token and keeps 10% (BERT, Devlin et al. 2019,
-    section 3.1). `[PAD]`, `[CLS]` and `[SEP]` are never selected. The output
-    mirrors keras-hub's `BertMaskedLMPreprocessor`, so it feeds
-    `keras_hub.models.BertMaskedLM` as well as our own models.
+    `sequence_length`; then `bert_masks` selects `mask_selection_rate` of
+    the other tokens and replaces 80% of them by `[MASK]`, 10% by a random
+    token and keeps 10% (BERT, Devlin et al. 2019, section 3.1). `[PAD]`,
+    `[CLS]` and `[SEP]` are never selected. The rule and the output are
+    those of keras-hub's `MaskedLMMaskGenerator` and
+    `BertMaskedLMPreprocessor` (so the batches feed
+    `keras_hub.models.BertMaskedLM` as well as our own models), but the masks
+    are drawn from `seed` (keras-hub's generator takes none): the same seed
+    gives the same batches, every run.
 
-    Masks are drawn by keras-hub's generator, which takes no seed: `seed` fixes
-    the shuffling order only.
+    With `shuffle=True` each pass over the data draws new masks (from
+    `seed`); with `shuffle=False` every pass has the same masks, so that a
+    validation loss compares across epochs.
 
     Args:
         token_ids: a sequence of N int sequences, without `[CLS]` / `[SEP]`.
@@ -212,8 +216,10 @@ def masked_lm_dataset(
         mask_selection_length: int or None. P, the most tokens selected in a
             sequence. None means `ceil(2 * mask_selection_rate * T)`, twice
             the mean, which trims almost never.
-        shuffle: bool. Reshuffle the sequences every epoch.
-        seed: int or None. The shuffling seed.
+        shuffle: bool. Reshuffle the sequences and redraw the masks every
+            epoch.
+        seed: int or None. The seed of the shuffling and of the masks; None
+            draws a fresh one.
 
     Returns:
         A finite `tf.data.Dataset` of `(inputs, mask_ids, mask_weights)`:
@@ -226,8 +232,6 @@ def masked_lm_dataset(
     Raises:
         DataError: there are fewer than `batch_size` sequences.
     """
-    import keras_hub
-
     _check_batch(len(token_ids), batch_size, "masked_lm_dataset")
     if mask_selection_length is None:
         mask_selection_length = math.ceil(2 * mask_selection_rate * sequence_length)
@@ -244,37 +248,100 @@ def masked_lm_dataset(
         "segment_ids": np.zeros_like(packed),
         "padding_mask": _mask(lengths, sequence_length),
     }
-    masker = keras_hub.layers.MaskedLMMaskGenerator(
-        vocabulary_size=vocabulary_size,
-        mask_selection_rate=mask_selection_rate,
-        mask_token_id=mask_token_id,
-        mask_selection_length=mask_selection_length,
-        unselectable_token_ids=[pad_id, cls_id, sep_id],
-        mask_token_rate=0.8,
-        random_token_rate=0.1,
-    )
+    seed = _seed(seed)
+    unselectable = tf.constant([pad_id, cls_id, sep_id], tf.int32)
 
-    def mask(x):
-        masked = masker(x["token_ids"])
-        shape = (batch_size, mask_selection_length)
-
-        def fixed(name, dtype):
-            return tf.ensure_shape(tf.cast(masked[name], dtype), shape)
-
-        x = {
-            "token_ids": tf.ensure_shape(
-                tf.cast(masked["token_ids"], tf.int32), (batch_size, sequence_length)
-            ),
-            "segment_ids": x["segment_ids"],
-            "padding_mask": x["padding_mask"],
-            "mask_positions": fixed("mask_positions", tf.int32),
-        }
-        return x, fixed("mask_ids", tf.int32), fixed("mask_weights", tf.float32)
+    def mask(x, batch_seed):
+        masked = bert_masks(
+            x["token_ids"],
+            tf.stack([tf.constant(seed, tf.int64), batch_seed]),
+            vocabulary_size,
+            mask_token_id,
+            unselectable,
+            mask_selection_rate,
+            mask_selection_length,
+        )
+        x = {**x, "token_ids": masked["token_ids"], "mask_positions": masked["mask_positions"]}
+        return x, masked["mask_ids"], masked["mask_weights"]
 
     dataset = _examples(inputs, len(packed), shuffle, seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
+    # One stream of batch seeds per (seed, sequence length), so that the
+    # buckets of one data set draw independent masks.
+    stream = int(np.random.SeedSequence([seed, sequence_length]).generate_state(1)[0])
+    batch_seeds = tf.data.Dataset.random(seed=stream, rerandomize_each_iteration=shuffle)
+    dataset = tf.data.Dataset.zip(dataset, batch_seeds)
     dataset = dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def bert_masks(
+    token_ids,
+    seed,
+    vocabulary_size,
+    mask_token_id,
+    unselectable_ids,
+    mask_selection_rate=0.15,
+    mask_selection_length=20,
+    mask_token_rate=0.8,
+    random_token_rate=0.1,
+):
+    """BERT's masks for one batch, drawn from a stateless seed.
+
+    The rule of TensorFlow Text's `mask_language_model` (keras-hub's
+    `MaskedLMMaskGenerator`): in each row, `ceil(mask_selection_rate * n)` of
+    the n selectable tokens (at most `mask_selection_length`) are chosen at
+    random; each chosen token becomes `mask_token_id` with probability
+    `mask_token_rate`, a random id with probability `random_token_rate`, and
+    stays itself otherwise.
+
+    Args:
+        token_ids: (B, T) int32.
+        seed: (2,) int64, a stateless seed: the same seed, the same masks.
+        vocabulary_size: int. Random ids are drawn from [0, vocabulary_size).
+        mask_token_id: int.
+        unselectable_ids: (K,) int32, ids never chosen (padding, [CLS], [SEP]).
+        mask_selection_rate: float.
+        mask_selection_length: int. P, at most T.
+        mask_token_rate: float.
+        random_token_rate: float.
+
+    Returns:
+        A dict of `"token_ids"` (B, T) int32 after masking, `"mask_positions"`
+        (B, P) int32 in increasing order, `"mask_ids"` (B, P) int32 (the
+        original tokens there) and `"mask_weights"` (B, P) float32 (1 for a
+        chosen token, 0 for the padding after the last); padding positions
+        and ids are 0.
+    """
+    choose, replace, replacement = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+    length = tf.shape(token_ids)[1]
+    selectable = tf.reduce_all(token_ids[:, :, None] != unselectable_ids, axis=-1)
+    count = tf.reduce_sum(tf.cast(selectable, tf.float32), axis=1, keepdims=True)
+    wanted = tf.minimum(tf.math.ceil(count * mask_selection_rate), mask_selection_length)
+    # A random order of the selectable positions; the first `wanted` are chosen.
+    draw = tf.where(selectable, tf.random.stateless_uniform(tf.shape(token_ids), choose), 2.0)
+    rank = tf.argsort(tf.argsort(draw, axis=1, stable=True), axis=1, stable=True)
+    chosen = rank < tf.cast(wanted, tf.int32)
+    where = tf.range(length)[None, :]
+    positions = tf.sort(tf.where(chosen, where, length + where), axis=1)[:, :mask_selection_length]
+    real = positions < length
+    positions = tf.where(real, positions, 0)
+    mask_ids = tf.where(real, tf.gather(token_ids, positions, batch_dims=1), 0)
+    value = tf.random.stateless_uniform(tf.shape(token_ids), replace)
+    random_ids = tf.random.stateless_uniform(
+        tf.shape(token_ids), replacement, minval=0, maxval=vocabulary_size, dtype=tf.int32
+    )
+    masked = tf.where(chosen & (value < mask_token_rate), mask_token_id, token_ids)
+    masked = tf.where(
+        chosen & (value >= mask_token_rate) & (value < mask_token_rate + random_token_rate), random_ids, masked
+    )
+    shape = (token_ids.shape[0], mask_selection_length)
+    return {
+        "token_ids": tf.ensure_shape(masked, token_ids.shape),
+        "mask_positions": tf.ensure_shape(positions, shape),
+        "mask_ids": tf.ensure_shape(mask_ids, shape),
+        "mask_weights": tf.ensure_shape(tf.cast(real, tf.float32), shape),
+    }
 
 
 def classification_dataset(
