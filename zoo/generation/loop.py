@@ -93,7 +93,21 @@ def run_in_stages(cond, body, index, cache, state, stages):
     return index, cache, tuple(state)
 
 
-class Prefill:
+class _ModelFunction:
+    """A traced function of one model, which it holds weakly: the compiled
+    functions are cached per model and must not keep it alive."""
+
+    sampler = None  # no random state
+
+    def __init__(self, model):
+        self._model = weakref.ref(model)
+
+    @property
+    def model(self):
+        return self._model()
+
+
+class Prefill(_ModelFunction):
     """The traced function that starts a generation: the encoder (an
     encoder-decoder) and the prompts' positions written to a cache of the
     first stage's length, in one pass of the model's cached step.
@@ -103,22 +117,16 @@ class Prefill:
     Returns `(context, cache)`.
     """
 
-    sampler = None  # no random state
-
     def __init__(self, model, shapes, cache_length):
-        self._model = weakref.ref(model)
+        super().__init__(model)
         self.shapes, self.cache_length = shapes, cache_length
-
-    @property
-    def model(self):
-        return self._model()
 
     def __call__(self, ids, mask, *source):
         compiled.count_trace()
         return prefill(self.model, self.shapes, self.cache_length, ids, *source)
 
 
-class Advance:
+class Advance(_ModelFunction):
     """The traced function that decodes: keras-hub's sampling loop (its
     `Sampler.__call__`) from position `index` up to `until` or the end of
     the cache's stage, whichever comes first, or until every row is done.
@@ -153,12 +161,8 @@ class Advance:
     """
 
     def __init__(self, model, sampler, stage_length, stop_token_ids):
-        self._model = weakref.ref(model)
+        super().__init__(model)
         self.sampler, self.stage_length, self.stop_token_ids = sampler, stage_length, stop_token_ids
-
-    @property
-    def model(self):
-        return self._model()
 
     def __call__(self, index, cache, token_ids, probabilities, done, until, mask, budget_end, context):
         compiled.count_trace()
@@ -167,7 +171,7 @@ class Advance:
                       mask, budget_end, context)
 
 
-class Whole:
+class Whole(_ModelFunction):
     """The traced function of a generation run to its end in one call (what
     `zoo.generation.generate` runs): `Prefill`, then each stage's loop as
     `Advance` runs it (the same `SamplingStep`), the cache grown between.
@@ -177,12 +181,8 @@ class Whole:
     """
 
     def __init__(self, model, sampler, shapes, stages, stop_token_ids):
-        self._model = weakref.ref(model)
+        super().__init__(model)
         self.sampler, self.shapes, self.stages, self.stop_token_ids = sampler, shapes, stages, stop_token_ids
-
-    @property
-    def model(self):
-        return self._model()
 
     def __call__(self, ids, mask, budget_end, done, *source):
         compiled.count_trace()
@@ -209,26 +209,20 @@ def sample(model, sampler, stop_token_ids, end, state, mask, budget_end, context
     return tuple(state)
 
 
-class Grow:
+class Grow(_ModelFunction):
     """The traced function between two stages: the cache zero-padded to the
     next stage's length (`grow_cache`), in one compiled call."""
 
-    sampler = None  # no random state
-
     def __init__(self, model, length):
-        self._model = weakref.ref(model)
+        super().__init__(model)
         self.length = length
-
-    @property
-    def model(self):
-        return self._model()
 
     def __call__(self, cache):
         compiled.count_trace()
         return grow_cache(cache, self.length)
 
 
-class WindowStep:
+class WindowStep(_ModelFunction):
     """The traced function that samples past the model's window, as
     nanoGPT's `sample.py` does: a pass over each row's last W tokens
     (right-padded to W: the model is causal, so the padding changes
@@ -241,12 +235,8 @@ class WindowStep:
     """
 
     def __init__(self, model, sampler):
-        self._model = weakref.ref(model)
+        super().__init__(model)
         self.sampler = sampler
-
-    @property
-    def model(self):
-        return self._model()
 
     def __call__(self, ids, last):
         compiled.count_trace()
