@@ -22,7 +22,8 @@ weights of the best epoch by validation loss), `tokenizer.json`,
 corpus BLEU (cased, 13a) of the validation split. Training stops at
 --epochs or before an epoch that would pass --time-budget minutes. A killed
 run resumes from its backup (with its saved tokenizer); `--epochs 0` on an
-unfinished folder only evaluates its model.keras. After training:
+unfinished folder only evaluates its model.keras. The run prints which one
+stopped it. After training:
 
     zoo translate runs/translate "Ein Mann fährt Fahrrad."
     zoo eval runs/translate --split test   # test_bleu=... on another split
@@ -39,8 +40,8 @@ DEFAULTS = dict(
     target_lang="en",
     preset="transformer-small",  # 3+3 layers, d=256, h=8, dropout 0.1
     intermediate_dim=512,  # d_ff: 512 rather than the preset's 1024, ~20% faster a step on a CPU
-    epochs=20,
-    time_budget=30.0,  # minutes of training; stops at the first epoch end past it
+    epochs=16,  # 3,600 steps
+    time_budget=None,  # minutes of training: stop before an epoch that would pass it (None: --epochs alone)
     batch_size=128,  # sentence pairs per step
     learning_rate=1e-3,  # the schedule's peak, reached at the end of warm-up
     warmup_steps=400,
@@ -65,7 +66,8 @@ def make_parser():
     from recipes.flags import recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train translate")
-    parser.add_argument("--time-budget", type=float, default=DEFAULTS["time_budget"], help="minutes of training")
+    parser.add_argument("--time-budget", type=float, default=DEFAULTS["time_budget"],
+                        help="also stop before an epoch that would end past this many minutes of training")
     parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"],
                         help="steps of the schedule's linear warm-up")
     parser.add_argument("--label-smoothing", type=float, default=DEFAULTS["label_smoothing"],
@@ -96,6 +98,8 @@ def parse(argv):
     check_preset(parser, args.preset, "transformer")
     if not 0.0 <= args.ema_momentum < 1.0:
         parser.error(f"--ema-momentum {args.ema_momentum}: expected a number in [0, 1)")
+    if args.time_budget is not None and not args.time_budget > 0:
+        parser.error(f"--time-budget {args.time_budget}: expected a positive number of minutes")
     return args
 
 
@@ -190,17 +194,19 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
 
 def time_budget(minutes):
     """A callback that stops training before an epoch that would end past
-    `minutes` (judged by the longest epoch so far)."""
+    `minutes` (judged by the longest epoch so far; None: never), and says
+    at the end of training what stopped it."""
     import keras
 
     class TimeBudget(keras.callbacks.Callback):
         def __init__(self, minutes):
             super().__init__()
-            self.seconds = minutes * 60
+            self.seconds = float("inf") if minutes is None else minutes * 60
+            self.stopped = None
 
         def on_train_begin(self, logs=None):
             self.started = self.epoch_started = time.time()
-            self.longest = 0.0
+            self.longest, self.epochs = 0.0, 0
 
         def on_epoch_begin(self, epoch, logs=None):
             self.epoch_started = time.time()
@@ -208,9 +214,16 @@ def time_budget(minutes):
         def on_epoch_end(self, epoch, logs=None):
             now = time.time()
             self.longest = max(self.longest, now - self.epoch_started)
+            self.epochs = epoch + 1
             if now - self.started + self.longest > self.seconds:
-                print(f"\ntime budget of {self.seconds / 60:.0f} min: stopping after epoch {epoch + 1}", flush=True)
+                self.stopped = f"--time-budget {self.seconds / 60:g} min"
                 self.model.stop_training = True
+
+        def on_train_end(self, logs=None):
+            if self.stopped:
+                print(f"\nstopped by {self.stopped} after epoch {self.epochs}", flush=True)
+            elif self.epochs == self.params["epochs"]:
+                print(f"\nstopped by --epochs {self.epochs}", flush=True)
 
     return TimeBudget(minutes)
 
@@ -317,7 +330,7 @@ def make_model(args, tokenizer, vocabulary_size):
 
 
 def train(model, args, folder, data):
-    """Up to --epochs epochs within --time-budget; model.keras is the best
+    """--epochs epochs, or fewer within --time-budget; model.keras is the best
     epoch by validation loss, both of the averaged weights when
     --ema-momentum is set. --epochs 0 on an interrupted run's folder only
     evaluates its model.keras."""

@@ -51,6 +51,7 @@ def test_smoke_run_writes_everything_and_prints_val_bleu_last(data, tmp_path, ca
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == f"val_bleu={round(bleu, 2):.4f}"
     assert lines[-4].startswith("val_bleu_lowercase=") and lines[-3].startswith("val_chrf=")
+    assert "stopped by --epochs 1" in lines  # the default is a fixed length: no time budget
     assert 0.0 <= bleu <= 100.0
     for name in FILES:
         assert (output / name).is_file(), name
@@ -62,6 +63,17 @@ def test_smoke_run_writes_everything_and_prints_val_bleu_last(data, tmp_path, ca
     assert [piece for piece, _ in vocabulary[:4]] == ["[PAD]", "[UNK]", "[START]", "[END]"]
     with pytest.raises(FileExistsError, match="--overwrite"):  # a finished run stays as it is
         translate.main(["--data", str(data), "--output", str(output), *FAST])
+
+
+def test_a_time_budget_stops_at_an_epoch_end_and_says_so(data, tmp_path, capsys):
+    translate.main(["--data", str(data), "--output", str(tmp_path / "run"), *FAST, "--epochs", "3",
+                    "--time-budget", "0.001"])
+    assert "stopped by --time-budget 0.001 min after epoch 1" in capsys.readouterr().out.splitlines()
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["results"]["epochs"] == 1
+    with pytest.raises(SystemExit):
+        translate.parse(["--time-budget", "0"])
+    assert translate.parse([]).time_budget is None
 
 
 def test_files_of_different_line_counts_name_both_files(data, tmp_path):
