@@ -23,7 +23,8 @@ class MultiHeadAttention(keras.layers.Layer):
     K and V.
 
     Three entry points, each with one result shape, all through the same
-    code (`_attend`):
+    code (`_attend`: the projections, then one of two algorithms,
+    `_fused_attention` or `_grouped_attention`):
     `layer(query, ...)` returns the (B, T, d) output;
     `layer.call_with_attention_scores(query, ...)` returns `(output,
     weights)` with the (B, h, T, S) attention weights (for plots);
@@ -327,50 +328,15 @@ class MultiHeadAttention(keras.layers.Layer):
         training=None,
         return_weights=False,
     ):
-        """The one forward pass -> (output, weights or None, cache or None)."""
+        """The one forward pass -> (output, weights or None, cache or None):
+        the projections, the masks merged, one of the two attention
+        algorithms, the output projection."""
         if self.cross_attention:
-            if key_value is None and cache is None:
-                raise ValueError(
-                    "This MultiHeadAttention was built for cross-attention: pass the "
-                    "sequence to attend to as `key_value`."
-                )
-            q = self._heads(self.query_dense(query), self.num_heads, sequence=query)  # (B, T, h, k)
-            kv = self.compute_key_value(key_value) if cache is None else cache  # (B, 2, g, S, k)
-            key, value = kv[:, 0], kv[:, 1]  # (B, g, S, k)
+            q, key, value = self._project_cross(query, key_value, cache)
             key_mask = key_value_mask
         else:
-            if key_value is not None:
-                raise ValueError(
-                    "This MultiHeadAttention was built for self-attention and takes no "
-                    "`key_value`; build it with `cross_attention=True` to attend to "
-                    "another sequence."
-                )
-            # One matrix product for Q, K and V, then a split (whose gradient
-            # is a concatenation; strided slices' gradients cost far more).
-            query_width = self.num_heads * self.head_dim
-            key_width = self.num_key_value_heads * self.head_dim
-            q, key, value = ops.split(
-                self.query_key_value_dense(query), [query_width, query_width + key_width], axis=-1
-            )  # (B, T, h k), 2 x (B, T, g k)
-            q = self._heads(q, self.num_heads)  # (B, T, h, k)
-            key, value = (self._heads(t, self.num_key_value_heads) for t in (key, value))  # (B, T, g, k)
-            if self.query_key_norm:
-                q, key = self.query_norm(q), self.key_norm(key)
-            if self.rotary is not None:
-                position = 0 if cache_index is None else cache_index
-                q, key = self.rotary(q, start_index=position), self.rotary(key, start_index=position)
-            # Head-major K and V, the layout of the attention product (and
-            # of the cache): only the new positions are transposed.
-            key = ops.transpose(key, (0, 2, 1, 3))  # (B, g, T, k)
-            value = ops.transpose(value, (0, 2, 1, 3))  # (B, g, T, k)
-            if cache is not None:
-                # Write the new positions into the preallocated cache.
-                kv = ops.stack([key, value], axis=1)  # (B, 2, g, T, k)
-                start = [0, 0, 0, ops.cast(cache_index, "int32"), 0]
-                cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
-                key, value = cache[:, 0], cache[:, 1]  # (B, g, S, k)
+            q, key, value, cache = self._project_self(query, key_value, cache, cache_index)
             key_mask = query_mask if cache is None else None
-
         attend_mask = merge_masks(
             query,
             key[:, 0],  # (B, S, k): only the shape of the keys is read
@@ -381,44 +347,102 @@ class MultiHeadAttention(keras.layers.Layer):
             use_causal_mask=use_causal_mask,
             query_start=0 if cache_index is None else cache_index,
         )
-        weights = None
         if cache is None and not return_weights and self.dropout == 0:
             # Neither the weights nor dropout on them are needed: the
             # backend's fused attention (flash attention on a GPU), as in
-            # Keras' MultiHeadAttention; with the causal mask alone, its
-            # causal kernel. The cached step keeps the explicit form, whose
-            # one-query product reads the cache in place.
+            # Keras' MultiHeadAttention. The cached step keeps the explicit
+            # form, whose one-query product reads the cache in place.
             causal_only = use_causal_mask and all(
                 m is None for m in (padding_mask, attention_mask, query_mask, key_mask)
             )
-            # The op shares each of the g key/value heads among h / g query heads itself.
-            key, value = ops.swapaxes(key, 1, 2), ops.swapaxes(value, 1, 2)  # (B, S, g, k)
-            if self.num_key_value_heads == 1 < self.num_heads and keras.backend.backend() == "tensorflow":
-                # Keras' TensorFlow op repeats g > 1 heads but does not broadcast a single one.
-                key, value = ops.repeat(key, self.num_heads, axis=2), ops.repeat(value, self.num_heads, axis=2)
-            out = fused_attention(
-                q,
-                key,
-                ops.cast(value, q.dtype),
-                mask=None if causal_only or attend_mask is None else ops.expand_dims(attend_mask, 1),  # (B, 1, T, S)
-                is_causal=causal_only,
-            )  # (B, T, h, k)
+            out, weights = self._fused_attention(q, key, value, attend_mask, causal_only), None
         else:
-            b, t = ops.shape(q)[0], ops.shape(q)[1]
-            groups = self.num_heads // self.num_key_value_heads
-            # The query heads that share a key/value head become rows of one
-            # product, so K and V (and the cache) are read once, not copied
-            # per query head: (B, h, T, k) -> (B, g, h/g * T, k).
-            q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
-            q = ops.reshape(q, (b, self.num_key_value_heads, groups * t, self.head_dim))
-            mask = None if attend_mask is None else ops.tile(ops.expand_dims(attend_mask, 1), (1, 1, groups, 1))  # (B, 1, h/g T, S)
-            weights = attention_weights(q, key, mask=mask)  # (B, g, h/g T, S)
-            dropped = self.dropout_layer(weights, training=training)
-            out = ops.matmul(dropped, ops.cast(value, dropped.dtype))  # (B, g, h/g T, k)
-            out = ops.transpose(ops.reshape(out, (b, self.num_heads, t, self.head_dim)), (0, 2, 1, 3))  # (B, T, h, k)
-            weights = ops.reshape(weights, (b, self.num_heads, t, ops.shape(weights)[-1]))  # (B, h, T, S)
+            out, weights = self._grouped_attention(q, key, value, attend_mask, training)
         out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.num_heads * self.head_dim))
         return self.output_dense(out), weights, cache  # (B, T, d)
+
+    def _project_cross(self, query, key_value, key_value_cache):
+        """Q from the query, K and V from the other sequence (or read from
+        `key_value_cache`, projected once) -> (B, T, h, k), 2 x (B, g, S, k)."""
+        if key_value is None and key_value_cache is None:
+            raise ValueError(
+                "This MultiHeadAttention was built for cross-attention: pass the "
+                "sequence to attend to as `key_value`."
+            )
+        q = self._heads(self.query_dense(query), self.num_heads, sequence=query)  # (B, T, h, k)
+        kv = self.compute_key_value(key_value) if key_value_cache is None else key_value_cache  # (B, 2, g, S, k)
+        return q, kv[:, 0], kv[:, 1]
+
+    def _project_self(self, query, key_value, cache, cache_index):
+        """Q, K and V from the query, normed and rotated where the layer
+        does so; with a cache, the new K and V written into it at
+        `cache_index` -> (B, T, h, k), 2 x (B, g, S, k), cache or None."""
+        if key_value is not None:
+            raise ValueError(
+                "This MultiHeadAttention was built for self-attention and takes no "
+                "`key_value`; build it with `cross_attention=True` to attend to "
+                "another sequence."
+            )
+        # One matrix product for Q, K and V, then a split (whose gradient
+        # is a concatenation; strided slices' gradients cost far more).
+        query_width = self.num_heads * self.head_dim
+        key_width = self.num_key_value_heads * self.head_dim
+        q, key, value = ops.split(
+            self.query_key_value_dense(query), [query_width, query_width + key_width], axis=-1
+        )  # (B, T, h k), 2 x (B, T, g k)
+        q = self._heads(q, self.num_heads)  # (B, T, h, k)
+        key, value = (self._heads(t, self.num_key_value_heads) for t in (key, value))  # (B, T, g, k)
+        if self.query_key_norm:
+            q, key = self.query_norm(q), self.key_norm(key)
+        if self.rotary is not None:
+            position = 0 if cache_index is None else cache_index
+            q, key = self.rotary(q, start_index=position), self.rotary(key, start_index=position)
+        # Head-major K and V, the layout of the attention product (and
+        # of the cache): only the new positions are transposed.
+        key = ops.transpose(key, (0, 2, 1, 3))  # (B, g, T, k)
+        value = ops.transpose(value, (0, 2, 1, 3))  # (B, g, T, k)
+        if cache is not None:
+            # Write the new positions into the preallocated cache.
+            kv = ops.stack([key, value], axis=1)  # (B, 2, g, T, k)
+            start = [0, 0, 0, ops.cast(cache_index, "int32"), 0]
+            cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
+            key, value = cache[:, 0], cache[:, 1]  # (B, g, S, k)
+        return q, key, value, cache
+
+    def _fused_attention(self, q, key, value, mask, causal_only):
+        """The backend's one attention op (`fused_attention`), with the
+        causal kernel when the causal mask is the only one:
+        (B, T, h, k), 2 x (B, g, S, k), mask (B, T, S) -> (B, T, h, k)."""
+        # The op shares each of the g key/value heads among h / g query heads itself.
+        key, value = ops.swapaxes(key, 1, 2), ops.swapaxes(value, 1, 2)  # (B, S, g, k)
+        if self.num_key_value_heads == 1 < self.num_heads and keras.backend.backend() == "tensorflow":
+            # Keras' TensorFlow op repeats g > 1 heads but does not broadcast a single one.
+            key, value = ops.repeat(key, self.num_heads, axis=2), ops.repeat(value, self.num_heads, axis=2)
+        return fused_attention(
+            q,
+            key,
+            ops.cast(value, q.dtype),
+            mask=None if causal_only or mask is None else ops.expand_dims(mask, 1),  # (B, 1, T, S)
+            is_causal=causal_only,
+        )  # (B, T, h, k)
+
+    def _grouped_attention(self, q, key, value, mask, training):
+        """The explicit softmax(Q K^T / sqrt(k)) V, with the weights and
+        dropout on them: (B, T, h, k), 2 x (B, g, S, k), mask (B, T, S) ->
+        (output (B, T, h, k), weights (B, h, T, S)). The query heads that
+        share a key/value head become rows of one product, so K and V (and
+        the cache) are read once, not copied per query head."""
+        b, t = ops.shape(q)[0], ops.shape(q)[1]
+        groups = self.num_heads // self.num_key_value_heads
+        q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
+        q = ops.reshape(q, (b, self.num_key_value_heads, groups * t, self.head_dim))  # (B, g, h/g T, k)
+        mask = None if mask is None else ops.tile(ops.expand_dims(mask, 1), (1, 1, groups, 1))  # (B, 1, h/g T, S)
+        weights = attention_weights(q, key, mask=mask)  # (B, g, h/g T, S)
+        dropped = self.dropout_layer(weights, training=training)
+        out = ops.matmul(dropped, ops.cast(value, dropped.dtype))  # (B, g, h/g T, k)
+        out = ops.transpose(ops.reshape(out, (b, self.num_heads, t, self.head_dim)), (0, 2, 1, 3))  # (B, T, h, k)
+        weights = ops.reshape(weights, (b, self.num_heads, t, ops.shape(weights)[-1]))  # (B, h, T, S)
+        return out, weights
 
     def compute_output_spec(self, query, *args, **kwargs):
         return keras.KerasTensor(query.shape, dtype=self.compute_dtype)
