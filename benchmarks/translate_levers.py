@@ -10,9 +10,10 @@ step t (counted from 1), one average per rule:
 - `raw`: the trained weights themselves;
 - `ema-0.998`: a constant momentum of 0.998, the average Keras's
   `use_ema=True` keeps (its first step copies the weights);
-- `warmup-2/3`, `warmup-3/4`: momentum min(0.998, 1 - (1 + t) ** -p), the
-  warm-up of timm's `ModelEmaV3` (gamma 1): the window grows as t ** p
-  instead of standing at 500 steps from the start.
+- `warmup-2/3`, `warmup-3/4`: momentum min(0.998, 1 - t ** -p), the
+  warm-up of timm's `ModelEmaV3` (gamma 1; 0 at the first step, which
+  copies the weights): the window grows as t ** p instead of standing at
+  500 steps from the start.
 
 At every epoch end each average is swapped in and scored on the validation
 split: loss (and, at --bleu-epochs, cased BLEU with the recipe's beam search
@@ -36,8 +37,8 @@ import time  # noqa: E402
 RULES = {
     "raw": None,
     "ema-0.998": lambda t: 0.998 if t > 1 else 0.0,
-    "warmup-2/3": lambda t: min(0.998, 1.0 - (1.0 + t) ** (-2.0 / 3.0)) if t > 1 else 0.0,
-    "warmup-3/4": lambda t: min(0.998, 1.0 - (1.0 + t) ** (-3.0 / 4.0)) if t > 1 else 0.0,
+    "warmup-2/3": lambda t: min(0.998, 1.0 - t ** (-2.0 / 3.0)),
+    "warmup-3/4": lambda t: min(0.998, 1.0 - t ** (-3.0 / 4.0)),
 }
 
 
@@ -153,7 +154,11 @@ def main(argv=None):
         with averages.swapped(best):
             for beams in (int(b) for b in options.beams.split(",")):
                 for penalty in (float(p) for p in options.length_penalties.split(",")):
-                    print(f"beams {beams} length_penalty {penalty}: val_bleu={bleu(beams, penalty):.2f}", flush=True)
+                    if (beams, penalty) == (args.beam_size, args.length_penalty):  # scored above
+                        value = max(row[3] for row in last)
+                    else:
+                        value = bleu(beams, penalty)
+                    print(f"beams {beams} length_penalty {penalty}: val_bleu={value:.2f}", flush=True)
 
 
 if __name__ == "__main__":
