@@ -93,6 +93,7 @@ def main(argv=None):
     import keras
 
     from recipes import translate as recipe
+    from recipes.startup import start
     from zoo.data import read_parallel
     from zoo.training.bleu import translation_scores
 
@@ -111,7 +112,7 @@ def main(argv=None):
 
     args = recipe.parse(["--output", options.output, "--overwrite", "--epochs", str(options.epochs),
                          "--ema-momentum", "0", *options.recipe_flags])
-    recipe.start(args)
+    start(args)
     data = recipe.read_data(args)
     recipe.open_folder(args, data["tokenizer"])  # the run folder: tokenizer.json, run.json
     model = recipe.make_model(args, data["tokenizer"], len(data["vocabulary"]))

@@ -154,20 +154,6 @@ def evaluate(folder, data=None, split="dev", model=None):
     return {figure_name("accuracy", split, validation="dev"): float(np.mean(predicted == np.asarray(labels)))}
 
 
-def start(args):
-    """Keras, the distribution, the seed and the precision, before
-    TensorFlow runs anything."""
-    from zoo.training import start_distribution
-
-    from recipes.flags import set_precision
-    from recipes.startup import load_keras
-
-    keras = load_keras(tensorflow=True)
-    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    keras.utils.set_random_seed(args.seed)
-    set_precision(args.mixed_precision)
-
-
 def batches(token_ids, labels, batch_size, buckets, length, ids, shuffle, seed):
     """`[CLS] tokens [SEP]` batches padded to the shortest bucket bound
     that holds them. Returns (dataset, steps per pass)."""
@@ -306,6 +292,7 @@ def train(model, args, folder, data):
 
 def main(argv=None):
     from recipes.run_folder import finish
+    from recipes.startup import start
 
     args = parse(argv)
     start(args)

@@ -197,20 +197,6 @@ def evaluate(folder, data=None, split="val", model=None):
     return {figure_name("loss", split): mean_cross_entropy(model, inputs, mask_ids, args["batch_size"], weights)}
 
 
-def start(args):
-    """Keras, the distribution, the seed and the precision, before
-    TensorFlow runs anything."""
-    from zoo.training import start_distribution
-
-    from recipes.flags import set_precision
-    from recipes.startup import load_keras
-
-    keras = load_keras(tensorflow=True)
-    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    keras.utils.set_random_seed(args.seed)
-    set_precision(args.mixed_precision)
-
-
 def read_data(args):
     """(tokenizer, train pipeline and its steps, held-out pipeline and its
     steps), read before the output folder is touched."""
@@ -305,6 +291,7 @@ def train(model, args, folder, train, val):
 
 def main(argv=None):
     from recipes.run_folder import finish
+    from recipes.startup import start
 
     args = parse(argv)
     start(args)

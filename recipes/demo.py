@@ -107,20 +107,6 @@ def translate(model, sentences, length):
     return zoo.translate(model, list(sentences), max_length=length, num_beams=1)
 
 
-def start(args):
-    """Keras, the distribution, the seed and the precision, before
-    TensorFlow runs anything."""
-    from zoo.training import start_distribution
-
-    from recipes.flags import set_precision
-    from recipes.startup import load_keras
-
-    keras = load_keras(tensorflow=True)
-    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    keras.utils.set_random_seed(args.seed)
-    set_precision(args.mixed_precision)
-
-
 def read_data(args):
     """(vocabulary, train pipeline, held-out pipeline, held-out english,
     held-out german) of the grammar."""
@@ -201,6 +187,7 @@ def show_translations(model, args, val_en, val_de):
 def main(argv=None):
     from recipes.plots import write_curves
     from recipes.run_folder import callbacks, finish, load_model
+    from recipes.startup import start
 
     args = parse(argv)
     start(args)

@@ -185,17 +185,13 @@ def parse(argv):
 
 
 def start(args):
-    """The distribution, XLA's flags and the seed, before TensorFlow runs
-    anything and before the model (its dropout and LoRA weights) is built;
+    """The recipes' start (Keras, the distribution, the seed, the
+    precision), before the model (its dropout and LoRA weights) is built;
     returns Keras' `jit_compile`."""
-    import keras
-
-    from zoo.training import start_distribution
-
     from recipes.flags import jit_compile_flag
+    from recipes.startup import start as start_recipe
 
-    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    keras.utils.set_random_seed(args.seed)
+    start_recipe(args)
     return jit_compile_flag(args)
 
 
@@ -206,9 +202,6 @@ def load_checkpoint(parser, args):
     from zoo.models.layout import get_layout_map
     from zoo.training import distribution_scope
 
-    from recipes.flags import set_precision
-
-    set_precision(args.mixed_precision)
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.from_pretrained(args.pretrained, task="causal_lm")
         parameters = model.count_params()  # the checkpoint's, before any adapters

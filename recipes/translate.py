@@ -228,21 +228,6 @@ def time_budget(minutes):
     return TimeBudget(minutes)
 
 
-def start(args):
-    """Keras, the distribution, the seed and the precision, before
-    TensorFlow runs anything."""
-    from zoo.training import start_distribution
-
-    from recipes.flags import require, set_precision
-    from recipes.startup import load_keras
-
-    require("sacrebleu", "the translate recipe's BLEU score")  # at start, not after training
-    keras = load_keras(tensorflow=True)
-    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    keras.utils.set_random_seed(args.seed)
-    args.mixed_precision = set_precision(args.mixed_precision)  # run.json records what ran
-
-
 def read_data(args):
     """The tokenizer and the bucketed train and validation pipelines, read
     before the output folder is touched: a dict of tokenizer, vocabulary,
@@ -391,9 +376,12 @@ def draw_attention(model, args, folder, data, translation):
 
 
 def main(argv=None):
+    from recipes.flags import require
     from recipes.run_folder import HISTORY, final_line, finish, read_history, record_figures
+    from recipes.startup import start
 
     args = parse(argv)
+    require("sacrebleu", "the translate recipe's BLEU score")  # at start, not after training
     start(args)
     started = time.time()
     data = read_data(args)
