@@ -18,7 +18,8 @@ step t (counted from 1), one average per rule:
 At every epoch end each average is swapped in and scored on the validation
 split: loss (and, at --bleu-epochs, cased BLEU with the recipe's beam search
 over all 1,014 sentences). Then, at the last epoch, the average with the best
-BLEU is decoded with each --beams x --length-penalties pair. Everything is
+BLEU is decoded with each --beams x --length-penalties pair, and each
+average's model is saved as `OUTPUT/RULE.keras`. Everything is
 validation: the test split is never read. Each line printed is one figure;
 the table at the end repeats them. The same run's averages see the same
 batches, so their differences are the averages' own.
@@ -33,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import argparse  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 RULES = {
     "raw": None,
@@ -145,6 +147,9 @@ def main(argv=None):
     model.fit(data["train"].repeat(), steps_per_epoch=data["steps"], epochs=args.epochs,
               callbacks=[averages, Score()], shuffle=False, verbose=2)
 
+    for name in rules:  # each average's model, to decode again later without training
+        with averages.swapped(name):
+            model.save(Path(options.output) / f"{name.replace('/', '_')}.keras")
     last = [row for row in rows if row[0] == args.epochs and row[3] is not None]
     print("\nepoch  average      val_loss  val_bleu")
     for epoch, name, loss, value in rows:
