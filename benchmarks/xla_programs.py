@@ -11,7 +11,8 @@ On JAX (CPU is enough: the comparison is of programs, not of speed), each
 of `gpt-nano` and `llama-nano` (grouped-query attention, rotary positions,
 SwiGLU, RMSNorm) trains 2 steps with `model.fit` (AdamW, XLA) and
 generates 6 tokens greedily with the cache, two prompts of different
-lengths. XLA writes every program it compiles after its optimisation
+lengths; `transformer-tiny` (the encoder-decoder: cross-attention) trains
+2 steps and translates with greedy decoding and beam search. XLA writes every program it compiles after its optimisation
 passes (`--xla_dump_to`); each is kept with its `metadata={...}` and its
 tables of stack frames (Python source lines and function names, which move
 with any edit) removed, under the name of the jitted function. `--compare` prints, per program, `same` or
@@ -41,6 +42,7 @@ def workload():
     import numpy as np
 
     import zoo
+    from zoo import generation
     from zoo.training import adamw
 
     keras.utils.set_random_seed(0)
@@ -53,6 +55,17 @@ def workload():
         model.fit(inputs, ids[:, 1:], batch_size=4, epochs=1, verbose=0)
         for prompt in (ids[:2, :5], ids[:2, :9]):
             zoo.generate(model, prompt, max_new_tokens=6)
+    model = zoo.build("transformer-tiny", vocabulary_size=96, max_sequence_length=32)
+    model.compile(optimizer=adamw(1e-3, model=model), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=True)
+    source, target = (np.random.default_rng(seed).integers(1, 96, size=(8, 12)) for seed in (1, 2))
+    inputs = {"encoder_token_ids": source, "encoder_padding_mask": np.ones_like(source),
+              "decoder_token_ids": target[:, :-1], "decoder_padding_mask": np.ones_like(target[:, :-1])}
+    model.fit(inputs, target[:, 1:], batch_size=4, epochs=1, verbose=0)
+    generation.generate(model, target[:2, :1], max_new_tokens=6, source=source[:2],
+                        source_padding_mask=np.ones_like(source[:2]))
+    generation.beam_search(model, target[:2, :1], max_new_tokens=6, num_beams=3, source=source[:2],
+                           source_padding_mask=np.ones_like(source[:2]))
 
 
 def normalised(raw):
