@@ -34,12 +34,12 @@ TRANSLATE = dict(
 # Small BERT: masked-LM pretraining on the SST-2 train phrases (20 epochs),
 # then 3 epochs of SST-2 fine-tuning (peak rate 1e-4; 2e-4 from scratch);
 # best dev accuracy, and its gain over the same classifier trained from
-# scratch (83.72% and 79.36%: +4.36).
+# scratch (83.26% and 79.36%: +3.90, masks drawn from --seed).
 BERT = dict(
     pretrain_command=["--epochs", "20"],
     classify_command=["--epochs", "3"],
-    reached=0.8372,
+    reached=0.8326,
     dev_accuracy_at_least=0.82,
-    gain_reached=0.0436,
+    gain_reached=0.0390,
     gain_at_least=0.02,
 )
