@@ -27,14 +27,14 @@ browser:
 		  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || \
 		  echo "chromium not installed: the explorer's browser test will skip"; }
 
-# The layer, generation, training-mode, Llama-family and fine-tuning (LoRA reload) tests, the
+# The layer, generation, training-mode, Llama-family, Gemma and fine-tuning (LoRA reload) tests, the
 # export for runtimes from JAX, and the error messages (with their JAX-only strict xfail) on the
 # JAX backend, then the whole default suite on
 # TensorFlow. Offline. Two pytest workers (pytest-xdist; a test file stays on
 # one worker, so its module fixtures are built once): most tests keep one
 # core busy with Python, so two of them use both cores of a small machine.
 test: $(STAMP) browser
-	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 --dist loadfile tests/layers tests/generation tests/models/test_training_mode.py tests/models/test_llama.py tests/models/test_finetune.py \
+	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 --dist loadfile tests/layers tests/generation tests/models/test_training_mode.py tests/models/test_llama.py tests/models/test_gemma.py tests/models/test_finetune.py \
 		tests/deployment/test_other_backends.py tests/test_error_messages.py
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 --dist loadfile
 

@@ -140,7 +140,7 @@ def parser():
     _add_quantize(export)
 
     presets = commands.add_parser("presets", help="list the presets")
-    presets.add_argument("--family", choices=("transformer", "gpt", "llama", "bert"), default=None, help="only this family")
+    presets.add_argument("--family", choices=("transformer", "gpt", "llama", "gemma", "bert"), default=None, help="only this family")
     describe = commands.add_parser("describe", help="sizes, parameters and FLOPs of a preset")
     describe.add_argument("name", help="a preset name (`zoo presets`)")
 
@@ -270,7 +270,7 @@ def is_checkpoint(target):
 
 # What `zoo sample` and `zoo classify` need of a checkpoint: (model class, in words).
 CHECKPOINT_MODELS = {
-    "sample": ("GPTCausalLM", "a causal LM (GPT-2 or the Llama family)"),
+    "sample": ("GPTCausalLM", "a causal LM (GPT-2, the Llama family or Gemma 3)"),
     "classify": ("BertClassifier",
                  "a BERT classifier (BertForSequenceClassification or keras-hub's BertTextClassifier)"),
 }

@@ -8,6 +8,8 @@ from zoo.models import (
     BertMaskedLM,
     BertSentenceEncoder,
     EncoderDecoder,
+    Gemma3Backbone,
+    Gemma3CausalLM,
     GPTBackbone,
     GPTCausalLM,
     LlamaBackbone,
@@ -16,12 +18,19 @@ from zoo.models import (
 from zoo.presets import PRESETS
 from zoo.checkpoints import from_pretrained, is_checkpoint_folder
 
-BACKBONES = {"gpt": GPTBackbone, "llama": LlamaBackbone, "bert": BertBackbone, "transformer": EncoderDecoder}
+BACKBONES = {
+    "gpt": GPTBackbone,
+    "llama": LlamaBackbone,
+    "gemma": Gemma3Backbone,
+    "bert": BertBackbone,
+    "transformer": EncoderDecoder,
+}
 
 # task name -> (task class, the task's own arguments); None is the backbone.
 TASKS = {
     "gpt": {None: None, "causal_lm": (GPTCausalLM, ())},
     "llama": {None: None, "causal_lm": (LlamaCausalLM, ())},
+    "gemma": {None: None, "causal_lm": (Gemma3CausalLM, ())},
     "bert": {
         None: None,
         "masked_lm": (BertMaskedLM, ()),
@@ -34,7 +43,7 @@ TASKS = {
 
 
 def list_presets(family=None):
-    """The preset names, optionally of one family ("gpt", "llama", "bert", "transformer")."""
+    """The preset names, optionally of one family ("gpt", "llama", "gemma", "bert", "transformer")."""
     return [name for name, p in PRESETS.items() if family is None or p["family"] == family]
 
 

@@ -6,7 +6,8 @@ Sizes follow the papers and the published checkpoints:
   vocabulary with shared, tied embeddings.
 - gpt2-small / -medium: Radford et al. 2019 (vocabulary 50,257, context 1024).
 - bert-base / -large: Devlin et al. 2019 (WordPiece vocabulary 30,522).
-- smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b, tinyllama-1.1b:
+- smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b, tinyllama-1.1b,
+  gemma3-270m:
   the shapes of the published checkpoints' config.json (weights come from
   `zoo.from_pretrained` on their folders).
 - tiny presets for tests, recipes and CPUs.
@@ -119,6 +120,22 @@ PRESETS = {
         "description": "Tests: 2 layers, d=32, 4 heads, 2 key/value heads, context 32.",
         "config": dict(vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=64,
                        num_key_value_heads=2, max_sequence_length=32),
+    },
+    # --- Decoder-only, Gemma 3 (sandwich norms, GeGLU, local and global layers)
+    "gemma3-270m": {
+        "family": "gemma",
+        "description": "Gemma 3 270M: 18 layers, d=640, 4 heads of 256, 1 key/value head, 5 local (window 512) "
+                       "to 1 global, vocabulary 262,144, tied.",
+        "config": dict(vocabulary_size=262144, num_layers=18, num_heads=4, hidden_dim=640, intermediate_dim=2048,
+                       num_key_value_heads=1, head_dim=256, max_sequence_length=32768, rope_theta=1000000.0,
+                       local_rope_theta=10000.0, sliding_window=512, query_pre_attention_scalar=256,
+                       layer_norm_epsilon=1e-6),
+    },
+    "gemma3-nano": {
+        "family": "gemma",
+        "description": "Tests: 6 layers (5 local with window 8, 1 global), d=32, 4 heads of 16, 1 key/value head.",
+        "config": dict(vocabulary_size=100, num_layers=6, num_heads=4, hidden_dim=32, intermediate_dim=64,
+                       num_key_value_heads=1, head_dim=16, max_sequence_length=64, sliding_window=8),
     },
     # --- Encoder-only --------------------------------------------------------
     "bert-base": {

@@ -25,7 +25,7 @@ SAMPLERS = [
 ]
 
 
-@pytest.fixture(scope="module", params=["gpt-nano", "llama-nano"])
+@pytest.fixture(scope="module", params=["gpt-nano", "llama-nano", "gemma3-nano"])
 def lm(request):
     keras.utils.set_random_seed(0)
     tokenizer = CharTokenizer.from_text(TEXT)

@@ -74,13 +74,14 @@ MODELS = {
     "gpt-causal_lm": lambda: _gpt("causal_lm"),
     "llama": lambda: _gpt(None, "llama-nano"),
     "llama-causal_lm": lambda: _gpt("causal_lm", "llama-nano"),
+    "gemma-causal_lm": lambda: _gpt("causal_lm", "gemma3-nano"),
     "bert": lambda: _bert(None),
     "bert-masked_lm": lambda: _bert("masked_lm"),
     "bert-classifier": lambda: _bert("classifier"),
     "bert-sentence_encoder": lambda: _bert("sentence_encoder"),
     "transformer-seq2seq": lambda: _transformer("seq2seq"),
 }
-GENERATORS = ("gpt", "gpt-causal_lm", "llama", "llama-causal_lm", "transformer-seq2seq")
+GENERATORS = ("gpt", "gpt-causal_lm", "llama", "llama-causal_lm", "gemma-causal_lm", "transformer-seq2seq")
 
 
 class DropoutCalls:

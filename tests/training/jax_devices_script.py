@@ -46,6 +46,13 @@ def llama():
     return zoo.build("llama-nano", task="causal_lm"), x, y, MaskedSparseCrossentropy()
 
 
+def gemma():
+    rng, mask = np.random.default_rng(4), _padding()
+    x = {"token_ids": rng.integers(1, 100, (B, T)).astype("int32") * mask, "padding_mask": mask}
+    y = rng.integers(1, 100, (B, T)).astype("int32") * mask
+    return zoo.build("gemma3-nano", task="causal_lm"), x, y, MaskedSparseCrossentropy()
+
+
 def bert():
     rng, mask = np.random.default_rng(1), _padding()
     x = {
@@ -71,7 +78,7 @@ def transformer():
     return zoo.build("transformer-tiny"), x, y, MaskedSparseCrossentropy()
 
 
-FAMILIES = {"gpt": gpt, "llama": llama, "bert": bert, "transformer": transformer}
+FAMILIES = {"gpt": gpt, "llama": llama, "gemma": gemma, "bert": bert, "transformer": transformer}
 
 
 def one_step(family):

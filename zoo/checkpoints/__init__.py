@@ -14,8 +14,9 @@ One driver per format, one file per family:
   backbone's `registered_name`, `model.weights.h5`, `tokenizer.json` and
   `assets/tokenizer/...`, optionally `task.json`);
 * `gpt2` (GPT-2), `bert` (BERT), `llama` (Llama, Mistral, Qwen2, Qwen3,
-  SmolLM2, TinyLlama): each family's config in and out, tensor names,
-  tokenizer and keras-hub weight copy; `families` is the registry.
+  SmolLM2, TinyLlama), `gemma3` (Gemma 3's text models): each family's
+  config in and out, tensor names, tokenizer and keras-hub weight copy;
+  `families` is the registry.
 
 A handle (`hf://ORG/NAME[@REVISION]`, a keras-hub preset name, `kaggle://...`)
 is fetched into its hub's cache first (`hub`), then read as a folder.
@@ -83,20 +84,21 @@ def is_checkpoint_folder(path):
 
 
 def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=None, revision=None):
-    """Load a GPT-2, BERT or Llama-family checkpoint, from a folder or by handle, as a zoo model with its tokenizer.
+    """Load a GPT-2, BERT, Llama-family or Gemma 3 checkpoint, from a folder or by handle, as a zoo model with its tokenizer.
 
     Args:
         path: a keras-hub preset folder (`save_to_preset`) or a Hugging Face
             checkpoint folder (`config.json`, `model.safetensors` and the
             tokenizer files) of GPT-2, BERT, or the Llama family
             (`model_type` "llama", "mistral", "qwen2", "qwen3": Llama 2 / 3,
-            SmolLM2, TinyLlama, Mistral, Qwen2.5, Qwen3); or a handle of
+            SmolLM2, TinyLlama, Mistral, Qwen2.5, Qwen3), or Gemma 3's text
+            models (`model_type` "gemma3_text": 270M, 1B); or a handle of
             one: `hf://ORG/NAME` (the Hugging Face Hub, optionally pinned
             as `hf://ORG/NAME@REVISION`), a keras-hub preset name
             (`gpt2_base_en`) or a `kaggle://` handle, downloaded into the
             hub's cache first (see `zoo.checkpoints.hub`; a local folder of
             the same name wins).
-        task: "causal_lm" (GPT-2, Llama family); "masked_lm", "classifier"
+        task: "causal_lm" (GPT-2, Llama family, Gemma 3); "masked_lm", "classifier"
             or "sentence_encoder" (BERT); None for the backbone; "auto" (the
             default) for the checkpoint's own head: GPT-2 and the Llama
             family -> "causal_lm", BERT -> "masked_lm" or "classifier" when

@@ -1,6 +1,6 @@
 """The checkpoint families, and which one a checkpoint or a model belongs to.
 
-A family is a module (`gpt2`, `bert`, `llama`) with the same names:
+A family is a module (`gpt2`, `bert`, `llama`, `gemma3`) with the same names:
 
 * who it is: `NAME`, `MODEL_TYPES` (transformers' `model_type`s),
   `TASKS`, `DEFAULT_TASK`, `HEADS_WITH_WEIGHTS` (tasks whose head has
@@ -24,10 +24,10 @@ A family is a module (`gpt2`, `bert`, `llama`) with the same names:
 A new family is a new module with these names and a line in `FAMILIES`.
 """
 
-from zoo.checkpoints import bert, gpt2, llama
+from zoo.checkpoints import bert, gemma3, gpt2, llama
 from zoo.checkpoints.common import CheckpointError
 
-FAMILIES = (gpt2, bert, llama)
+FAMILIES = (gpt2, bert, llama, gemma3)
 
 MODEL_TYPES = {model_type: family for family in FAMILIES for model_type in family.MODEL_TYPES}
 KERAS_HUB_BACKBONES = {name: family for family in FAMILIES for name in family.KERAS_HUB_BACKBONES}
@@ -60,5 +60,5 @@ def for_model(model):
         if family.owns(model):
             return family
     raise ValueError(
-        f"Checkpoints exist for zoo GPT, BERT and Llama-family models; got a {type(model).__name__}."
+        f"Checkpoints exist for zoo GPT, BERT, Llama-family and Gemma 3 models; got a {type(model).__name__}."
     )

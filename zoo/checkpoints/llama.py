@@ -229,11 +229,11 @@ def to_huggingface_config(model):
             hf_config["attention_bias"] = False
     tokenizer = getattr(model, "tokenizer", None)
     if isinstance(tokenizer, HuggingFaceTokenizer):
-        hf_config.update(_special_ids(tokenizer))
+        hf_config.update(special_ids(tokenizer))
     return hf_config
 
 
-def _special_ids(tokenizer):
+def special_ids(tokenizer):
     ends = list(tokenizer.end_token_ids)
     ids = {"bos_token_id": tokenizer.start_token_id, "eos_token_id": ends[0] if len(ends) == 1 else (ends or None)}
     if tokenizer.pad_token_id is not None:
@@ -378,7 +378,7 @@ def write_huggingface_tokenizer(tokenizer, folder, model):
     if tokenizer.chat_template is not None:
         settings["chat_template"] = tokenizer.chat_template
     write_text(folder / "tokenizer_config.json", json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
-    write_text(folder / "generation_config.json", json.dumps(_special_ids(tokenizer), indent=2) + "\n")
+    write_text(folder / "generation_config.json", json.dumps(special_ids(tokenizer), indent=2) + "\n")
 
 
 # --- keras-hub -----------------------------------------------------------------------------

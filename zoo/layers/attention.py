@@ -182,6 +182,7 @@ def merge_masks(
     key_mask=None,
     use_causal_mask=False,
     query_start=0,
+    sliding_window=None,
 ):
     """Merge every kind of attention mask into one boolean (B, T, S) mask.
 
@@ -202,6 +203,9 @@ def merge_masks(
         use_causal_mask: query t may attend to key s only if s <= t.
         query_start: the absolute position of the first query (the cache
             index during cached decoding), so the causal mask holds there too.
+        sliding_window: with the causal mask, query t sees only the
+            `sliding_window` most recent keys, t - sliding_window < s <= t
+            (Mistral's and Gemma's local layers); None for all of them.
 
     Returns:
         A boolean tensor broadcastable to (B, T, S), or None if no mask
@@ -237,7 +241,11 @@ def merge_masks(
         t, s = ops.shape(query)[1], ops.shape(key)[1]
         query_positions = ops.arange(t) + ops.cast(query_start, "int32")
         key_positions = ops.arange(s)
-        masks.append(ops.expand_dims(ops.expand_dims(key_positions, 0) <= ops.expand_dims(query_positions, 1), 0))  # (1, T, S)
+        allowed = ops.expand_dims(key_positions, 0) <= ops.expand_dims(query_positions, 1)  # (T, S)
+        if sliding_window is not None:
+            recent = ops.expand_dims(key_positions, 0) > ops.expand_dims(query_positions, 1) - sliding_window
+            allowed = ops.logical_and(allowed, recent)
+        masks.append(ops.expand_dims(allowed, 0))  # (1, T, S)
     if not masks:
         return None
     merged = masks[0]

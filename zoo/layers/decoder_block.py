@@ -22,7 +22,10 @@ class DecoderBlock(keras.layers.Layer):
     variants as flags the Llama block: RMSNorm (`normalization="rms_norm"`),
     rotary positions (`rope_theta`), grouped-query attention
     (`num_key_value_heads`) and SwiGLU (`activation="silu",
-    gated_feed_forward=True`), no biases.
+    gated_feed_forward=True`), no biases; and the Gemma 3 block: GeGLU
+    (`activation="gelu_approximate"`), the (1 + g) RMSNorm
+    (`normalization="gemma_rms_norm"`, also on the query/key heads),
+    `sandwich_norm` and a `sliding_window` on its local layers.
 
     Args:
         num_heads: h.
@@ -33,11 +36,15 @@ class DecoderBlock(keras.layers.Layer):
             as in `EncoderBlock`.
         use_bias: whether the projections and LayerNorms have biases
             (False is nanoGPT's `bias=False`).
-        normalization: "layer_norm" or "rms_norm" (see `AddNorm`).
+        normalization: "layer_norm", "rms_norm" or "gemma_rms_norm" (see
+            `AddNorm`); an RMSNorm kind is the query/key norm's too.
+        sandwich_norm: a normalisation of each sub-layer's output as well
+            (see `AddNorm`; Gemma 2 and 3).
         gated_feed_forward: the GLU feed-forward network (see
             `FeedForward`'s `gated`).
         num_key_value_heads, head_dim, rope_theta, rope_scaling,
-        query_key_norm: the self-attention's (see `MultiHeadAttention`).
+        query_key_norm, sliding_window, attention_scale: the
+            self-attention's (see `MultiHeadAttention`).
         attention_bias: whether the Q, K and V projections have biases;
             None for `use_bias` (Qwen2 has them in a model without others).
 
@@ -100,6 +107,9 @@ class DecoderBlock(keras.layers.Layer):
         rope_scaling=None,
         query_key_norm=False,
         attention_bias=None,
+        sandwich_norm=False,
+        sliding_window=None,
+        attention_scale=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -125,6 +135,9 @@ class DecoderBlock(keras.layers.Layer):
         self.rope_scaling = rope_scaling
         self.query_key_norm = query_key_norm
         self.attention_bias = attention_bias
+        self.sandwich_norm = sandwich_norm
+        self.sliding_window = sliding_window
+        self.attention_scale = attention_scale
         self.supports_masking = True
 
         policy = self.dtype_policy
@@ -141,6 +154,8 @@ class DecoderBlock(keras.layers.Layer):
                 num_key_value_heads=num_key_value_heads,
                 head_dim=head_dim,
                 norm_epsilon=layer_norm_epsilon,
+                normalization="gemma_rms_norm" if normalization == "gemma_rms_norm" else "rms_norm",
+                attention_scale=attention_scale,
                 dtype=policy,
                 name=name,
                 **variants,
@@ -149,11 +164,12 @@ class DecoderBlock(keras.layers.Layer):
         def add_norm(name):
             return AddNorm(
                 norm_first, dropout, layer_norm_epsilon, use_bias=use_bias, normalization=normalization,
-                dtype=policy, name=name,
+                sandwich_norm=sandwich_norm, dtype=policy, name=name,
             )
 
         self.self_attention = attention(
-            False, "self_attention", rope_theta=rope_theta, rope_scaling=rope_scaling, query_key_norm=query_key_norm
+            False, "self_attention", rope_theta=rope_theta, rope_scaling=rope_scaling, query_key_norm=query_key_norm,
+            sliding_window=sliding_window,
         )
         self.self_attention_add_norm = add_norm("self_attention_add_norm")
         if cross_attention:
@@ -374,6 +390,9 @@ class DecoderBlock(keras.layers.Layer):
                 "rope_scaling": self.rope_scaling,
                 "query_key_norm": self.query_key_norm,
                 "attention_bias": self.attention_bias,
+                "sandwich_norm": self.sandwich_norm,
+                "sliding_window": self.sliding_window,
+                "attention_scale": self.attention_scale,
             }
         )
         return config

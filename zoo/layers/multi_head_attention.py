@@ -41,8 +41,10 @@ class MultiHeadAttention(keras.layers.Layer):
     The later variants are named flags: `num_key_value_heads` (grouped-query
     attention: g < h key/value heads, each shared by h / g query heads; 1 is
     multi-query attention), `rope_theta` (rotary positions on Q and K),
-    `query_key_norm` (Qwen3's RMSNorm of each query and key head) and an
-    explicit `head_dim`. The cache holds the g key/value heads only.
+    `query_key_norm` (Qwen3's and Gemma 3's RMSNorm of each query and key
+    head), `sliding_window` (each query sees only the most recent keys:
+    Gemma's local layers), `attention_scale` and an explicit `head_dim`.
+    The cache holds the g key/value heads only.
 
     Args:
         num_heads: h. The query width d must be divisible by it unless
@@ -64,8 +66,15 @@ class MultiHeadAttention(keras.layers.Layer):
             (see `RotaryEmbedding`); self-attention only.
         rope_scaling: None or a "llama3" frequency scaling dict.
         query_key_norm: an `RMSNorm` over k on each query and key head,
-            before the rotation (Qwen3).
+            before the rotation (Qwen3, Gemma 3).
         norm_epsilon: that RMSNorm's epsilon.
+        normalization: its kind, "rms_norm" or "gemma_rms_norm" (see
+            `AddNorm`).
+        sliding_window: with the causal mask, each query attends to its
+            `sliding_window` most recent positions only (itself included);
+            None for all (see `merge_masks`).
+        attention_scale: the logits' scale, 1/sqrt(k) when None (Gemma's
+            `query_pre_attn_scalar ** -0.5`).
 
     Call arguments:
         query: (B, T, d).
@@ -115,6 +124,9 @@ class MultiHeadAttention(keras.layers.Layer):
         rope_scaling=None,
         query_key_norm=False,
         norm_epsilon=1e-6,
+        normalization="rms_norm",
+        sliding_window=None,
+        attention_scale=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -130,6 +142,10 @@ class MultiHeadAttention(keras.layers.Layer):
             raise ValueError("Rotary positions (`rope_theta`) are for self-attention; a cross-attention layer takes none.")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1); got {dropout!r}.")
+        if sliding_window is not None and (not isinstance(sliding_window, int) or sliding_window < 1):
+            raise ValueError(f"`sliding_window` must be a positive integer or None; got {sliding_window!r}.")
+        if normalization not in ("rms_norm", "gemma_rms_norm"):
+            raise ValueError(f"`normalization` of the query/key norm must be 'rms_norm' or 'gemma_rms_norm'; got {normalization!r}.")
         self.num_heads = num_heads
         self.dropout = dropout
         self.cross_attention = cross_attention
@@ -146,6 +162,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self.rope_scaling = rope_scaling
         self.query_key_norm = query_key_norm
         self.norm_epsilon = norm_epsilon
+        self.normalization = normalization
+        self.sliding_window = sliding_window
+        self.attention_scale = attention_scale
         self.supports_masking = True
 
     def _dense(self, units, name, initializer=None, use_bias=None):
@@ -181,9 +200,10 @@ class MultiHeadAttention(keras.layers.Layer):
             self.query_key_value_dense = self._dense(query_width + 2 * key_width, "query_key_value")
             self.query_key_value_dense.build(query_shape)
         if self.query_key_norm:
-            self.query_norm = RMSNorm(self.norm_epsilon, dtype=self.dtype_policy, name="query_norm")
+            unit_offset = self.normalization == "gemma_rms_norm"
+            self.query_norm = RMSNorm(self.norm_epsilon, unit_offset, dtype=self.dtype_policy, name="query_norm")
             self.query_norm.build((self.head_dim,))
-            self.key_norm = RMSNorm(self.norm_epsilon, dtype=self.dtype_policy, name="key_norm")
+            self.key_norm = RMSNorm(self.norm_epsilon, unit_offset, dtype=self.dtype_policy, name="key_norm")
             self.key_norm.build((self.head_dim,))
         self.rotary = None
         if self.rope_theta is not None:
@@ -346,13 +366,14 @@ class MultiHeadAttention(keras.layers.Layer):
             key_mask=key_mask,
             use_causal_mask=use_causal_mask,
             query_start=0 if cache_index is None else cache_index,
+            sliding_window=self.sliding_window,
         )
         if cache is None and not return_weights and self.dropout == 0:
             # Neither the weights nor dropout on them are needed: the
             # backend's fused attention (flash attention on a GPU), as in
             # Keras' MultiHeadAttention. The cached step keeps the explicit
             # form, whose one-query product reads the cache in place.
-            causal_only = use_causal_mask and all(
+            causal_only = use_causal_mask and self.sliding_window is None and all(
                 m is None for m in (padding_mask, attention_mask, query_mask, key_mask)
             )
             out, weights = self._fused_attention(q, key, value, attend_mask, causal_only), None
@@ -423,6 +444,7 @@ class MultiHeadAttention(keras.layers.Layer):
             key,
             ops.cast(value, q.dtype),
             mask=None if causal_only or mask is None else ops.expand_dims(mask, 1),  # (B, 1, T, S)
+            scale=self.attention_scale,
             is_causal=causal_only,
         )  # (B, T, h, k)
 
@@ -437,7 +459,7 @@ class MultiHeadAttention(keras.layers.Layer):
         q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
         q = ops.reshape(q, (b, self.num_key_value_heads, groups * t, self.head_dim))  # (B, g, h/g T, k)
         mask = None if mask is None else ops.tile(ops.expand_dims(mask, 1), (1, 1, groups, 1))  # (B, 1, h/g T, S)
-        weights = attention_weights(q, key, mask=mask)  # (B, g, h/g T, S)
+        weights = attention_weights(q, key, mask=mask, scale=self.attention_scale)  # (B, g, h/g T, S)
         dropped = self.dropout_layer(weights, training=training)
         out = ops.matmul(dropped, ops.cast(value, dropped.dtype))  # (B, g, h/g T, k)
         out = ops.transpose(ops.reshape(out, (b, self.num_heads, t, self.head_dim)), (0, 2, 1, 3))  # (B, T, h, k)
@@ -470,6 +492,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 "rope_scaling": self.rope_scaling,
                 "query_key_norm": self.query_key_norm,
                 "norm_epsilon": self.norm_epsilon,
+                "normalization": self.normalization,
+                "sliding_window": self.sliding_window,
+                "attention_scale": self.attention_scale,
             }
         )
         return config

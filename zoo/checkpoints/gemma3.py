@@ -1,0 +1,248 @@
+"""Gemma 3 text checkpoints: `Gemma3Backbone` / `Gemma3CausalLM` <->
+transformers' `gemma3_text` (`Gemma3ForCausalLM`, `Gemma3TextModel`: the
+270M and 1B models).
+
+Config in and out, the tensor-name table and the tokenizer (the folder's
+`tokenizer.json` as a `zoo.data.HuggingFaceTokenizer`). transformers'
+`q_proj`, `k_proj` and `v_proj` (out, in) weights are the transposed
+column blocks [q | k | v] of the zoo's fused kernel, and its four norms per
+layer are the two `AddNorm`s' input and output norms; the (1 + w) scale is
+stored as w in both.
+
+What the zoo's Gemma 3 does not compute is refused with one line: logit
+soft-capping (Gemma 2's), rope scaling (the multimodal models' global
+layers), bidirectional attention (EmbeddingGemma), an untied head, an
+activation other than the tanh GELU. The multimodal `gemma3` checkpoints
+(4B and up) are not text models and are refused by their model_type.
+keras-hub's Gemma 3 presets are not read or written.
+"""
+
+from zoo.checkpoints.common import CheckpointError, TensorName, config_reader, fused_linear
+from zoo.checkpoints.llama import read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
+
+NAME = "Gemma 3"
+MODEL_TYPES = ("gemma3_text",)
+TASKS = ("causal_lm",)
+DEFAULT_TASK = "causal_lm"
+HEADS_WITH_WEIGHTS = ()  # the LM head is the tied token embedding
+ARCHITECTURES = ("Gemma3ForCausalLM", "Gemma3TextModel")
+KERAS_HUB_BACKBONES = ()
+KERAS_HUB_TASKS = {}
+KERAS_HUB_TOKENIZERS = {}
+
+
+def owns(model):
+    from zoo.models import Gemma3Backbone
+
+    return isinstance(getattr(model, "backbone", model), Gemma3Backbone)
+
+
+def build_backbone(zoo_config, dtype=None):
+    from zoo.models import Gemma3Backbone
+
+    return Gemma3Backbone(**zoo_config, dtype=dtype)
+
+
+def build_task(backbone, task, num_classes=None):
+    from zoo.models import Gemma3CausalLM
+
+    return Gemma3CausalLM(backbone) if task == "causal_lm" else backbone
+
+
+# --- Hugging Face: config ------------------------------------------------------------------
+
+
+def _rope_thetas(config, get, config_file):
+    """(global rope_theta, local rope_theta): transformers' v4 keys or v5's per-layer-type `rope_parameters`."""
+    parameters = config.get("rope_parameters") or {}
+    full = parameters.get("full_attention", {})
+    local = parameters.get("sliding_attention", {})
+    scaling = config.get("rope_scaling") or (full if full.get("rope_type", "default") != "default" else None)
+    if scaling and scaling.get("rope_type", scaling.get("type")) != "default":
+        raise CheckpointError(
+            f"{config_file}: rope_scaling {scaling!r} is not supported; expected None (the 270M and 1B text models)."
+        )
+    return (
+        float(full.get("rope_theta", get("rope_theta", 1000000.0))),
+        float(local.get("rope_theta", get("rope_local_base_freq", 10000.0))),
+    )
+
+
+def from_huggingface_config(config, config_file):
+    """transformers' `gemma3_text` config -> (architecture, head, zoo config)."""
+    architecture = (config.get("architectures") or [ARCHITECTURES[0]])[0]
+    if architecture not in ARCHITECTURES:
+        raise CheckpointError(
+            f"{config_file}: architecture {architecture!r} is not supported for model_type 'gemma3_text'; expected "
+            f"one of {', '.join(ARCHITECTURES)}."
+        )
+    get = config_reader(config, config_file, architecture)
+
+    def refuse(key, why):
+        raise CheckpointError(f"{config_file}: {key}={config[key]!r} is not supported; {why}.")
+
+    activation = get("hidden_activation", get("hidden_act", "gelu_pytorch_tanh"))
+    if activation not in ("gelu_pytorch_tanh", "gelu_new"):
+        refuse("hidden_activation" if "hidden_activation" in config else "hidden_act", "expected 'gelu_pytorch_tanh' (GeGLU)")
+    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if get(key, None) is not None:
+            refuse(key, "expected null: Gemma 3 has no logit soft-capping")
+    if get("use_bidirectional_attention", False):
+        refuse("use_bidirectional_attention", "expected causal attention (a language model)")
+    if get("attention_bias", False):
+        refuse("attention_bias", "expected no biases")
+    if not get("tie_word_embeddings", True):
+        refuse("tie_word_embeddings", "expected the head tied to the token embedding")
+    rope_theta, local_rope_theta = _rope_thetas(config, get, config_file)
+    num_layers, num_heads = get("num_hidden_layers"), get("num_attention_heads")
+    layer_types = config.get("layer_types")
+    if layer_types is None:
+        from zoo.models.gemma import default_layer_types
+
+        layer_types = default_layer_types(num_layers, get("sliding_window_pattern", 6))
+    hidden_dim, head_dim = get("hidden_size"), get("head_dim", 256)
+    zoo_config = dict(
+        vocabulary_size=get("vocab_size"),
+        num_layers=num_layers,
+        num_heads=num_heads,
+        hidden_dim=hidden_dim,
+        intermediate_dim=get("intermediate_size"),
+        num_key_value_heads=get("num_key_value_heads", num_heads),
+        head_dim=None if head_dim == hidden_dim // num_heads else head_dim,
+        max_sequence_length=get("max_position_embeddings", 32768),
+        rope_theta=rope_theta,
+        local_rope_theta=local_rope_theta,
+        sliding_window=get("sliding_window", 4096),
+        layer_types=list(layer_types),
+        query_pre_attention_scalar=get("query_pre_attn_scalar", 256),
+        layer_norm_epsilon=float(get("rms_norm_eps", 1e-6)),
+        dropout=float(get("attention_dropout", 0.0)),
+        initializer_range=float(get("initializer_range", 0.02)),
+    )
+    return architecture, "causal_lm" if architecture.endswith("ForCausalLM") else None, zoo_config
+
+
+def check_huggingface_export(backbone):
+    """Every Gemma3Backbone has a transformers class."""
+
+
+def to_huggingface_config(model):
+    from zoo.checkpoints.llama import special_ids
+    from zoo.data import HuggingFaceTokenizer
+
+    backbone = getattr(model, "backbone", model)
+    config = backbone.get_config()
+    hf_config = {
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "vocab_size": config["vocabulary_size"],
+        "hidden_size": config["hidden_dim"],
+        "intermediate_size": config["intermediate_dim"],
+        "num_hidden_layers": config["num_layers"],
+        "num_attention_heads": config["num_heads"],
+        "num_key_value_heads": config["num_key_value_heads"],
+        "head_dim": backbone.head_dim,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": config["max_sequence_length"],
+        "rope_theta": config["rope_theta"],
+        "rope_local_base_freq": config["local_rope_theta"],
+        "rope_scaling": None,
+        "sliding_window": config["sliding_window"],
+        "layer_types": list(backbone.layer_types),
+        "query_pre_attn_scalar": config["query_pre_attention_scalar"] or backbone.head_dim,
+        "rms_norm_eps": config["layer_norm_epsilon"],
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+        "attention_bias": False,
+        "attention_dropout": config["dropout"],
+        "initializer_range": config["initializer_range"],
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "torch_dtype": "float32",
+    }
+    tokenizer = getattr(model, "tokenizer", None)
+    if isinstance(tokenizer, HuggingFaceTokenizer):
+        hf_config.update(special_ids(tokenizer))
+    return hf_config
+
+
+# --- Hugging Face: tensor names ------------------------------------------------------------
+
+
+def backbone_names(backbone, prefix="model."):
+    p = prefix
+    query_width = backbone.num_heads * backbone.head_dim  # h k
+    key_width = backbone.num_key_value_heads * backbone.head_dim  # g k
+    names = [TensorName(f"{p}embed_tokens.weight", backbone.embedding.embeddings)]
+    for i, block in enumerate(backbone.blocks):
+        layer = f"{p}layers.{i}."
+        attention, ff = block.self_attention, block.feed_forward
+        attention_norms, feed_forward_norms = block.self_attention_add_norm, block.feed_forward_add_norm
+        parts = [f"{layer}self_attn.{part}_proj" for part in "qkv"]
+        names += fused_linear(parts, attention.query_key_value_dense, (query_width, key_width, key_width), bias=False)
+        names += [
+            TensorName(f"{layer}self_attn.o_proj.weight", attention.output_dense.kernel, transpose=True),
+            TensorName(f"{layer}self_attn.q_norm.weight", attention.query_norm.scale),
+            TensorName(f"{layer}self_attn.k_norm.weight", attention.key_norm.scale),
+            TensorName(f"{layer}mlp.gate_proj.weight", ff.gate_dense.kernel, transpose=True),
+            TensorName(f"{layer}mlp.up_proj.weight", ff.intermediate_dense.kernel, transpose=True),
+            TensorName(f"{layer}mlp.down_proj.weight", ff.output_dense.kernel, transpose=True),
+            TensorName(f"{layer}input_layernorm.weight", attention_norms.layer_norm.scale),
+            TensorName(f"{layer}post_attention_layernorm.weight", attention_norms.output_norm.scale),
+            TensorName(f"{layer}pre_feedforward_layernorm.weight", feed_forward_norms.layer_norm.scale),
+            TensorName(f"{layer}post_feedforward_layernorm.weight", feed_forward_norms.output_norm.scale),
+        ]
+    names.append(TensorName(f"{p}norm.weight", backbone.final_norm.scale))
+    return names
+
+
+def huggingface_names(model):
+    """(architecture, table) of the export: `Gemma3ForCausalLM`, with transformers' `model.` prefix."""
+    return "Gemma3ForCausalLM", backbone_names(getattr(model, "backbone", model))
+
+
+def _prefix(checkpoint_names):
+    return "model." if any(n.startswith("model.") for n in checkpoint_names) else ""
+
+
+def checkpoint_name(name):
+    return name
+
+
+def import_names(model, checkpoint_names, with_head):
+    """The table in the checkpoint's layout (`Gemma3TextModel` files have no `model.` prefix)."""
+    return backbone_names(getattr(model, "backbone", model), prefix=_prefix(checkpoint_names))
+
+
+def ignorable(name):
+    """A tied head's copy (checked equal by `tied_copies`)."""
+    return name == "lm_head.weight"
+
+
+def tied_copies(model, checkpoint_names):
+    """(copy, original) pairs that must be equal: `lm_head.weight` beside the embedding."""
+    return [("lm_head.weight", f"{_prefix(checkpoint_names)}embed_tokens.weight")]
+
+
+# --- Hugging Face: tokenizer ---------------------------------------------------------------
+
+
+def tokenizer_problem(tokenizer, format, backbone):
+    """Why `tokenizer` cannot be written as the checkpoint's tokenizer in `format`; None when it can."""
+    from zoo.data import HuggingFaceTokenizer
+
+    if format == "keras-hub":
+        return "keras-hub's Gemma 3 presets are not written by the zoo"
+    if tokenizer is None:
+        return "the model has no tokenizer (set model.tokenizer)"
+    if not isinstance(tokenizer, HuggingFaceTokenizer):
+        return f"model.tokenizer is a {type(tokenizer).__name__}; expected a zoo.data.HuggingFaceTokenizer"
+    return None
+
+
+# --- keras-hub -----------------------------------------------------------------------------
+
+
+def keras_hub_incompatibilities(backbone):
+    """keras-hub's Gemma3Backbone is not written by the zoo."""
+    return ["the zoo writes Gemma 3 as a Hugging Face folder only (zoo.export(model, folder, format='huggingface'))"], []

@@ -1,0 +1,224 @@
+"""Decoder-only Transformer of Gemma 3 (the text models: 270M, 1B).
+
+The Llama block (`zoo.models.llama`) with Gemma's changes: the token
+embeddings scaled by sqrt(d), the (1 + g) RMSNorm, a second norm on each
+sub-layer's output (sandwich norm), GeGLU in place of SwiGLU, a norm on
+each query and key head, and local layers: five of every six attend
+within a sliding window with their own rotary base, the sixth to the whole
+context. The head is tied to the token embedding. Shape letters: B batch,
+T length, d width, V vocabulary, h heads, g key/value heads, k head width.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from zoo.layers import DecoderBlock, RMSNorm, TokenEmbedding
+from zoo.models.base import ZooModel, check_positive, gpt_initializer
+from zoo.models.gpt import DecoderStack, GPTCausalLM
+
+LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def default_layer_types(num_layers, pattern=6):
+    """Gemma 3's pattern: every `pattern`-th layer attends to the whole
+    context, the others within the sliding window (transformers'
+    `sliding_window_pattern`)."""
+    return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(num_layers)]
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class Gemma3Backbone(DecoderStack, ZooModel):
+    """Token embeddings times sqrt(d), N pre-norm blocks with sandwich norms
+    ((1 + g) RMSNorm, rotary grouped-query self-attention with query/key
+    norms, GeGLU), local and global by `layer_types`, and a final norm.
+    Outputs the (B, T, d) hidden states.
+
+    Args:
+        vocabulary_size: V.
+        num_layers: N.
+        num_heads: h, the query heads.
+        hidden_dim: d.
+        intermediate_dim: d_ff, the width of the gate and up projections.
+        num_key_value_heads: g (dividing h); None for h.
+        head_dim: k; None for d / h (Gemma 3 sets 256).
+        max_sequence_length: the context the checkpoint was trained for.
+        rope_theta: the rotary base of the global layers (1,000,000).
+        local_rope_theta: the rotary base of the local layers (10,000;
+            transformers' `rope_local_base_freq`).
+        sliding_window: how many positions a local layer's query sees,
+            itself included (512).
+        layer_types: one of "sliding_attention" (local) or
+            "full_attention" (global) per layer; None for Gemma 3's five
+            local layers then one global.
+        query_pre_attention_scalar: the logits are scaled by its inverse
+            square root (transformers' `query_pre_attn_scalar`); None for k.
+        layer_norm_epsilon: the RMSNorms' epsilon (`rms_norm_eps`).
+        dropout: residual and attention dropout (0 in the checkpoints).
+        initializer_range: std of the normal initialisation of every
+            kernel and embedding (0.02).
+
+    Inputs: `token_ids` (B, T) int32 and, optionally, `padding_mask`
+    (B, T) int32, as `GPTBackbone`.
+
+    Example:
+
+    ```python
+    backbone = Gemma3Backbone(vocabulary_size=50, num_layers=2, num_heads=4, hidden_dim=16, intermediate_dim=32,
+                              num_key_value_heads=1, head_dim=8, sliding_window=4, max_sequence_length=32)
+    hidden = backbone({"token_ids": np.array([[5, 6, 7, 8, 9, 10]])})  # (1, 6, 16)
+    backbone.layer_types  # ['sliding_attention', 'sliding_attention']
+    ```
+
+    References:
+        Gemma Team 2025, "Gemma 3 Technical Report", section 2
+        (architecture: 5:1 local/global layers, QK-norm, RoPE bases);
+        Gemma Team 2024, "Gemma 2" (sandwich norms, GeGLU, sqrt(d)
+        embedding scale); Shazeer 2020 (GLU variants); Beltagy et al.
+        2020 (sliding-window attention).
+    """
+
+    is_encoder_decoder = False
+    optional_inputs = ("padding_mask",)
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        num_key_value_heads=None,
+        head_dim=None,
+        max_sequence_length=32768,
+        rope_theta=1000000.0,
+        local_rope_theta=10000.0,
+        sliding_window=512,
+        layer_types=None,
+        query_pre_attention_scalar=None,
+        layer_norm_epsilon=1e-6,
+        dropout=0.0,
+        initializer_range=0.02,
+        dtype=None,
+        **kwargs,
+    ):
+        num_key_value_heads = num_key_value_heads or num_heads
+        check_positive(
+            vocabulary_size=vocabulary_size,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            intermediate_dim=intermediate_dim,
+            num_key_value_heads=num_key_value_heads,
+            max_sequence_length=max_sequence_length,
+            sliding_window=sliding_window,
+        )
+        if head_dim is None and hidden_dim % num_heads:
+            raise ValueError(f"hidden_dim={hidden_dim} must be divisible by num_heads={num_heads}, or pass `head_dim`.")
+        layer_types = list(layer_types or default_layer_types(num_layers))
+        if len(layer_types) != num_layers or any(kind not in LAYER_TYPES for kind in layer_types):
+            raise ValueError(
+                f"`layer_types` must list {num_layers} of {LAYER_TYPES} (one per layer); got {layer_types!r}."
+            )
+        key_width = head_dim or hidden_dim // num_heads
+        scalar = query_pre_attention_scalar or key_width
+        initializer = gpt_initializer(initializer_range)
+        # === Layers ===
+        self.embedding = TokenEmbedding(
+            vocabulary_size, hidden_dim, embeddings_initializer=initializer, dtype=dtype, name="token_embedding"
+        )
+        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        self.blocks = [
+            DecoderBlock(
+                num_heads,
+                intermediate_dim,
+                dropout=dropout,
+                activation="gelu_approximate",
+                norm_first=True,
+                layer_norm_epsilon=layer_norm_epsilon,
+                kernel_initializer=initializer,
+                use_bias=False,
+                normalization="gemma_rms_norm",
+                sandwich_norm=True,
+                gated_feed_forward=True,
+                num_key_value_heads=num_key_value_heads,
+                head_dim=head_dim,
+                rope_theta=local_rope_theta if kind == "sliding_attention" else rope_theta,
+                query_key_norm=True,
+                sliding_window=sliding_window if kind == "sliding_attention" else None,
+                attention_scale=1.0 / math.sqrt(scalar),
+                dtype=dtype,
+                name=f"block_{i}",
+            )
+            for i, kind in enumerate(layer_types)
+        ]
+        self.final_norm = RMSNorm(layer_norm_epsilon, unit_offset=True, dtype=dtype, name="final_norm")
+
+        # === Functional model ===
+        inputs, x = self._functional_graph()
+        super().__init__(inputs=inputs, outputs=x, dtype=dtype, **kwargs)
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.num_key_value_heads = num_key_value_heads
+        self.head_dim = key_width
+        self.max_sequence_length = max_sequence_length
+        self.layer_types = layer_types
+        self.sliding_window = sliding_window
+        self.dropout = dropout
+        self._record_config(
+            vocabulary_size=vocabulary_size,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            intermediate_dim=intermediate_dim,
+            num_key_value_heads=num_key_value_heads,
+            head_dim=head_dim,
+            max_sequence_length=max_sequence_length,
+            rope_theta=rope_theta,
+            local_rope_theta=local_rope_theta,
+            sliding_window=sliding_window,
+            layer_types=layer_types,
+            query_pre_attention_scalar=query_pre_attention_scalar,
+            layer_norm_epsilon=layer_norm_epsilon,
+            dropout=dropout,
+            initializer_range=initializer_range,
+        )
+
+    def embed(self, token_ids, start_index=0, training=None):
+        """(B, T) token ids -> (B, T, d) embeddings times sqrt(d), the
+        factor rounded to the compute dtype as the checkpoints do.
+        Positions enter in each attention layer's rotation."""
+        x = self.embedding(token_ids)
+        x = x * ops.cast(math.sqrt(self.embedding.output_dim), x.dtype)
+        return self.embeddings_dropout(x, training=training)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class Gemma3CausalLM(GPTCausalLM):
+    """A `Gemma3Backbone` with its tied language-model head: logits
+    (B, T, V) for the next token. The same task as `GPTCausalLM` (the
+    cached step `zoo.generate` calls, `attention_scores`).
+
+    Args:
+        backbone: a `Gemma3Backbone`.
+
+    Example:
+
+    ```python
+    backbone = Gemma3Backbone(vocabulary_size=50, num_layers=2, num_heads=4, hidden_dim=16, intermediate_dim=32,
+                              num_key_value_heads=1, head_dim=8, sliding_window=4, max_sequence_length=32)
+    lm = Gemma3CausalLM(backbone)
+    out = zoo.generate(lm, [[5, 6, 7]], max_new_tokens=4)
+    len(out.sequences[0])  # 4
+    ```
+
+    References:
+        Gemma Team 2025 (Gemma 3); Radford et al. 2018, section 3.1 (the
+        language-modelling objective).
+    """
