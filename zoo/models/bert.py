@@ -124,10 +124,9 @@ class BertBackbone(ZooModel):
 
         # === Functional model ===
         inputs = _bert_inputs()
-        x, _ = self._stack(
-            self.embed(inputs["token_ids"], inputs["segment_ids"]),
-            lambda i, block, x: (block(x, padding_mask=inputs["padding_mask"]), None),
-        )
+        x = self.embed(inputs["token_ids"], inputs["segment_ids"])
+        for block in self.blocks:
+            x = block(x, padding_mask=inputs["padding_mask"])
         pooled = self.pooler(x[:, 0, :])  # [CLS]
         super().__init__(
             inputs=inputs,
@@ -163,26 +162,14 @@ class BertBackbone(ZooModel):
         x = self.embeddings_add([self.embedding(token_ids), self.segment_embedding(segment_ids)])
         return self.embeddings_dropout(self.embeddings_norm(x), training=training)
 
-    def _stack(self, x, run_block):
-        """The encoder stack, written once: x (B, T, d) through every block
-        (`run_block(i, block, x) -> (x, per_block)`). The functional graph
-        and `attention_scores` differ only in how they call a block.
-        Returns (sequence output, tuple of per_block)."""
-        per_block = []
-        for i, block in enumerate(self.blocks):
-            x, extra = run_block(i, block, x)
-            per_block.append(extra)
-        return x, tuple(per_block)
-
     def attention_scores(self, inputs):
         """The self-attention weights of every block and head for `inputs`
         (the model's input dict), computed by the blocks' own layers in
         inference mode: {"self": (N, B, h, T, T)}."""
-        padding_mask = inputs["padding_mask"]
-        _, scores = self._stack(
-            self.embed(inputs["token_ids"], inputs["segment_ids"], training=False),
-            lambda i, block, x: block.call_with_attention_scores(x, padding_mask=padding_mask),
-        )
+        x, scores = self.embed(inputs["token_ids"], inputs["segment_ids"], training=False), []
+        for block in self.blocks:
+            x, block_scores = block.call_with_attention_scores(x, padding_mask=inputs["padding_mask"])
+            scores.append(block_scores)
         return {"self": keras.ops.stack(scores)}
 
     def _check_values(self, inputs):

@@ -13,8 +13,9 @@ from zoo.models.base import ZooModel, check_positive, gpt_initializer
 
 
 class DecoderStack:
-    """What every decoder-only backbone shares, written once: the block
-    loop, the cached step and the attention scores.
+    """What every decoder-only backbone shares, written once: the
+    functional graph, the cached step and the attention scores, each its
+    own loop over the blocks.
 
     A backbone that mixes it in has `blocks` (`DecoderBlock`s),
     `final_norm` (or None), `embed(token_ids, start_index, training)`,
@@ -27,26 +28,14 @@ class DecoderStack:
         optional `padding_mask` (B, T), and its (B, T, d) output."""
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask", optional=True)
-        x, _ = self._stack(
-            self.embed(token_ids),
-            lambda i, block, x: (block(x, padding_mask=padding_mask), None),
-        )
-        return {"token_ids": token_ids, "padding_mask": padding_mask}, x
+        x = self.embed(token_ids)
+        for block in self.blocks:
+            x = block(x, padding_mask=padding_mask)
+        return {"token_ids": token_ids, "padding_mask": padding_mask}, self._final(x)
 
-    def _stack(self, x, run_block):
-        """The stack, written once: x (B, T, d) through every block
-        (`run_block(i, block, x) -> (x, per_block)`), then the final norm.
-
-        The functional graph, the cached step and `attention_scores` differ
-        only in how they call a block. Returns (hidden, tuple of per_block).
-        """
-        per_block = []
-        for i, block in enumerate(self.blocks):
-            x, extra = run_block(i, block, x)
-            per_block.append(extra)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return x, tuple(per_block)
+    def _final(self, x):
+        """The final norm (pre-LN models) of the last block's output."""
+        return x if self.final_norm is None else self.final_norm(x)
 
     def hidden_states_with_cache(self, token_ids, cache, cache_index):
         """The cached forward pass: (B, T) token ids at positions
@@ -60,9 +49,11 @@ class DecoderStack:
             cache_index: the absolute position of the first token.
         """
         x = self.embed(token_ids, start_index=cache_index, training=False)
-        return self._stack(
-            x, lambda i, block, x: block.call_with_cache(x, cache[i], cache_index)
-        )
+        new_cache = []
+        for block, block_cache in zip(self.blocks, cache):
+            x, block_cache = block.call_with_cache(x, block_cache, cache_index)
+            new_cache.append(block_cache)
+        return self._final(x), tuple(new_cache)
 
     def logits(self, hidden):
         """(B, T, d) final hidden states -> (B, T, V) logits through the
@@ -93,11 +84,11 @@ class DecoderStack:
             {"self": (N, B, h, T, T)}: `scores["self"][i]` is block i's.
         """
         padding_mask = inputs.get("padding_mask")
-        _, scores = self._stack(
-            self.embed(inputs["token_ids"], training=False),
-            lambda i, block, x: block.call_with_attention_scores(x, padding_mask=padding_mask),
-        )
-        return {"self": keras.ops.stack([s["self"] for s in scores])}
+        x, scores = self.embed(inputs["token_ids"], training=False), []
+        for block in self.blocks:
+            x, block_scores = block.call_with_attention_scores(x, padding_mask=padding_mask)
+            scores.append(block_scores["self"])
+        return {"self": keras.ops.stack(scores)}
 
 
 @keras.saving.register_keras_serializable(package="zoo")

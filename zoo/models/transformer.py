@@ -158,18 +158,14 @@ class EncoderDecoder(ZooModel):
             "decoder_padding_mask": keras.Input(shape=(None,), dtype="int32", name="decoder_padding_mask"),
         }
         encoded = self.encode(inputs["encoder_token_ids"], inputs["encoder_padding_mask"])
-        x, _ = self._decoder_stack(
-            self.embed_target(inputs["decoder_token_ids"]),
-            lambda i, block, x: (
-                block(
-                    x,
-                    encoded,
-                    padding_mask=inputs["decoder_padding_mask"],
-                    encoder_padding_mask=inputs["encoder_padding_mask"],
-                ),
-                None,
-            ),
-        )
+        x = self.embed_target(inputs["decoder_token_ids"])
+        for block in self.decoder_blocks:
+            x = block(
+                x,
+                encoded,
+                padding_mask=inputs["decoder_padding_mask"],
+                encoder_padding_mask=inputs["encoder_padding_mask"],
+            )
         logits = self.logits(x)
         super().__init__(inputs=inputs, outputs=logits, dtype=dtype, **kwargs)
 
@@ -201,40 +197,23 @@ class EncoderDecoder(ZooModel):
     def encode(self, encoder_token_ids, encoder_padding_mask, training=None):
         """(B, S) source ids -> (B, S, d) final encoder output. The same
         layers serve the functional graph and `zoo.generate`."""
-        x, _ = self._encoder_stack(
-            encoder_token_ids,
-            lambda i, block, x: (block(x, padding_mask=encoder_padding_mask, training=training), None),
-            training,
-        )
-        return x
+        x = self.embed_source(encoder_token_ids, training=training)
+        for block in self.encoder_blocks:
+            x = block(x, padding_mask=encoder_padding_mask, training=training)
+        return self._encoder_final(x)
 
-    def _encoder_stack(self, encoder_token_ids, run_block, training=None):
-        """The encoder, written once: embedding, every block
-        (`run_block(i, block, x) -> (x, per_block)`), the final norm.
-        Returns (encoder output, tuple of per_block)."""
-        x = self.encoder_embeddings_dropout(self.encoder_embedding(encoder_token_ids), training=training)
-        per_block = []
-        for i, block in enumerate(self.encoder_blocks):
-            x, extra = run_block(i, block, x)
-            per_block.append(extra)
-        return (self.encoder_norm(x) if self.encoder_norm is not None else x), tuple(per_block)
+    def embed_source(self, encoder_token_ids, training=None):
+        """(B, S) source ids -> (B, S, d)."""
+        return self.encoder_embeddings_dropout(self.encoder_embedding(encoder_token_ids), training=training)
+
+    def _encoder_final(self, x):
+        """The encoder's final norm (pre-LN models) of its last block's output."""
+        return x if self.encoder_norm is None else self.encoder_norm(x)
 
     def embed_target(self, decoder_token_ids, start_index=0, training=None):
         """(B, T) target ids at positions start_index.. -> (B, T, d)."""
         x = self.decoder_embedding(decoder_token_ids, start_index=start_index)
         return self.decoder_embeddings_dropout(x, training=training)
-
-    def _decoder_stack(self, x, run_block):
-        """The decoder's block loop, written once: embedded targets
-        (B, T, d) through every decoder block (`run_block(i, block, x) ->
-        (x, per_block)`); the final norm is part of `logits`. The
-        functional graph, the cached step and `attention_scores` differ
-        only in how they call a block."""
-        per_block = []
-        for i, block in enumerate(self.decoder_blocks):
-            x, extra = run_block(i, block, x)
-            per_block.append(extra)
-        return x, tuple(per_block)
 
     def start(self, source_ids, source_padding_mask):
         """Encode the source once for cached decoding -> the `context` of
@@ -257,13 +236,13 @@ class EncoderDecoder(ZooModel):
         ((B, T, V) float32 logits, cache with those positions written), in
         inference mode. `context` comes from `start`."""
         cross_caches, source_padding_mask = context
-        x, cache = self._decoder_stack(
-            self.embed_target(token_ids, start_index=cache_index, training=False),
-            lambda i, block, x: block.call_with_cache(
-                x, cache[i], cache_index, cross_caches[i], encoder_padding_mask=source_padding_mask
-            ),
-        )
-        return self.logits(x), cache
+        x, new_cache = self.embed_target(token_ids, start_index=cache_index, training=False), []
+        for block, block_cache, cross_cache in zip(self.decoder_blocks, cache, cross_caches):
+            x, block_cache = block.call_with_cache(
+                x, block_cache, cache_index, cross_cache, encoder_padding_mask=source_padding_mask
+            )
+            new_cache.append(block_cache)
+        return self.logits(x), tuple(new_cache)
 
     def attention_scores(self, inputs):
         """The attention weights of every block and head for `inputs` (the
@@ -277,17 +256,17 @@ class EncoderDecoder(ZooModel):
             first block.
         """
         source_mask = inputs["encoder_padding_mask"]
-        encoded, encoder_scores = self._encoder_stack(
-            inputs["encoder_token_ids"],
-            lambda i, block, x: block.call_with_attention_scores(x, padding_mask=source_mask),
-            training=False,
-        )
-        _, decoder_scores = self._decoder_stack(
-            self.embed_target(inputs["decoder_token_ids"], training=False),
-            lambda i, block, x: block.call_with_attention_scores(
+        x, encoder_scores = self.embed_source(inputs["encoder_token_ids"], training=False), []
+        for block in self.encoder_blocks:
+            x, block_scores = block.call_with_attention_scores(x, padding_mask=source_mask)
+            encoder_scores.append(block_scores)
+        encoded = self._encoder_final(x)
+        x, decoder_scores = self.embed_target(inputs["decoder_token_ids"], training=False), []
+        for block in self.decoder_blocks:
+            x, block_scores = block.call_with_attention_scores(
                 x, encoded, padding_mask=inputs["decoder_padding_mask"], encoder_padding_mask=source_mask
-            ),
-        )
+            )
+            decoder_scores.append(block_scores)
         stack = keras.ops.stack
         return {
             "encoder": stack(encoder_scores),
