@@ -140,7 +140,7 @@ def parser():
     _add_quantize(export)
 
     presets = commands.add_parser("presets", help="list the presets")
-    presets.add_argument("--family", choices=("transformer", "gpt", "llama", "gemma", "bert"), default=None, help="only this family")
+    presets.add_argument("--family", default=None, help="only this family (gpt, llama, gemma, bert, transformer)")
     describe = commands.add_parser("describe", help="sizes, parameters and FLOPs of a preset")
     describe.add_argument("name", help="a preset name (`zoo presets`)")
 

@@ -2,48 +2,18 @@
 
 import difflib
 
-from zoo.models import (
-    BertBackbone,
-    BertClassifier,
-    BertMaskedLM,
-    BertSentenceEncoder,
-    EncoderDecoder,
-    Gemma3Backbone,
-    Gemma3CausalLM,
-    GPTBackbone,
-    GPTCausalLM,
-    LlamaBackbone,
-    LlamaCausalLM,
-)
-from zoo.presets import PRESETS
+from zoo import models  # noqa: F401  (registers the families)
 from zoo.checkpoints import from_pretrained, is_checkpoint_folder
-
-BACKBONES = {
-    "gpt": GPTBackbone,
-    "llama": LlamaBackbone,
-    "gemma": Gemma3Backbone,
-    "bert": BertBackbone,
-    "transformer": EncoderDecoder,
-}
-
-# task name -> (task class, the task's own arguments); None is the backbone.
-TASKS = {
-    "gpt": {None: None, "causal_lm": (GPTCausalLM, ())},
-    "llama": {None: None, "causal_lm": (LlamaCausalLM, ())},
-    "gemma": {None: None, "causal_lm": (Gemma3CausalLM, ())},
-    "bert": {
-        None: None,
-        "masked_lm": (BertMaskedLM, ()),
-        "classifier": (BertClassifier, ("num_classes", "classifier_dropout")),
-        "sentence_encoder": (BertSentenceEncoder, ("pooling", "normalize")),
-    },
-    # The encoder-decoder is the whole paper model: its output is already logits.
-    "transformer": {None: None, "seq2seq": None},
-}
+from zoo.families import FAMILIES
+from zoo.families import get as get_family
+from zoo.presets import PRESETS
 
 
 def list_presets(family=None):
-    """The preset names, optionally of one family ("gpt", "llama", "gemma", "bert", "transformer")."""
+    """The preset names, optionally of one family (a name in `zoo.families.FAMILIES`: "gpt", "llama",
+    "gemma", "bert", "transformer"); another name is a ValueError naming them."""
+    if family is not None:
+        get_family(family)
     return [name for name, p in PRESETS.items() if family is None or p["family"] == family]
 
 
@@ -87,26 +57,24 @@ def build(name, task=None, **overrides):
         return from_pretrained(name, task=task, **overrides)
     preset = _preset(name)
     tokenizers = {key: overrides.pop(key) for key in ("tokenizer", "source_tokenizer") if key in overrides}
-    family = preset["family"]
-    tasks = TASKS[family]
-    if task not in tasks:
-        known = ", ".join(repr(t) for t in tasks if t is not None)
-        raise ValueError(f"Unknown task {task!r} for the {family} family of {name!r}; expected one of {known}.")
-    backbone_class = BACKBONES[family]
-    spec = tasks[task]
-    task_class, task_arguments = spec if spec else (None, ())
-    allowed = set(backbone_class.argument_names()) | set(task_arguments) | {"dtype", "name"}
+    family = FAMILIES[preset["family"]]
+    if task is not None and task not in family.tasks:
+        known = ", ".join(map(repr, family.tasks))
+        raise ValueError(f"Unknown task {task!r} for the {family.name} family of {name!r}; expected one of {known}.")
+    spec = family.tasks[task] if task is not None else None
+    task_class, task_arguments = (spec.model_class, spec.arguments) if spec else (None, ())
+    allowed = set(family.backbone.argument_names()) | set(task_arguments) | {"dtype", "name"}
     unknown = sorted(set(overrides) - allowed)
     if unknown:
         raise ValueError(
-            f"Unknown override(s) {unknown} for {name!r} ({family} family"
+            f"Unknown override(s) {unknown} for {name!r} ({family.name} family"
             f"{', task ' + repr(task) if task else ''}). Valid: {', '.join(sorted(allowed))}."
         )
     task_kwargs = {k: overrides.pop(k) for k in task_arguments if k in overrides}
     if "classifier_dropout" in task_kwargs:  # `dropout` itself belongs to the backbone
         task_kwargs["dropout"] = task_kwargs.pop("classifier_dropout")
     config = {**preset["config"], **overrides}
-    backbone = backbone_class(**config)
+    backbone = family.backbone(**config)
     model = backbone if task_class is None else task_class(backbone, **task_kwargs)
     for key, tokenizer in tokenizers.items():
         setattr(model, key, tokenizer)
@@ -128,7 +96,8 @@ def describe(name, **overrides):
     )
     layers, width, context = config["num_layers"], config["hidden_dim"], config["max_sequence_length"]
     non_embedding = params - embedding
-    flops = 6 * non_embedding + 12 * layers * context * width * (2 if preset["family"] == "transformer" else 1)
+    stacks = 2 if getattr(model, "is_encoder_decoder", False) else 1  # the encoder's and the decoder's
+    flops = 6 * non_embedding + 12 * layers * context * width * stacks
     return {
         "name": name,
         "family": preset["family"],

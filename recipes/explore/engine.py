@@ -116,10 +116,11 @@ class Explorer:
     def card(self):
         """The model card: family, preset, parameters, sizes, tokenizer and,
         for a run folder, its recipe and final figures."""
+        from zoo.families import of_model
         from zoo.models import BertClassifier
 
         backbone = getattr(self.model, "backbone", self.model)
-        family = {LANGUAGE_MODEL: "gpt", TRANSLATOR: "transformer", CLASSIFIER: "bert"}[self.kind]
+        family = of_model(self.model).name
         run = self.run or {}
         results = run.get("results") or {}
         return {

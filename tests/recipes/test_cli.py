@@ -78,6 +78,12 @@ def test_presets_lists_each_family(capsys):
     assert cli.main(["presets", "--family", "bert"]) == 0
     out = capsys.readouterr().out
     assert "bert-tiny" in out and "gpt-nano" not in out
+    assert cli.main(["presets", "--family", "gemma"]) == 0
+    assert "gemma3-270m" in capsys.readouterr().out
+    assert cli.main(["presets", "--family", "gemmma"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("zoo presets: error: Unknown family 'gemmma'; expected one of") and "'gemma'" in err
+    assert "\n" not in err
 
 
 def test_describe_prints_sizes_and_a_typo_gets_did_you_mean(capsys):

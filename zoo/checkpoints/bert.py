@@ -51,12 +51,6 @@ KERAS_HUB_TOKENIZERS = {"keras_hub>BertTokenizer": ("vocabulary.txt",)}
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]")
 
 
-def owns(model):
-    from zoo.models import BertBackbone
-
-    return isinstance(getattr(model, "backbone", model), BertBackbone)
-
-
 def build_backbone(zoo_config, dtype=None):
     from zoo.models import BertBackbone
 

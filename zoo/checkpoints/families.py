@@ -4,7 +4,7 @@ A family is a module (`gpt2`, `bert`, `llama`, `gemma3`) with the same names:
 
 * who it is: `NAME`, `MODEL_TYPES` (transformers' `model_type`s),
   `TASKS`, `DEFAULT_TASK`, `HEADS_WITH_WEIGHTS` (tasks whose head has
-  weights of its own), `owns(model)`, `build_backbone(zoo_config,
+  weights of its own), `build_backbone(zoo_config,
   dtype)`, `build_task(backbone, task, num_classes)`;
 * Hugging Face: `from_huggingface_config(config, config_file)` ->
   (architecture, head, zoo config), `check_huggingface_export(backbone)`,
@@ -21,13 +21,16 @@ A family is a module (`gpt2`, `bert`, `llama`, `gemma3`) with the same names:
   hub_task, task, where)`, `keras_hub_tokenizer(tokenizer)`,
   `keras_hub_task(model, hub_backbone, hub_tokenizer, folder)`.
 
-A new family is a new module with these names and a line in `FAMILIES`.
+A family names its module in its `zoo.families.Family` record
+(`checkpoints="zoo.checkpoints.llama"`); `FAMILIES` are the modules of
+every registered family that has one.
 """
 
-from zoo.checkpoints import bert, gemma3, gpt2, llama
+from zoo import families as _registry
+from zoo import models  # noqa: F401  (registers the families)
 from zoo.checkpoints.common import CheckpointError
 
-FAMILIES = (gpt2, bert, llama, gemma3)
+FAMILIES = tuple(f.checkpoint_module() for f in _registry.FAMILIES.values() if f.checkpoints is not None)
 
 MODEL_TYPES = {model_type: family for family in FAMILIES for model_type in family.MODEL_TYPES}
 KERAS_HUB_BACKBONES = {name: family for family in FAMILIES for name in family.KERAS_HUB_BACKBONES}
@@ -56,9 +59,9 @@ def for_keras_hub_backbone(registered_name, config_file):
 
 def for_model(model):
     """The family of a zoo model (a backbone or a task on one); a ValueError for another model."""
-    for family in FAMILIES:
-        if family.owns(model):
-            return family
+    family = _registry.of_model(model)
+    if family is not None and family.checkpoints is not None:
+        return family.checkpoint_module()
     raise ValueError(
         f"Checkpoints exist for zoo GPT, BERT, Llama-family and Gemma 3 models; got a {type(model).__name__}."
     )

@@ -31,12 +31,6 @@ KERAS_HUB_TASKS = {}
 KERAS_HUB_TOKENIZERS = {}
 
 
-def owns(model):
-    from zoo.models import Gemma3Backbone
-
-    return isinstance(getattr(model, "backbone", model), Gemma3Backbone)
-
-
 def build_backbone(zoo_config, dtype=None):
     from zoo.models import Gemma3Backbone
 

@@ -35,12 +35,6 @@ KERAS_HUB_TOKENIZERS = {"keras_hub>GPT2Tokenizer": ("vocabulary.json", "merges.t
 END_TOKEN = "<|endoftext|>"
 
 
-def owns(model):
-    from zoo.models import GPTBackbone
-
-    return isinstance(getattr(model, "backbone", model), GPTBackbone)
-
-
 def build_backbone(zoo_config, dtype=None):
     from zoo.models import GPTBackbone
 

@@ -85,12 +85,6 @@ KERAS_HUB_TOKENIZER_TOKENS = {
 DEFAULT_CONTEXT = 2048
 
 
-def owns(model):
-    from zoo.models import LlamaBackbone
-
-    return isinstance(getattr(model, "backbone", model), LlamaBackbone)
-
-
 def build_backbone(zoo_config, dtype=None):
     from zoo.models import LlamaBackbone
 

@@ -5,6 +5,7 @@ Shape letters: B batch, T length, P masked positions, d width, V vocabulary.
 
 import keras
 
+from zoo.families import Family, Task, register
 from zoo.layers import EncoderBlock, L2Normalize, MaskedLMTransform, MeanPooling, OutputBias, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel, check_index_range, check_positive
 
@@ -335,3 +336,18 @@ class BertSentenceEncoder(ZooModel):
         super().__init__(inputs=inputs, outputs=vectors, **kwargs)
         # === Config ===
         self._record_config(backbone=backbone, pooling=pooling, normalize=normalize)
+
+
+register(
+    Family(
+        "bert",
+        BertBackbone,
+        tasks={
+            "masked_lm": Task(BertMaskedLM),
+            "classifier": Task(BertClassifier, ("num_classes", "classifier_dropout")),
+            "sentence_encoder": Task(BertSentenceEncoder, ("pooling", "normalize")),
+        },
+        checkpoints="zoo.checkpoints.bert",
+        description="BERT: the encoder, masked-LM pretraining, classification, sentence embeddings",
+    )
+)

@@ -14,6 +14,7 @@ import math
 import keras
 from keras import ops
 
+from zoo.families import Family, Task, register
 from zoo.layers import DecoderBlock, RMSNorm, TokenEmbedding
 from zoo.models.base import ZooModel, check_positive, gpt_initializer
 from zoo.models.gpt import DecoderStack, GPTCausalLM
@@ -222,3 +223,14 @@ class Gemma3CausalLM(GPTCausalLM):
         Gemma Team 2025 (Gemma 3); Radford et al. 2018, section 3.1 (the
         language-modelling objective).
     """
+
+
+register(
+    Family(
+        "gemma",
+        Gemma3Backbone,
+        tasks={"causal_lm": Task(Gemma3CausalLM)},
+        checkpoints="zoo.checkpoints.gemma3",
+        description="Gemma 3: sandwich norms, GeGLU, q/k norms, sliding-window local layers",
+    )
+)

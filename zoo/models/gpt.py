@@ -8,6 +8,7 @@ import math
 
 import keras
 
+from zoo.families import Family, Task, register
 from zoo.layers import DecoderBlock, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel, check_positive, gpt_initializer
 
@@ -312,3 +313,14 @@ class GPTCausalLM(ZooModel):
     def attention_scores(self, inputs):
         """The backbone's `attention_scores`: {"self": (N, B, h, T, T)}."""
         return self.backbone.attention_scores(inputs)
+
+
+register(
+    Family(
+        "gpt",
+        GPTBackbone,
+        tasks={"causal_lm": Task(GPTCausalLM)},
+        checkpoints="zoo.checkpoints.gpt2",
+        description="GPT-1 and GPT-2: learned positions, LayerNorm, GELU",
+    )
+)

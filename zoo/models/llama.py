@@ -11,6 +11,7 @@ h heads, g key/value heads, k head width.
 
 import keras
 
+from zoo.families import Family, Task, register
 from zoo.layers import DecoderBlock, RMSNorm, TokenEmbedding
 from zoo.models.base import ZooModel, check_positive, gpt_initializer
 from zoo.models.gpt import DecoderStack, GPTCausalLM
@@ -211,3 +212,14 @@ class LlamaCausalLM(GPTCausalLM):
         Touvron et al. 2023 (LLaMA); Radford et al. 2018, section 3.1 (the
         language-modelling objective).
     """
+
+
+register(
+    Family(
+        "llama",
+        LlamaBackbone,
+        tasks={"causal_lm": Task(LlamaCausalLM)},
+        checkpoints="zoo.checkpoints.llama",
+        description="Llama, Mistral, Qwen2/3, SmolLM2, TinyLlama: RMSNorm, rotary, grouped-query attention, SwiGLU",
+    )
+)

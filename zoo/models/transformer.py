@@ -6,6 +6,7 @@ V vocabulary.
 
 import keras
 
+from zoo.families import Family, Task, register
 from zoo.layers import DecoderBlock, EncoderBlock, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel, check_positive
 
@@ -287,3 +288,14 @@ class EncoderDecoder(ZooModel):
     @classmethod
     def _nested_models(cls):
         return ()
+
+
+register(
+    Family(
+        "transformer",
+        EncoderDecoder,
+        tasks={"seq2seq": Task()},
+        checkpoints=None,
+        description="The encoder-decoder of Vaswani et al. 2017 (its output is already logits)",
+    )
+)
