@@ -261,7 +261,9 @@ def from_keras_hub(backbone, dtype=None, **overrides):
     """
     name = f"keras_hub>{type(backbone).__name__}"
     if name not in families.KERAS_HUB_BACKBONES:
-        llamas = ", ".join(n.split(">")[1] for n in families.llama.KERAS_HUB_BACKBONES)
+        from zoo.checkpoints import llama
+
+        llamas = ", ".join(n.split(">")[1] for n in llama.KERAS_HUB_BACKBONES)
         raise ValueError(
             f"from_keras_hub converts a keras-hub GPT2Backbone or BertBackbone, or a Llama-family backbone "
             f"({llamas}); got {type(backbone).__name__}."
