@@ -171,3 +171,22 @@ def test_resumed_weights_equal_the_uninterrupted_weights(runs):
     for x, y in zip(a, b):
         np.testing.assert_allclose(y, x, rtol=1e-4, atol=1e-6)
     assert not (runs["root"] / "killed" / "backup").exists()  # removed once the run finished
+
+
+def test_the_log_keeps_its_rows_byte_for_byte_when_a_resume_drops_an_epoch(tmp_path):
+    """Whatever the kill's timing: rows the backup holds stay as the csv module wrote them ("\\r\\n")."""
+    import json
+
+    from zoo.training import Backup, ResumableCSVLogger
+
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    (backup / Backup.METADATA).write_text(json.dumps({"epoch": 2, "step": 40}), encoding="utf-8")
+    rows = [b"epoch,loss\r\n", b"0,3.1\r\n", b"1,2.9\r\n", b"2,2.7\r\n"]  # epoch 2 was logged, not backed up
+    log = tmp_path / "history.csv"
+    log.write_bytes(b"".join(rows))
+    logger = ResumableCSVLogger(log, backup)
+    logger.set_model(keras.Sequential([keras.layers.Dense(1)]))
+    logger.on_train_begin()
+    logger.on_train_end()
+    assert log.read_bytes() == b"".join(rows[:3])

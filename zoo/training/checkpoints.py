@@ -230,7 +230,8 @@ class ResumableCSVLogger(keras.callbacks.CSVLogger):
         resumed = int(metadata["epoch"]) if metadata else 0
         path = Path(self.filename)
         if path.is_file():
-            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            # As bytes: the csv module ends rows with "\r\n", which reading as text would turn into "\n".
+            lines = path.read_bytes().decode("utf-8").splitlines(keepends=True)
             kept = lines[:1] + [line for line in lines[1:] if int(line.split(self.sep, 1)[0]) < resumed]
             if kept != lines:
                 write_text(path, "".join(kept) if len(kept) > 1 else "")
