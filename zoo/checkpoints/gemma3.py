@@ -18,7 +18,7 @@ keras-hub's Gemma 3 presets are not read or written.
 """
 
 from zoo.checkpoints.common import CheckpointError, TensorName, config_reader, fused_linear
-from zoo.checkpoints.llama import read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
+from zoo.checkpoints.llama import _prefix, checkpoint_name, read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
 
 NAME = "Gemma 3"
 MODEL_TYPES = ("gemma3_text",)
@@ -193,14 +193,6 @@ def backbone_names(backbone, prefix="model."):
 def huggingface_names(model):
     """(architecture, table) of the export: `Gemma3ForCausalLM`, with transformers' `model.` prefix."""
     return "Gemma3ForCausalLM", backbone_names(getattr(model, "backbone", model))
-
-
-def _prefix(checkpoint_names):
-    return "model." if any(n.startswith("model.") for n in checkpoint_names) else ""
-
-
-def checkpoint_name(name):
-    return name
 
 
 def import_names(model, checkpoint_names, with_head):
