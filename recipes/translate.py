@@ -48,7 +48,8 @@ DEFAULTS = dict(
     label_smoothing=0.1,
     vocabulary_size=10000,  # one cased subword vocabulary for German and English
     subword="unigram",  # the vocabulary's pieces: "unigram" or "bpe"
-    ema_momentum=0.998,  # the average of the weights: momentum per step (a time constant of 500 steps); 0: none
+    ema_momentum=0.998,  # the average of the weights: the most momentum per step (a time constant of 500 steps); 0: none
+    ema_warmup=2 / 3,  # the average's momentum warms up as min(ema_momentum, 1 - (t + 1) ** -p) (timm); 0: constant
     mixed_precision="auto",  # bfloat16 where the CPU computes it natively (AVX512-BF16, AMX); 14% faster a step here
     max_length=48,  # longest source or target in tokens (longer ones are cut)
     buckets=(16, 24, 32, 48),  # batch lengths: each batch is padded to one of these
@@ -78,6 +79,8 @@ def make_parser():
                         help="the vocabulary's pieces: a unigram model's or byte-pair merges")
     parser.add_argument("--ema-momentum", type=float, default=DEFAULTS["ema_momentum"],
                         help="keep and save a moving average of the weights with this momentum per step (0: none)")
+    parser.add_argument("--ema-warmup", type=float, default=DEFAULTS["ema_warmup"],
+                        help="the average's momentum warms up as min(ema_momentum, 1 - (t + 1) ** -P) (0: constant)")
     parser.add_argument("--max-length", type=int, default=DEFAULTS["max_length"],
                         help="longest source or target in tokens (longer ones are cut)")
     parser.add_argument("--beam-size", type=int, default=DEFAULTS["beam_size"], help="beams (1: greedy)")
@@ -98,6 +101,8 @@ def parse(argv):
     check_preset(parser, args.preset, "transformer")
     if not 0.0 <= args.ema_momentum < 1.0:
         parser.error(f"--ema-momentum {args.ema_momentum}: expected a number in [0, 1)")
+    if args.ema_warmup < 0:
+        parser.error(f"--ema-warmup {args.ema_warmup}: expected a power >= 0 (0: constant momentum)")
     if args.time_budget is not None and not args.time_budget > 0:
         parser.error(f"--time-budget {args.time_budget}: expected a positive number of minutes")
     return args
@@ -279,12 +284,12 @@ def open_folder(args, tokenizer):
 def make_model(args, tokenizer, vocabulary_size):
     """The compiled encoder-decoder: the paper's schedule with its peak at
     --learning-rate, Adam(0.9, 0.98, 1e-9) keeping a moving average of the
-    weights (--ema-momentum), label-smoothed masked loss."""
-    import keras
-
+    weights (--ema-momentum, warmed up by --ema-warmup), label-smoothed
+    masked loss."""
     import zoo
     from zoo.models.layout import get_layout_map
-    from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule, distribution_scope
+    from zoo.training import (AdamEMAWarmup, MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule,
+                              distribution_scope)
 
     from recipes.flags import jit_compile_flag, size_overrides
 
@@ -302,9 +307,9 @@ def make_model(args, tokenizer, vocabulary_size):
         scale = args.learning_rate * (hidden_dim * args.warmup_steps) ** 0.5
         schedule = TransformerSchedule(hidden_dim, args.warmup_steps, scale)
         model.compile(
-            optimizer=keras.optimizers.Adam(
+            optimizer=AdamEMAWarmup(
                 schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
-                use_ema=args.ema_momentum > 0, ema_momentum=args.ema_momentum,
+                use_ema=args.ema_momentum > 0, ema_momentum=args.ema_momentum, ema_warmup=args.ema_warmup,
             ),
             loss=MaskedSparseCrossentropy(pad_id=0, label_smoothing=args.label_smoothing),
             metrics=[MaskedAccuracy(pad_id=0)],

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from zoo.training import adamw
+from zoo.training import AdamEMAWarmup, adamw
 
 LR, WD = 0.1, 0.5
 
@@ -91,3 +91,63 @@ def test_adamw_clips_the_global_gradient_norm(clip):
     for g, v in zip(gradients, variables):
         clipped = g * factor
         np.testing.assert_allclose(keras.ops.convert_to_numpy(v), -clipped / (np.abs(clipped) + eps), rtol=1e-5)
+
+
+# --- AdamEMAWarmup: the average of the weights with a warmed-up momentum ------
+
+
+def _average_after(optimizer, steps, seed=0):
+    """Runs `steps` updates of random gradients on one variable; returns
+    (the optimizer's average, a float64 NumPy average of the same weights
+    with momentum min(m, 1 - (t+1)^-p) at update t)."""
+    rng = np.random.default_rng(seed)
+    variable = keras.Variable(rng.normal(size=(4, 3)).astype("float32"))
+    optimizer.build([variable])
+    expected = None
+    for t in range(steps):
+        optimizer.apply_gradients([(keras.ops.convert_to_tensor(rng.normal(size=(4, 3)).astype("float32")), variable)])
+        weights = keras.ops.convert_to_numpy(variable).astype("float64")
+        if getattr(optimizer, "ema_warmup", 0):
+            momentum = min(optimizer.ema_momentum, 1.0 - (t + 1.0) ** -optimizer.ema_warmup)
+        else:
+            momentum = optimizer.ema_momentum if t else 0.0
+        expected = weights if expected is None else momentum * expected + (1 - momentum) * weights
+    average = keras.ops.convert_to_numpy(optimizer._model_variables_moving_average[0])
+    return average, expected, keras.ops.convert_to_numpy(variable)
+
+
+@pytest.mark.parametrize("warmup", [2 / 3, 0.75])
+def test_the_warmed_up_average_equals_a_float64_reference(warmup):
+    optimizer = AdamEMAWarmup(0.05, use_ema=True, ema_momentum=0.9, ema_warmup=warmup)
+    average, expected, weights = _average_after(optimizer, 40)
+    np.testing.assert_allclose(average, expected, rtol=1e-5, atol=1e-6)
+    assert np.abs(average - weights).max() > 1e-3  # an average, not the weights
+
+
+def test_no_warmup_is_keras_own_average():
+    ours = AdamEMAWarmup(0.05, use_ema=True, ema_momentum=0.9, ema_warmup=0)
+    average, expected, _ = _average_after(ours, 12)
+    np.testing.assert_allclose(average, expected, rtol=1e-5, atol=1e-6)
+    theirs = keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.9)
+    keras_average, _, _ = _average_after(theirs, 12)
+    np.testing.assert_allclose(average, keras_average, rtol=1e-6, atol=1e-7)
+
+
+def test_the_warmup_lags_less_than_a_constant_momentum_early_on():
+    constant = AdamEMAWarmup(0.05, use_ema=True, ema_momentum=0.998, ema_warmup=0)
+    warmed = AdamEMAWarmup(0.05, use_ema=True, ema_momentum=0.998, ema_warmup=2 / 3)
+    constant_average, _, weights = _average_after(constant, 30)
+    warmed_average, _, _ = _average_after(warmed, 30)
+    assert np.abs(warmed_average - weights).max() < np.abs(constant_average - weights).max()
+
+
+def test_the_warmup_survives_get_config_and_serialization():
+    optimizer = AdamEMAWarmup(0.01, beta_2=0.98, use_ema=True, ema_momentum=0.99, ema_warmup=0.75)
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert type(restored) is AdamEMAWarmup
+    assert (restored.ema_warmup, restored.ema_momentum, restored.beta_2) == (0.75, 0.99, 0.98)
+
+
+def test_a_negative_warmup_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"ema_warmup=-1.0: expected a power >= 0"):
+        AdamEMAWarmup(0.01, ema_warmup=-1.0)

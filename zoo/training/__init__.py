@@ -8,10 +8,11 @@ from zoo.training.bleu import corpus_bleu
 from zoo.training.checkpoints import Backup, BestModel, NonFiniteLossError, ResumableCSVLogger, TerminateOnNonFinite
 from zoo.training.distribution import STRATEGIES, distribution_scope, start_distribution, worker_output
 from zoo.training.losses import MaskedAccuracy, MaskedSparseCrossentropy
-from zoo.training.optimizers import adamw
+from zoo.training.optimizers import AdamEMAWarmup, adamw
 from zoo.training.schedules import TransformerSchedule, WarmupCosineDecay
 
 __all__ = [
+    "AdamEMAWarmup",
     "STRATEGIES",
     "Backup",
     "BestModel",
