@@ -106,11 +106,21 @@ def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
     np.random.seed(0)
     server = _serve(tmp_path / "runs" / "gpt_char") if SERVER in needs else None
+    presets = _family_presets()  # a guide may add a preset of its own: the next block does not see it
     try:
         exec(compile(code, request.node.callspec.id.split(":")[0], "exec"), {"__name__": "__readme__"})
     finally:
+        for family, saved in presets.items():
+            family.presets.clear()
+            family.presets.update(saved)
         if server is not None:
             server.stop()
+
+
+def _family_presets():
+    from zoo.families import FAMILIES
+
+    return {family: dict(family.presets) for family in FAMILIES.values()}
 
 
 def _serve(run):

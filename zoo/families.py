@@ -38,6 +38,8 @@ class Family:
             Hugging Face and keras-hub checkpoints (`zoo.checkpoints.llama`),
             or None for a family without one; imported when first read.
         description: one line for listings.
+        presets: {preset name: `zoo.models.config.Preset`}, instances of
+            the family's config (`zoo.build(name)`).
     """
 
     name: str
@@ -45,6 +47,12 @@ class Family:
     tasks: dict = field(default_factory=dict)
     checkpoints: str = None
     description: str = ""
+    presets: dict = field(default_factory=dict)
+
+    @property
+    def config(self):
+        """The family's config class (`zoo.models.config.ModelConfig`)."""
+        return self.backbone.config_class
 
     def checkpoint_module(self):
         """The family's checkpoint module, or None."""

@@ -173,8 +173,8 @@ def export(model, path, format="huggingface", overwrite=False):
             `vocab.txt`, or `tokenizer.json` + `tokenizer_config.json` +
             `generation_config.json`) - `transformers`' `from_pretrained(path)`
             loads it. A Llama-family model is written as `model_type`
-            "qwen3" when it has `query_key_norm`, "qwen2" when it has
-            `attention_bias`, else "llama".
+            "qwen3" when it has Qwen3's query/key norm, "qwen2" when it
+            has Qwen2's Q, K and V biases, else "llama".
             "keras-hub": keras-hub's `save_to_preset` of the matching
             keras-hub model (`GPT2CausalLM`, `BertMaskedLM`,
             `BertTextClassifier`, `Llama3CausalLM`, `QwenCausalLM`,

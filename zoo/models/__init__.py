@@ -2,22 +2,28 @@
 
 # Quantization helpers, beside the models (`__all__` lists the model classes).
 from zoo.models.base import QUANTIZATION_MODES, check_quantization_mode, quantization_mode  # noqa: F401
-from zoo.models.bert import BertBackbone, BertClassifier, BertMaskedLM, BertSentenceEncoder
-from zoo.models.gemma import Gemma3Backbone, Gemma3CausalLM
-from zoo.models.gpt import GPTBackbone, GPTCausalLM
-from zoo.models.llama import LlamaBackbone, LlamaCausalLM
-from zoo.models.transformer import EncoderDecoder
+# The families register in this order, which is the order `zoo.list_presets()` gives.
+from zoo.models.transformer import EncoderDecoder, EncoderDecoderConfig  # noqa: I001
+from zoo.models.gpt import GPTBackbone, GPTCausalLM, GPTConfig
+from zoo.models.llama import LlamaBackbone, LlamaCausalLM, LlamaConfig
+from zoo.models.gemma import Gemma3Backbone, Gemma3CausalLM, Gemma3Config
+from zoo.models.bert import BertBackbone, BertClassifier, BertConfig, BertMaskedLM, BertSentenceEncoder
 
 __all__ = [
     "BertBackbone",
     "BertClassifier",
+    "BertConfig",
     "BertMaskedLM",
     "BertSentenceEncoder",
     "EncoderDecoder",
+    "EncoderDecoderConfig",
     "Gemma3Backbone",
     "Gemma3CausalLM",
+    "Gemma3Config",
     "GPTBackbone",
     "GPTCausalLM",
+    "GPTConfig",
     "LlamaBackbone",
     "LlamaCausalLM",
+    "LlamaConfig",
 ]

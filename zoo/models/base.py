@@ -137,6 +137,16 @@ class ZooModel(keras.Model):
         range would be a silent NaN on some backends); none by default."""
         return None  # a body beyond the docstring, which TensorFlow's AutoGraph needs to convert it
 
+    def _set_config(self, config, **derived):
+        """A backbone's config (its family's `ModelConfig`): kept as
+        `self.config`, echoed by `get_config`, each field an attribute
+        (`self.num_layers`), then `derived` attributes (values computed from
+        the fields, such as the head width `head_dim` when it is None)."""
+        self.config = config
+        for name, value in {**config.to_dict(), **derived}.items():
+            setattr(self, name, value)
+        self._record_config(**config.to_dict())
+
     def _record_config(self, **arguments):
         self._zoo_config = dict(arguments)
         for key in ("tokenizer", "source_tokenizer"):
@@ -291,7 +301,10 @@ class ZooModel(keras.Model):
 
     @classmethod
     def argument_names(cls):
-        """The constructor arguments a preset or an override may set."""
+        """The constructor arguments a preset or an override may set: a
+        backbone's config fields, or a task's named arguments."""
+        if getattr(cls, "config_class", None) is not None:
+            return cls.config_class.argument_names()
         parameters = inspect.signature(cls.__init__).parameters
         return tuple(name for name in parameters if name not in ("self", "kwargs", "name", "dtype"))
 
@@ -406,12 +419,6 @@ def _embedded_vocabulary_size(model, attribute="vocabulary_size"):
         if isinstance(size, int):
             return size
     return None
-
-
-def check_positive(**values):
-    for name, value in values.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
 
 
 def gpt_initializer(stddev=0.02):

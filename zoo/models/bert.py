@@ -3,11 +3,14 @@
 Shape letters: B batch, T length, P masked positions, d width, V vocabulary.
 """
 
+from dataclasses import dataclass
+
 import keras
 
 from zoo.families import Family, Task, register
 from zoo.layers import EncoderBlock, L2Normalize, MaskedLMTransform, MeanPooling, OutputBias, TokenAndPositionEmbedding
-from zoo.models.base import ZooModel, check_index_range, check_positive
+from zoo.models.base import ZooModel, check_index_range
+from zoo.models.config import ModelConfig, Preset
 
 
 def bert_initializer(stddev=0.02):
@@ -22,12 +25,12 @@ def _bert_inputs():
     }
 
 
-@keras.saving.register_keras_serializable(package="zoo")
-class BertBackbone(ZooModel):
-    """Token + segment + learned position embeddings, LayerNorm, N post-LN
-    encoder blocks (no causal mask), and a tanh pooler on [CLS] (position 0).
+@dataclass(frozen=True)
+class BertConfig(ModelConfig):
+    """BERT's sizes and flags: `BertBackbone`'s constructor arguments, and
+    its presets.
 
-    Args:
+    Attributes:
         vocabulary_size, num_layers, num_heads, hidden_dim: V, N, h, d.
         intermediate_dim: d_ff (4 * d in BERT).
         max_sequence_length: 512 in BERT.
@@ -36,6 +39,36 @@ class BertBackbone(ZooModel):
         activation: "gelu" (exact, the paper) or "gelu_approximate"
             (what keras-hub's BERT uses).
         layer_norm_epsilon: 1e-12 as BERT.
+    """
+
+    vocabulary_size: int
+    num_layers: int
+    num_heads: int
+    hidden_dim: int
+    intermediate_dim: int = None
+    max_sequence_length: int = 512
+    num_segments: int = 2
+    dropout: float = 0.1
+    activation: str = "gelu"
+    layer_norm_epsilon: float = 1e-12
+    initializer_range: float = 0.02
+
+    positive = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "max_sequence_length", "num_segments")
+
+    def resolve(self):
+        return {
+            "intermediate_dim": self.intermediate_dim or 4 * self.hidden_dim,
+        }
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class BertBackbone(ZooModel):
+    """Token + segment + learned position embeddings, LayerNorm, N post-LN
+    encoder blocks (no causal mask), and a tanh pooler on [CLS] (position 0).
+
+    Args:
+        config: a `BertConfig`, or its fields as keyword (or positional)
+            arguments: `BertBackbone(vocabulary_size=..., num_layers=...)`.
 
     Inputs: `token_ids`, `segment_ids`, `padding_mask`, each (B, T) int32.
     Outputs: {"sequence_output": (B, T, d), "pooled_output": (B, d)}.
@@ -59,38 +92,16 @@ class BertBackbone(ZooModel):
         representation), section 3.1 (the [CLS] pooler of the released
         code).
     """
+    config_class = BertConfig
 
-    def __init__(
-        self,
-        vocabulary_size,
-        num_layers,
-        num_heads,
-        hidden_dim,
-        intermediate_dim=None,
-        max_sequence_length=512,
-        num_segments=2,
-        dropout=0.1,
-        activation="gelu",
-        layer_norm_epsilon=1e-12,
-        initializer_range=0.02,
-        dtype=None,
-        **kwargs,
-    ):
-        check_positive(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            max_sequence_length=max_sequence_length,
-            num_segments=num_segments,
-        )
-        intermediate_dim = intermediate_dim or 4 * hidden_dim
-        init = bert_initializer(initializer_range)
+    def __init__(self, *args, dtype=None, **kwargs):
+        config, kwargs = BertConfig.take(args, kwargs)
+        init = bert_initializer(config.initializer_range)
         # === Layers ===
         self.embedding = TokenAndPositionEmbedding(
-            vocabulary_size,
-            max_sequence_length,
-            hidden_dim,
+            config.vocabulary_size,
+            config.max_sequence_length,
+            config.hidden_dim,
             position="learned",
             embeddings_initializer=init,
             position_initializer=init,
@@ -98,29 +109,30 @@ class BertBackbone(ZooModel):
             name="embedding",
         )
         self.segment_embedding = keras.layers.Embedding(
-            num_segments, hidden_dim, embeddings_initializer=init, dtype=dtype, name="segment_embedding"
+            config.num_segments, config.hidden_dim, embeddings_initializer=init, dtype=dtype,
+            name="segment_embedding",
         )
         self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
         self.embeddings_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_norm"
+            epsilon=config.layer_norm_epsilon, dtype=dtype, name="embeddings_norm"
         )
-        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        self.embeddings_dropout = keras.layers.Dropout(config.dropout, dtype=dtype, name="embeddings_dropout")
         self.blocks = [
             EncoderBlock(
-                num_heads,
-                intermediate_dim,
-                dropout=dropout,
-                activation=activation,
+                config.num_heads,
+                config.intermediate_dim,
+                dropout=config.dropout,
+                activation=config.activation,
                 norm_first=False,
-                layer_norm_epsilon=layer_norm_epsilon,
+                layer_norm_epsilon=config.layer_norm_epsilon,
                 kernel_initializer=init,
                 dtype=dtype,
                 name=f"block_{i}",
             )
-            for i in range(num_layers)
+            for i in range(config.num_layers)
         ]
         self.pooler = keras.layers.Dense(
-            hidden_dim, activation="tanh", kernel_initializer=init, dtype=dtype, name="pooler"
+            config.hidden_dim, activation="tanh", kernel_initializer=init, dtype=dtype, name="pooler"
         )
 
         # === Functional model ===
@@ -137,25 +149,7 @@ class BertBackbone(ZooModel):
         )
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.max_sequence_length = max_sequence_length
-        self._record_config(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            max_sequence_length=max_sequence_length,
-            num_segments=num_segments,
-            dropout=dropout,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            initializer_range=initializer_range,
-        )
+        self._set_config(config)
 
     def embed(self, token_ids, segment_ids, training=None):
         """(B, T) token and segment ids -> (B, T, d): token + position +
@@ -338,6 +332,31 @@ class BertSentenceEncoder(ZooModel):
         self._record_config(backbone=backbone, pooling=pooling, normalize=normalize)
 
 
+# Devlin et al. 2019's sizes, and small ones for SST-2 on a CPU and tests.
+PRESETS = {
+    "bert-base": Preset(
+        "BERT-base 110M: 12 layers, d=768, h=12, vocabulary 30,522.",
+        BertConfig(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
+                   intermediate_dim=3072, max_sequence_length=512, dropout=0.1),
+    ),
+    "bert-large": Preset(
+        "BERT-large 340M: 24 layers, d=1024, h=16, vocabulary 30,522.",
+        BertConfig(vocabulary_size=30522, num_layers=24, num_heads=16, hidden_dim=1024,
+                   intermediate_dim=4096, max_sequence_length=512, dropout=0.1),
+    ),
+    "bert-small": Preset(
+        "SST-2 on a CPU: 4 layers, d=256, h=4, sequence 64.",
+        BertConfig(vocabulary_size=8000, num_layers=4, num_heads=4, hidden_dim=256,
+                   intermediate_dim=1024, max_sequence_length=64, dropout=0.1),
+    ),
+    "bert-tiny": Preset(
+        "Tests: 2 layers, d=32, h=4, sequence 32.",
+        BertConfig(vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=32,
+                   intermediate_dim=64, max_sequence_length=32, dropout=0.0),
+    ),
+}
+
+
 register(
     Family(
         "bert",
@@ -349,5 +368,6 @@ register(
         },
         checkpoints="zoo.checkpoints.bert",
         description="BERT: the encoder, masked-LM pretraining, classification, sentence embeddings",
+        presets=PRESETS,
     )
 )

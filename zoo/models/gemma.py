@@ -10,13 +10,15 @@ T length, d width, V vocabulary, h heads, g key/value heads, k head width.
 """
 
 import math
+from dataclasses import dataclass
 
 import keras
 from keras import ops
 
 from zoo.families import Family, Task, register
 from zoo.layers import DecoderBlock, RMSNorm, TokenEmbedding
-from zoo.models.base import ZooModel, check_positive, gpt_initializer
+from zoo.models.base import ZooModel, gpt_initializer
+from zoo.models.config import ModelConfig, Preset
 from zoo.models.gpt import DecoderStack, GPTCausalLM
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -29,14 +31,12 @@ def default_layer_types(num_layers, pattern=6):
     return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(num_layers)]
 
 
-@keras.saving.register_keras_serializable(package="zoo")
-class Gemma3Backbone(DecoderStack, ZooModel):
-    """Token embeddings times sqrt(d), N pre-norm blocks with sandwich norms
-    ((1 + g) RMSNorm, rotary grouped-query self-attention with query/key
-    norms, GeGLU), local and global by `layer_types`, and a final norm.
-    Outputs the (B, T, d) hidden states.
+@dataclass(frozen=True)
+class Gemma3Config(ModelConfig):
+    """Gemma 3's sizes and flags: `Gemma3Backbone`'s constructor arguments,
+    and its presets.
 
-    Args:
+    Attributes:
         vocabulary_size: V.
         num_layers: N.
         num_heads: h, the query heads.
@@ -60,6 +60,59 @@ class Gemma3Backbone(DecoderStack, ZooModel):
         initializer_range: std of the normal initialisation of every
             kernel and embedding (0.02).
 
+    References:
+        The fields of transformers' `Gemma3TextConfig`, under the zoo's
+        names (see `zoo.checkpoints.gemma3`).
+    """
+
+    vocabulary_size: int
+    num_layers: int
+    num_heads: int
+    hidden_dim: int
+    intermediate_dim: int
+    num_key_value_heads: int = None
+    head_dim: int = None
+    max_sequence_length: int = 32768
+    rope_theta: float = 1000000.0
+    local_rope_theta: float = 10000.0
+    sliding_window: int = 512
+    layer_types: list = None
+    query_pre_attention_scalar: float = None
+    layer_norm_epsilon: float = 1e-6
+    dropout: float = 0.0
+    initializer_range: float = 0.02
+
+    positive = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
+                "num_key_value_heads", "max_sequence_length", "sliding_window")
+
+    def resolve(self):
+        return {
+            "num_key_value_heads": self.num_key_value_heads or self.num_heads,
+            "layer_types": list(self.layer_types or default_layer_types(self.num_layers)),
+        }
+
+    def check(self):
+        if self.head_dim is None and self.hidden_dim % self.num_heads:
+            raise ValueError(
+                f"hidden_dim={self.hidden_dim} must be divisible by num_heads={self.num_heads}, or pass `head_dim`."
+            )
+        if len(self.layer_types) != self.num_layers or any(kind not in LAYER_TYPES for kind in self.layer_types):
+            raise ValueError(
+                f"`layer_types` must list {self.num_layers} of {LAYER_TYPES} (one per layer); got {self.layer_types!r}."
+            )
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class Gemma3Backbone(DecoderStack, ZooModel):
+    """Token embeddings times sqrt(d), N pre-norm blocks with sandwich norms
+    ((1 + g) RMSNorm, rotary grouped-query self-attention with query/key
+    norms, GeGLU), local and global by `layer_types`, and a final norm.
+    Outputs the (B, T, d) hidden states.
+
+    Args:
+        config: a `Gemma3Config`, or its fields as keyword (or positional)
+            arguments: `Gemma3Backbone(vocabulary_size=..., num_layers=...)`.
+
     Inputs: `token_ids` (B, T) int32 and, optionally, `padding_mask`
     (B, T) int32, as `GPTBackbone`.
 
@@ -82,114 +135,51 @@ class Gemma3Backbone(DecoderStack, ZooModel):
 
     is_encoder_decoder = False
     optional_inputs = ("padding_mask",)
+    config_class = Gemma3Config
 
-    def __init__(
-        self,
-        vocabulary_size,
-        num_layers,
-        num_heads,
-        hidden_dim,
-        intermediate_dim,
-        num_key_value_heads=None,
-        head_dim=None,
-        max_sequence_length=32768,
-        rope_theta=1000000.0,
-        local_rope_theta=10000.0,
-        sliding_window=512,
-        layer_types=None,
-        query_pre_attention_scalar=None,
-        layer_norm_epsilon=1e-6,
-        dropout=0.0,
-        initializer_range=0.02,
-        dtype=None,
-        **kwargs,
-    ):
-        num_key_value_heads = num_key_value_heads or num_heads
-        check_positive(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            num_key_value_heads=num_key_value_heads,
-            max_sequence_length=max_sequence_length,
-            sliding_window=sliding_window,
-        )
-        if head_dim is None and hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim={hidden_dim} must be divisible by num_heads={num_heads}, or pass `head_dim`.")
-        layer_types = list(layer_types or default_layer_types(num_layers))
-        if len(layer_types) != num_layers or any(kind not in LAYER_TYPES for kind in layer_types):
-            raise ValueError(
-                f"`layer_types` must list {num_layers} of {LAYER_TYPES} (one per layer); got {layer_types!r}."
-            )
-        key_width = head_dim or hidden_dim // num_heads
-        scalar = query_pre_attention_scalar or key_width
-        initializer = gpt_initializer(initializer_range)
+    def __init__(self, *args, dtype=None, **kwargs):
+        config, kwargs = Gemma3Config.take(args, kwargs)
+        key_width = config.head_dim or config.hidden_dim // config.num_heads
+        scalar = config.query_pre_attention_scalar or key_width
+        initializer = gpt_initializer(config.initializer_range)
         # === Layers ===
         self.embedding = TokenEmbedding(
-            vocabulary_size, hidden_dim, embeddings_initializer=initializer, dtype=dtype, name="token_embedding"
+            config.vocabulary_size, config.hidden_dim, embeddings_initializer=initializer, dtype=dtype,
+            name="token_embedding",
         )
-        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        self.embeddings_dropout = keras.layers.Dropout(config.dropout, dtype=dtype, name="embeddings_dropout")
         self.blocks = [
             DecoderBlock(
-                num_heads,
-                intermediate_dim,
-                dropout=dropout,
+                config.num_heads,
+                config.intermediate_dim,
+                dropout=config.dropout,
                 activation="gelu_approximate",
                 norm_first=True,
-                layer_norm_epsilon=layer_norm_epsilon,
+                layer_norm_epsilon=config.layer_norm_epsilon,
                 kernel_initializer=initializer,
                 use_bias=False,
                 normalization="gemma_rms_norm",
                 sandwich_norm=True,
                 gated_feed_forward=True,
-                num_key_value_heads=num_key_value_heads,
-                head_dim=head_dim,
-                rope_theta=local_rope_theta if kind == "sliding_attention" else rope_theta,
+                num_key_value_heads=config.num_key_value_heads,
+                head_dim=config.head_dim,
+                rope_theta=config.local_rope_theta if kind == "sliding_attention" else config.rope_theta,
                 query_key_norm=True,
-                sliding_window=sliding_window if kind == "sliding_attention" else None,
+                sliding_window=config.sliding_window if kind == "sliding_attention" else None,
                 attention_scale=1.0 / math.sqrt(scalar),
                 dtype=dtype,
                 name=f"block_{i}",
             )
-            for i, kind in enumerate(layer_types)
+            for i, kind in enumerate(config.layer_types)
         ]
-        self.final_norm = RMSNorm(layer_norm_epsilon, unit_offset=True, dtype=dtype, name="final_norm")
+        self.final_norm = RMSNorm(config.layer_norm_epsilon, unit_offset=True, dtype=dtype, name="final_norm")
 
         # === Functional model ===
         inputs, x = self._functional_graph()
         super().__init__(inputs=inputs, outputs=x, dtype=dtype, **kwargs)
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.num_key_value_heads = num_key_value_heads
-        self.head_dim = key_width
-        self.max_sequence_length = max_sequence_length
-        self.layer_types = layer_types
-        self.sliding_window = sliding_window
-        self.dropout = dropout
-        self._record_config(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            num_key_value_heads=num_key_value_heads,
-            head_dim=head_dim,
-            max_sequence_length=max_sequence_length,
-            rope_theta=rope_theta,
-            local_rope_theta=local_rope_theta,
-            sliding_window=sliding_window,
-            layer_types=layer_types,
-            query_pre_attention_scalar=query_pre_attention_scalar,
-            layer_norm_epsilon=layer_norm_epsilon,
-            dropout=dropout,
-            initializer_range=initializer_range,
-        )
+        self._set_config(config, head_dim=key_width)
 
     def embed(self, token_ids, start_index=0, training=None):
         """(B, T) token ids -> (B, T, d) embeddings times sqrt(d), the
@@ -225,6 +215,24 @@ class Gemma3CausalLM(GPTCausalLM):
     """
 
 
+# The published 270M's config.json, and a small size for tests.
+PRESETS = {
+    "gemma3-270m": Preset(
+        "Gemma 3 270M: 18 layers, d=640, 4 heads of 256, 1 key/value head, 5 local (window 512) "
+        "to 1 global, vocabulary 262,144, tied.",
+        Gemma3Config(vocabulary_size=262144, num_layers=18, num_heads=4, hidden_dim=640, intermediate_dim=2048,
+                     num_key_value_heads=1, head_dim=256, max_sequence_length=32768, rope_theta=1000000.0,
+                     local_rope_theta=10000.0, sliding_window=512, query_pre_attention_scalar=256,
+                     layer_norm_epsilon=1e-6),
+    ),
+    "gemma3-nano": Preset(
+        "Tests: 6 layers (5 local with window 8, 1 global), d=32, 4 heads of 16, 1 key/value head.",
+        Gemma3Config(vocabulary_size=100, num_layers=6, num_heads=4, hidden_dim=32, intermediate_dim=64,
+                     num_key_value_heads=1, head_dim=16, max_sequence_length=64, sliding_window=8),
+    ),
+}
+
+
 register(
     Family(
         "gemma",
@@ -232,5 +240,6 @@ register(
         tasks={"causal_lm": Task(Gemma3CausalLM)},
         checkpoints="zoo.checkpoints.gemma3",
         description="Gemma 3: sandwich norms, GeGLU, q/k norms, sliding-window local layers",
+        presets=PRESETS,
     )
 )

@@ -5,12 +5,14 @@ V vocabulary.
 """
 
 import math
+from dataclasses import dataclass
 
 import keras
 
 from zoo.families import Family, Task, register
 from zoo.layers import DecoderBlock, TokenAndPositionEmbedding
-from zoo.models.base import ZooModel, check_positive, gpt_initializer
+from zoo.models.base import ZooModel, gpt_initializer
+from zoo.models.config import ModelConfig, Preset
 
 
 class DecoderStack:
@@ -92,12 +94,12 @@ class DecoderStack:
         return {"self": keras.ops.stack(scores)}
 
 
-@keras.saving.register_keras_serializable(package="zoo")
-class GPTBackbone(DecoderStack, ZooModel):
-    """Token + learned position embeddings, N causal blocks, and (pre-LN)
-    a final LayerNorm. Outputs the (B, T, d) hidden states.
+@dataclass(frozen=True)
+class GPTConfig(ModelConfig):
+    """GPT's sizes and flags: `GPTBackbone`'s constructor arguments, and its
+    presets.
 
-    Args:
+    Attributes:
         vocabulary_size: V.
         num_layers: N.
         num_heads: h.
@@ -114,6 +116,37 @@ class GPTBackbone(DecoderStack, ZooModel):
             initializer_range / sqrt(2 * num_layers), GPT-2's scaled init.
         use_bias: whether the projections and LayerNorms have biases; True
             for GPT-2, False for nanoGPT's `bias=False`.
+    """
+
+    vocabulary_size: int
+    num_layers: int
+    num_heads: int
+    hidden_dim: int
+    intermediate_dim: int = None
+    max_sequence_length: int = 1024
+    dropout: float = 0.0
+    norm_first: bool = True
+    activation: str = "gelu_approximate"
+    layer_norm_epsilon: float = 1e-5
+    initializer_range: float = 0.02
+    use_bias: bool = True
+
+    positive = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "max_sequence_length")
+
+    def resolve(self):
+        return {
+            "intermediate_dim": self.intermediate_dim or 4 * self.hidden_dim,
+        }
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class GPTBackbone(DecoderStack, ZooModel):
+    """Token + learned position embeddings, N causal blocks, and (pre-LN)
+    a final LayerNorm. Outputs the (B, T, d) hidden states.
+
+    Args:
+        config: a `GPTConfig`, or its fields as keyword (or positional)
+            arguments: `GPTBackbone(vocabulary_size=..., num_layers=...)`.
 
     Inputs: `token_ids` (B, T) int32 and, optionally, `padding_mask`
     (B, T) int32 (1 for tokens, 0 for padding). Without a padding mask
@@ -137,66 +170,44 @@ class GPTBackbone(DecoderStack, ZooModel):
 
     is_encoder_decoder = False
     optional_inputs = ("padding_mask",)
+    config_class = GPTConfig
 
-    def __init__(
-        self,
-        vocabulary_size,
-        num_layers,
-        num_heads,
-        hidden_dim,
-        intermediate_dim=None,
-        max_sequence_length=1024,
-        dropout=0.0,
-        norm_first=True,
-        activation="gelu_approximate",
-        layer_norm_epsilon=1e-5,
-        initializer_range=0.02,
-        use_bias=True,
-        dtype=None,
-        **kwargs,
-    ):
-        check_positive(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            max_sequence_length=max_sequence_length,
-        )
-        intermediate_dim = intermediate_dim or 4 * hidden_dim
+    def __init__(self, *args, dtype=None, **kwargs):
+        config, kwargs = GPTConfig.take(args, kwargs)
         # === Layers ===
         self.embedding = TokenAndPositionEmbedding(
-            vocabulary_size,
-            max_sequence_length,
-            hidden_dim,
+            config.vocabulary_size,
+            config.max_sequence_length,
+            config.hidden_dim,
             position="learned",
-            embeddings_initializer=gpt_initializer(initializer_range),
-            position_initializer=gpt_initializer(initializer_range),
+            embeddings_initializer=gpt_initializer(config.initializer_range),
+            position_initializer=gpt_initializer(config.initializer_range),
             dtype=dtype,
             name="embedding",
         )
-        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
-        residual_initializer = gpt_initializer(initializer_range / math.sqrt(2 * num_layers))
+        self.embeddings_dropout = keras.layers.Dropout(config.dropout, dtype=dtype, name="embeddings_dropout")
+        residual_initializer = gpt_initializer(config.initializer_range / math.sqrt(2 * config.num_layers))
         self.blocks = [
             DecoderBlock(
-                num_heads,
-                intermediate_dim,
-                dropout=dropout,
-                activation=activation,
-                norm_first=norm_first,
-                layer_norm_epsilon=layer_norm_epsilon,
-                kernel_initializer=gpt_initializer(initializer_range),
+                config.num_heads,
+                config.intermediate_dim,
+                dropout=config.dropout,
+                activation=config.activation,
+                norm_first=config.norm_first,
+                layer_norm_epsilon=config.layer_norm_epsilon,
+                kernel_initializer=gpt_initializer(config.initializer_range),
                 output_kernel_initializer=residual_initializer,
-                use_bias=use_bias,
+                use_bias=config.use_bias,
                 dtype=dtype,
                 name=f"block_{i}",
             )
-            for i in range(num_layers)
+            for i in range(config.num_layers)
         ]
         self.final_norm = (
             keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, center=use_bias, dtype=dtype, name="final_norm"
+                epsilon=config.layer_norm_epsilon, center=config.use_bias, dtype=dtype, name="final_norm"
             )
-            if norm_first
+            if config.norm_first
             else None
         )
 
@@ -205,30 +216,7 @@ class GPTBackbone(DecoderStack, ZooModel):
         super().__init__(inputs=inputs, outputs=x, dtype=dtype, **kwargs)
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.max_sequence_length = max_sequence_length
-        self.dropout = dropout
-        self.norm_first = norm_first
-        self.num_key_value_heads = num_heads
-        self.head_dim = hidden_dim // num_heads
-        self._record_config(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            max_sequence_length=max_sequence_length,
-            dropout=dropout,
-            norm_first=norm_first,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            initializer_range=initializer_range,
-            use_bias=use_bias,
-        )
+        self._set_config(config, num_key_value_heads=config.num_heads, head_dim=config.hidden_dim // config.num_heads)
 
     def embed(self, token_ids, start_index=0, training=None):
         """(B, T) token ids at positions start_index.. -> (B, T, d)."""
@@ -315,6 +303,37 @@ class GPTCausalLM(ZooModel):
         return self.backbone.attention_scores(inputs)
 
 
+# The papers' sizes (GPT-1, GPT-2), and small ones for characters and tests.
+PRESETS = {
+    "gpt2-small": Preset(
+        "GPT-2 124M: 12 layers, d=768, h=12, context 1024.",
+        GPTConfig(vocabulary_size=50257, num_layers=12, num_heads=12, hidden_dim=768,
+                  intermediate_dim=3072, max_sequence_length=1024, dropout=0.1),
+    ),
+    "gpt2-medium": Preset(
+        "GPT-2 355M: 24 layers, d=1024, h=16, context 1024.",
+        GPTConfig(vocabulary_size=50257, num_layers=24, num_heads=16, hidden_dim=1024,
+                  intermediate_dim=4096, max_sequence_length=1024, dropout=0.1),
+    ),
+    "gpt1": Preset(
+        "GPT-1 (post-LN): 12 layers, d=768, h=12, context 512, vocabulary 40,478.",
+        GPTConfig(vocabulary_size=40478, num_layers=12, num_heads=12, hidden_dim=768,
+                  intermediate_dim=3072, max_sequence_length=512, dropout=0.1,
+                  norm_first=False, activation="gelu"),
+    ),
+    "gpt-baby": Preset(
+        "nanoGPT's CPU 'baby GPT' for characters: 4 layers, d=128, h=4, block 64.",
+        GPTConfig(vocabulary_size=65, num_layers=4, num_heads=4, hidden_dim=128,
+                  intermediate_dim=512, max_sequence_length=64, dropout=0.0),
+    ),
+    "gpt-nano": Preset(
+        "Tests: 2 layers, d=32, h=4, context 32 (minGPT's gpt-nano width was 48).",
+        GPTConfig(vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=32,
+                  intermediate_dim=64, max_sequence_length=32, dropout=0.0),
+    ),
+}
+
+
 register(
     Family(
         "gpt",
@@ -322,5 +341,6 @@ register(
         tasks={"causal_lm": Task(GPTCausalLM)},
         checkpoints="zoo.checkpoints.gpt2",
         description="GPT-1 and GPT-2: learned positions, LayerNorm, GELU",
+        presets=PRESETS,
     )
 )

@@ -9,21 +9,23 @@ query/key norm. Shape letters: B batch, T length, d width, V vocabulary,
 h heads, g key/value heads, k head width.
 """
 
+from dataclasses import dataclass
+
 import keras
 
 from zoo.families import Family, Task, register
 from zoo.layers import DecoderBlock, RMSNorm, TokenEmbedding
-from zoo.models.base import ZooModel, check_positive, gpt_initializer
+from zoo.models.base import ZooModel, gpt_initializer
+from zoo.models.config import ModelConfig, Preset
 from zoo.models.gpt import DecoderStack, GPTCausalLM
 
 
-@keras.saving.register_keras_serializable(package="zoo")
-class LlamaBackbone(DecoderStack, ZooModel):
-    """Token embeddings, N pre-norm blocks (RMSNorm, rotary grouped-query
-    self-attention, SwiGLU) and a final RMSNorm. Outputs the (B, T, d)
-    hidden states.
+@dataclass(frozen=True)
+class LlamaConfig(ModelConfig):
+    """The Llama family's sizes and variant flags: `LlamaBackbone`'s
+    constructor arguments, and its presets.
 
-    Args:
+    Attributes:
         vocabulary_size: V.
         num_layers: N.
         num_heads: h, the query heads.
@@ -45,6 +47,51 @@ class LlamaBackbone(DecoderStack, ZooModel):
         dropout: residual and attention dropout (0 in the checkpoints).
         initializer_range: std of the normal initialisation of every
             kernel and embedding (0.02).
+
+    References:
+        The fields of transformers' `LlamaConfig`, `Qwen2Config` and
+        `Qwen3Config`, under the zoo's names (see `zoo.checkpoints.llama`).
+    """
+
+    vocabulary_size: int
+    num_layers: int
+    num_heads: int
+    hidden_dim: int
+    intermediate_dim: int
+    num_key_value_heads: int = None
+    head_dim: int = None
+    max_sequence_length: int = 2048
+    rope_theta: float = 10000.0
+    rope_scaling: dict = None
+    layer_norm_epsilon: float = 1e-5
+    tie_word_embeddings: bool = True
+    attention_bias: bool = False
+    query_key_norm: bool = False
+    dropout: float = 0.0
+    initializer_range: float = 0.02
+
+    positive = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
+                "num_key_value_heads", "max_sequence_length")
+
+    def resolve(self):
+        return {"num_key_value_heads": self.num_key_value_heads or self.num_heads}
+
+    def check(self):
+        if self.head_dim is None and self.hidden_dim % self.num_heads:
+            raise ValueError(
+                f"hidden_dim={self.hidden_dim} must be divisible by num_heads={self.num_heads}, or pass `head_dim`."
+            )
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class LlamaBackbone(DecoderStack, ZooModel):
+    """Token embeddings, N pre-norm blocks (RMSNorm, rotary grouped-query
+    self-attention, SwiGLU) and a final RMSNorm. Outputs the (B, T, d)
+    hidden states.
+
+    Args:
+        config: a `LlamaConfig`, or its fields as keyword (or positional)
+            arguments: `LlamaBackbone(vocabulary_size=..., num_layers=...)`.
 
     Inputs: `token_ids` (B, T) int32 and, optionally, `padding_mask`
     (B, T) int32, as `GPTBackbone`.
@@ -69,74 +116,45 @@ class LlamaBackbone(DecoderStack, ZooModel):
 
     is_encoder_decoder = False
     optional_inputs = ("padding_mask",)
+    config_class = LlamaConfig
 
-    def __init__(
-        self,
-        vocabulary_size,
-        num_layers,
-        num_heads,
-        hidden_dim,
-        intermediate_dim,
-        num_key_value_heads=None,
-        head_dim=None,
-        max_sequence_length=2048,
-        rope_theta=10000.0,
-        rope_scaling=None,
-        layer_norm_epsilon=1e-5,
-        tie_word_embeddings=True,
-        attention_bias=False,
-        query_key_norm=False,
-        dropout=0.0,
-        initializer_range=0.02,
-        dtype=None,
-        **kwargs,
-    ):
-        num_key_value_heads = num_key_value_heads or num_heads
-        check_positive(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            num_key_value_heads=num_key_value_heads,
-            max_sequence_length=max_sequence_length,
-        )
-        if head_dim is None and hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim={hidden_dim} must be divisible by num_heads={num_heads}, or pass `head_dim`.")
-        initializer = gpt_initializer(initializer_range)
+    def __init__(self, *args, dtype=None, **kwargs):
+        config, kwargs = LlamaConfig.take(args, kwargs)
+        initializer = gpt_initializer(config.initializer_range)
         # === Layers ===
         self.embedding = TokenEmbedding(
-            vocabulary_size, hidden_dim, embeddings_initializer=initializer, dtype=dtype, name="token_embedding"
+            config.vocabulary_size, config.hidden_dim, embeddings_initializer=initializer, dtype=dtype,
+            name="token_embedding",
         )
-        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        self.embeddings_dropout = keras.layers.Dropout(config.dropout, dtype=dtype, name="embeddings_dropout")
         self.blocks = [
             DecoderBlock(
-                num_heads,
-                intermediate_dim,
-                dropout=dropout,
+                config.num_heads,
+                config.intermediate_dim,
+                dropout=config.dropout,
                 activation="silu",
                 norm_first=True,
-                layer_norm_epsilon=layer_norm_epsilon,
+                layer_norm_epsilon=config.layer_norm_epsilon,
                 kernel_initializer=initializer,
                 use_bias=False,
                 normalization="rms_norm",
                 gated_feed_forward=True,
-                num_key_value_heads=num_key_value_heads,
-                head_dim=head_dim,
-                rope_theta=rope_theta,
-                rope_scaling=rope_scaling,
-                query_key_norm=query_key_norm,
-                attention_bias=attention_bias,
+                num_key_value_heads=config.num_key_value_heads,
+                head_dim=config.head_dim,
+                rope_theta=config.rope_theta,
+                rope_scaling=config.rope_scaling,
+                query_key_norm=config.query_key_norm,
+                attention_bias=config.attention_bias,
                 dtype=dtype,
                 name=f"block_{i}",
             )
-            for i in range(num_layers)
+            for i in range(config.num_layers)
         ]
-        self.final_norm = RMSNorm(layer_norm_epsilon, dtype=dtype, name="final_norm")
+        self.final_norm = RMSNorm(config.layer_norm_epsilon, dtype=dtype, name="final_norm")
         self.lm_head = None
-        if not tie_word_embeddings:
+        if not config.tie_word_embeddings:
             self.lm_head = keras.layers.Dense(
-                vocabulary_size, use_bias=False, kernel_initializer=initializer, dtype=dtype, name="lm_head"
+                config.vocabulary_size, use_bias=False, kernel_initializer=initializer, dtype=dtype, name="lm_head"
             )
 
         # === Functional model ===
@@ -146,34 +164,7 @@ class LlamaBackbone(DecoderStack, ZooModel):
         super().__init__(inputs=inputs, outputs=x, dtype=dtype, **kwargs)
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.num_key_value_heads = num_key_value_heads
-        self.head_dim = head_dim or hidden_dim // num_heads
-        self.max_sequence_length = max_sequence_length
-        self.tie_word_embeddings = tie_word_embeddings
-        self.dropout = dropout
-        self._record_config(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            num_key_value_heads=num_key_value_heads,
-            head_dim=head_dim,
-            max_sequence_length=max_sequence_length,
-            rope_theta=rope_theta,
-            rope_scaling=rope_scaling,
-            layer_norm_epsilon=layer_norm_epsilon,
-            tie_word_embeddings=tie_word_embeddings,
-            attention_bias=attention_bias,
-            query_key_norm=query_key_norm,
-            dropout=dropout,
-            initializer_range=initializer_range,
-        )
+        self._set_config(config, head_dim=config.head_dim or config.hidden_dim // config.num_heads)
 
     def embed(self, token_ids, start_index=0, training=None):
         """(B, T) token ids -> (B, T, d). Positions enter in each
@@ -214,6 +205,54 @@ class LlamaCausalLM(GPTCausalLM):
     """
 
 
+# The shapes of the published checkpoints' config.json (weights come from `zoo.from_pretrained`),
+# and small sizes for characters and tests.
+PRESETS = {
+    "smollm2-135m": Preset(
+        "SmolLM2 135M: 30 layers, d=576, 9 heads, 3 key/value heads, tied, context 8192.",
+        LlamaConfig(vocabulary_size=49152, num_layers=30, num_heads=9, hidden_dim=576, intermediate_dim=1536,
+                    num_key_value_heads=3, max_sequence_length=8192, rope_theta=100000.0,
+                    layer_norm_epsilon=1e-5, tie_word_embeddings=True),
+    ),
+    "qwen2.5-0.5b": Preset(
+        "Qwen2.5 0.5B: 24 layers, d=896, 14 heads, 2 key/value heads, Q/K/V biases, tied.",
+        LlamaConfig(vocabulary_size=151936, num_layers=24, num_heads=14, hidden_dim=896, intermediate_dim=4864,
+                    num_key_value_heads=2, max_sequence_length=32768, rope_theta=1000000.0,
+                    layer_norm_epsilon=1e-6, tie_word_embeddings=True, attention_bias=True),
+    ),
+    "qwen3-0.6b": Preset(
+        "Qwen3 0.6B: 28 layers, d=1024, 16 heads of 128, 8 key/value heads, query/key norm, tied.",
+        LlamaConfig(vocabulary_size=151936, num_layers=28, num_heads=16, hidden_dim=1024, intermediate_dim=3072,
+                    num_key_value_heads=8, head_dim=128, max_sequence_length=40960, rope_theta=1000000.0,
+                    layer_norm_epsilon=1e-6, tie_word_embeddings=True, query_key_norm=True),
+    ),
+    "llama-3.2-1b": Preset(
+        "Llama 3.2 1B: 16 layers, d=2048, 32 heads, 8 key/value heads, Llama 3 rope scaling, tied.",
+        LlamaConfig(vocabulary_size=128256, num_layers=16, num_heads=32, hidden_dim=2048, intermediate_dim=8192,
+                    num_key_value_heads=8, max_sequence_length=131072, rope_theta=500000.0,
+                    rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
+                                      high_freq_factor=4.0, original_max_position_embeddings=8192),
+                    layer_norm_epsilon=1e-5, tie_word_embeddings=True),
+    ),
+    "tinyllama-1.1b": Preset(
+        "TinyLlama 1.1B: 22 layers, d=2048, 32 heads, 4 key/value heads, untied head, context 2048.",
+        LlamaConfig(vocabulary_size=32000, num_layers=22, num_heads=32, hidden_dim=2048, intermediate_dim=5632,
+                    num_key_value_heads=4, max_sequence_length=2048, rope_theta=10000.0,
+                    layer_norm_epsilon=1e-5, tie_word_embeddings=False),
+    ),
+    "llama-baby": Preset(
+        "gpt-baby's size with the Llama block, for characters: 4 layers, d=128, h=4, SwiGLU 344, 800k parameters.",
+        LlamaConfig(vocabulary_size=65, num_layers=4, num_heads=4, hidden_dim=128, intermediate_dim=344,
+                    max_sequence_length=64, rope_theta=10000.0),
+    ),
+    "llama-nano": Preset(
+        "Tests: 2 layers, d=32, 4 heads, 2 key/value heads, context 32.",
+        LlamaConfig(vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=64,
+                    num_key_value_heads=2, max_sequence_length=32),
+    ),
+}
+
+
 register(
     Family(
         "llama",
@@ -221,5 +260,6 @@ register(
         tasks={"causal_lm": Task(LlamaCausalLM)},
         checkpoints="zoo.checkpoints.llama",
         description="Llama, Mistral, Qwen2/3, SmolLM2, TinyLlama: RMSNorm, rotary, grouped-query attention, SwiGLU",
+        presets=PRESETS,
     )
 )

@@ -4,20 +4,22 @@ Shape letters: B batch, S source length, T target length, d width,
 V vocabulary.
 """
 
+from dataclasses import dataclass
+
 import keras
 
 from zoo.families import Family, Task, register
 from zoo.layers import DecoderBlock, EncoderBlock, TokenAndPositionEmbedding
-from zoo.models.base import ZooModel, check_positive
+from zoo.models.base import ZooModel
+from zoo.models.config import ModelConfig, Preset
 
 
-@keras.saving.register_keras_serializable(package="zoo")
-class EncoderDecoder(ZooModel):
-    """Encoder (N blocks, unmasked self-attention) and decoder (N blocks,
-    causal self-attention + cross-attention to the final encoder output),
-    then a linear map to target-vocabulary logits.
+@dataclass(frozen=True)
+class EncoderDecoderConfig(ModelConfig):
+    """The encoder-decoder's sizes and flags: `EncoderDecoder`'s constructor
+    arguments, and its presets.
 
-    Args:
+    Attributes:
         vocabulary_size: target V (and source V when shared).
         source_vocabulary_size: source V when embeddings are not shared;
             defaults to `vocabulary_size`.
@@ -35,6 +37,49 @@ class EncoderDecoder(ZooModel):
             LayerNorms after each stack).
         activation: "relu" (the paper).
         layer_norm_epsilon: 1e-6 as the reference tensor2tensor code.
+    """
+
+    vocabulary_size: int
+    num_layers: int
+    num_heads: int
+    hidden_dim: int
+    intermediate_dim: int = None
+    max_sequence_length: int = 256
+    source_vocabulary_size: int = None
+    dropout: float = 0.1
+    position: str = "sinusoidal"
+    share_embeddings: bool = True
+    tie_output: bool = True
+    norm_first: bool = False
+    activation: str = "relu"
+    layer_norm_epsilon: float = 1e-6
+
+    positive = ("vocabulary_size", "source_vocabulary_size", "num_layers", "num_heads", "hidden_dim",
+                "max_sequence_length")
+
+    def resolve(self):
+        return {
+            "source_vocabulary_size": self.source_vocabulary_size or self.vocabulary_size,
+            "intermediate_dim": self.intermediate_dim or 4 * self.hidden_dim,
+        }
+
+    def check(self):
+        if self.share_embeddings and self.source_vocabulary_size != self.vocabulary_size:
+            raise ValueError(
+                "`share_embeddings=True` needs one vocabulary: got source_vocabulary_size="
+                f"{self.source_vocabulary_size} and vocabulary_size={self.vocabulary_size}."
+            )
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class EncoderDecoder(ZooModel):
+    """Encoder (N blocks, unmasked self-attention) and decoder (N blocks,
+    causal self-attention + cross-attention to the final encoder output),
+    then a linear map to target-vocabulary logits.
+
+    Args:
+        config: an `EncoderDecoderConfig`, or its fields as keyword (or
+            positional) arguments: `EncoderDecoder(vocabulary_size=..., ...)`.
 
     Inputs: `encoder_token_ids` (B, S), `encoder_padding_mask` (B, S),
     `decoder_token_ids` (B, T), `decoder_padding_mask` (B, T), int32.
@@ -71,83 +116,55 @@ class EncoderDecoder(ZooModel):
     """
 
     is_encoder_decoder = True
+    config_class = EncoderDecoderConfig
 
-    def __init__(
-        self,
-        vocabulary_size,
-        num_layers,
-        num_heads,
-        hidden_dim,
-        intermediate_dim=None,
-        max_sequence_length=256,
-        source_vocabulary_size=None,
-        dropout=0.1,
-        position="sinusoidal",
-        share_embeddings=True,
-        tie_output=True,
-        norm_first=False,
-        activation="relu",
-        layer_norm_epsilon=1e-6,
-        dtype=None,
-        **kwargs,
-    ):
-        source_vocabulary_size = source_vocabulary_size or vocabulary_size
-        check_positive(
-            vocabulary_size=vocabulary_size,
-            source_vocabulary_size=source_vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            max_sequence_length=max_sequence_length,
-        )
-        if share_embeddings and source_vocabulary_size != vocabulary_size:
-            raise ValueError(
-                "`share_embeddings=True` needs one vocabulary: got source_vocabulary_size="
-                f"{source_vocabulary_size} and vocabulary_size={vocabulary_size}."
-            )
-        intermediate_dim = intermediate_dim or 4 * hidden_dim
-
+    def __init__(self, *args, dtype=None, **kwargs):
+        config, kwargs = EncoderDecoderConfig.take(args, kwargs)
         # === Layers ===
         def embedding(size, name):
             return TokenAndPositionEmbedding(
                 size,
-                max_sequence_length,
-                hidden_dim,
-                position=position,
+                config.max_sequence_length,
+                config.hidden_dim,
+                position=config.position,
                 scale_embeddings=True,  # section 3.4: embeddings times sqrt(d_model)
-                embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5),
+                embeddings_initializer=keras.initializers.RandomNormal(stddev=config.hidden_dim**-0.5),
                 dtype=dtype,
                 name=name,
             )
 
-        self.decoder_embedding = embedding(vocabulary_size, "decoder_embedding" if not share_embeddings else "embedding")
+        shared = config.share_embeddings
+        self.decoder_embedding = embedding(config.vocabulary_size, "embedding" if shared else "decoder_embedding")
         self.encoder_embedding = (
-            self.decoder_embedding if share_embeddings else embedding(source_vocabulary_size, "encoder_embedding")
+            self.decoder_embedding if shared else embedding(config.source_vocabulary_size, "encoder_embedding")
         )
-        self.encoder_embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="encoder_embeddings_dropout")
-        self.decoder_embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="decoder_embeddings_dropout")
+        dropout = lambda name: keras.layers.Dropout(config.dropout, dtype=dtype, name=name)
+        self.encoder_embeddings_dropout = dropout("encoder_embeddings_dropout")
+        self.decoder_embeddings_dropout = dropout("decoder_embeddings_dropout")
         block_args = dict(
-            dropout=dropout,
-            activation=activation,
-            norm_first=norm_first,
-            layer_norm_epsilon=layer_norm_epsilon,
+            dropout=config.dropout,
+            activation=config.activation,
+            norm_first=config.norm_first,
+            layer_norm_epsilon=config.layer_norm_epsilon,
             dtype=dtype,
         )
         self.encoder_blocks = [
-            EncoderBlock(num_heads, intermediate_dim, name=f"encoder_block_{i}", **block_args)
-            for i in range(num_layers)
+            EncoderBlock(config.num_heads, config.intermediate_dim, name=f"encoder_block_{i}", **block_args)
+            for i in range(config.num_layers)
         ]
         self.decoder_blocks = [
-            DecoderBlock(num_heads, intermediate_dim, cross_attention=True, name=f"decoder_block_{i}", **block_args)
-            for i in range(num_layers)
+            DecoderBlock(
+                config.num_heads, config.intermediate_dim, cross_attention=True, name=f"decoder_block_{i}", **block_args
+            )
+            for i in range(config.num_layers)
         ]
-        norm = lambda name: keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name=name)
-        self.encoder_norm = norm("encoder_norm") if norm_first else None
-        self.decoder_norm = norm("decoder_norm") if norm_first else None
+        norm = lambda name: keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, dtype=dtype, name=name)
+        self.encoder_norm = norm("encoder_norm") if config.norm_first else None
+        self.decoder_norm = norm("decoder_norm") if config.norm_first else None
         self.output_projection = (
             None
-            if tie_output
-            else keras.layers.Dense(vocabulary_size, dtype=dtype, name="output_projection")
+            if config.tie_output
+            else keras.layers.Dense(config.vocabulary_size, dtype=dtype, name="output_projection")
         )
         self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
 
@@ -171,29 +188,7 @@ class EncoderDecoder(ZooModel):
         super().__init__(inputs=inputs, outputs=logits, dtype=dtype, **kwargs)
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.source_vocabulary_size = source_vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.max_sequence_length = max_sequence_length
-        self._record_config(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            max_sequence_length=max_sequence_length,
-            source_vocabulary_size=source_vocabulary_size,
-            dropout=dropout,
-            position=position,
-            share_embeddings=share_embeddings,
-            tie_output=tie_output,
-            norm_first=norm_first,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-        )
+        self._set_config(config)
 
     def encode(self, encoder_token_ids, encoder_padding_mask, training=None):
         """(B, S) source ids -> (B, S, d) final encoder output. The same
@@ -290,6 +285,31 @@ class EncoderDecoder(ZooModel):
         return ()
 
 
+# Vaswani et al. 2017's sizes (Table 3), and small ones for Multi30k on a CPU and tests.
+PRESETS = {
+    "transformer-base": Preset(
+        "Vaswani et al. 2017 base model (Table 3): N=6, d=512, d_ff=2048, h=8.",
+        EncoderDecoderConfig(vocabulary_size=37000, num_layers=6, num_heads=8, hidden_dim=512,
+                             intermediate_dim=2048, max_sequence_length=256, dropout=0.1),
+    ),
+    "transformer-big": Preset(
+        "Vaswani et al. 2017 big model (Table 3): N=6, d=1024, d_ff=4096, h=16.",
+        EncoderDecoderConfig(vocabulary_size=37000, num_layers=6, num_heads=16, hidden_dim=1024,
+                             intermediate_dim=4096, max_sequence_length=256, dropout=0.3),
+    ),
+    "transformer-small": Preset(
+        "A small translation model for Multi30k on a CPU: 3+3 layers, d=256, h=8.",
+        EncoderDecoderConfig(vocabulary_size=8000, num_layers=3, num_heads=8, hidden_dim=256,
+                             intermediate_dim=1024, max_sequence_length=64, dropout=0.1),
+    ),
+    "transformer-tiny": Preset(
+        "Tests and the synthetic demo: 2+2 layers, d=64, h=4.",
+        EncoderDecoderConfig(vocabulary_size=1000, num_layers=2, num_heads=4, hidden_dim=64,
+                             intermediate_dim=128, max_sequence_length=32, dropout=0.0),
+    ),
+}
+
+
 register(
     Family(
         "transformer",
@@ -297,5 +317,6 @@ register(
         tasks={"seq2seq": Task()},
         checkpoints=None,
         description="The encoder-decoder of Vaswani et al. 2017 (its output is already logits)",
+        presets=PRESETS,
     )
 )
