@@ -110,7 +110,7 @@ def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
     try:
         exec(compile(code, request.node.callspec.id.split(":")[0], "exec"), {"__name__": "__readme__"})
     finally:
-        for family, saved in presets.items():
+        for family, saved in presets:
             family.presets.clear()
             family.presets.update(saved)
         if server is not None:
@@ -120,7 +120,7 @@ def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
 def _family_presets():
     from zoo.families import FAMILIES
 
-    return {family: dict(family.presets) for family in FAMILIES.values()}
+    return [(family, dict(family.presets)) for family in FAMILIES.values()]
 
 
 def _serve(run):
