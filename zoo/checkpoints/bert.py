@@ -24,9 +24,9 @@ from zoo.checkpoints.common import (
     CheckpointError,
     TensorName,
     check_vocabulary,
-    config_reader,
     fused_linear,
     linear,
+    read_architecture,
     read_json,
     require_files,
     to_numpy,
@@ -74,13 +74,7 @@ def build_task(backbone, task, num_classes=None):
 
 def from_huggingface_config(config, config_file):
     """transformers' BERT config -> (architecture, head, zoo config)."""
-    architecture = (config.get("architectures") or ["BertModel"])[0]
-    if architecture not in ARCHITECTURES:
-        raise CheckpointError(
-            f"{config_file}: architecture {architecture!r} is not supported; expected one of {', '.join(ARCHITECTURES)}."
-        )
-
-    get = config_reader(config, config_file, architecture)
+    architecture, get = read_architecture(config, config_file, ARCHITECTURES)
 
     if get("position_embedding_type", "absolute") != "absolute":
         raise CheckpointError(
@@ -308,17 +302,10 @@ def from_keras_hub(backbone, dtype=None, **overrides):
 
     model = BertBackbone(
         **{
-            "vocabulary_size": backbone.vocabulary_size,
-            "num_layers": backbone.num_layers,
-            "num_heads": backbone.num_heads,
-            "hidden_dim": backbone.hidden_dim,
-            "intermediate_dim": backbone.intermediate_dim,
-            "max_sequence_length": backbone.max_sequence_length,
-            "dropout": backbone.dropout,
+            **keras_hub_layers.block_sizes(backbone, dtype),
             "activation": "gelu_approximate",  # what keras-hub's BERT computes
             "num_segments": backbone.num_segments,
             "layer_norm_epsilon": 1e-12,
-            "dtype": dtype or backbone.dtype_policy.name,
             **overrides,
         }
     )

@@ -46,6 +46,26 @@ def config_reader(config, config_file, architecture):
     return get
 
 
+def read_architecture(config, config_file, known):
+    """(architecture, `get`) of a transformers config.json: its first
+    `architectures` entry (the first of `known` when it lists none),
+    refused in one line unless it is one of `known`; `get` as
+    `config_reader`'s."""
+    known = tuple(known)
+    architecture = (config.get("architectures") or [known[0]])[0]
+    if architecture not in known:
+        raise CheckpointError(
+            f"{config_file}: architecture {architecture!r} is not supported for model_type "
+            f"{config.get('model_type')!r}; expected one of {', '.join(known)}."
+        )
+    return architecture, config_reader(config, config_file, architecture)
+
+
+def refuse_config_value(config, config_file, key, why):
+    """The one-line CheckpointError for a config value the zoo does not compute."""
+    raise CheckpointError(f"{config_file}: {key}={config[key]!r} is not supported; {why}.")
+
+
 def require_files(folder, *names, why):
     """A CheckpointError naming the first of `names` missing from `folder`."""
     for name in names:

@@ -17,7 +17,9 @@ activation other than the tanh GELU. The multimodal `gemma3` checkpoints
 keras-hub's Gemma 3 presets are not read or written.
 """
 
-from zoo.checkpoints.common import CheckpointError, TensorName, config_reader, fused_linear
+import functools
+
+from zoo.checkpoints.common import CheckpointError, TensorName, fused_linear, read_architecture, refuse_config_value
 from zoo.checkpoints.llama import _prefix, checkpoint_name, read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
 
 NAME = "Gemma 3"
@@ -64,16 +66,8 @@ def _rope_thetas(config, get, config_file):
 
 def from_huggingface_config(config, config_file):
     """transformers' `gemma3_text` config -> (architecture, head, zoo config)."""
-    architecture = (config.get("architectures") or [ARCHITECTURES[0]])[0]
-    if architecture not in ARCHITECTURES:
-        raise CheckpointError(
-            f"{config_file}: architecture {architecture!r} is not supported for model_type 'gemma3_text'; expected "
-            f"one of {', '.join(ARCHITECTURES)}."
-        )
-    get = config_reader(config, config_file, architecture)
-
-    def refuse(key, why):
-        raise CheckpointError(f"{config_file}: {key}={config[key]!r} is not supported; {why}.")
+    architecture, get = read_architecture(config, config_file, ARCHITECTURES)
+    refuse = functools.partial(refuse_config_value, config, config_file)
 
     activation = get("hidden_activation", get("hidden_act", "gelu_pytorch_tanh"))
     if activation not in ("gelu_pytorch_tanh", "gelu_new"):

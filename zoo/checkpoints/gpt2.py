@@ -16,7 +16,7 @@ from zoo.checkpoints.common import (
     CheckpointError,
     TensorName,
     check_vocabulary,
-    config_reader,
+    read_architecture,
     read_json,
     require_files,
     write_text,
@@ -52,13 +52,7 @@ def build_task(backbone, task, num_classes=None):
 
 def from_huggingface_config(config, config_file):
     """transformers' GPT-2 config -> (architecture, head, zoo config)."""
-    architecture = (config.get("architectures") or ["GPT2LMHeadModel"])[0]
-    if architecture not in ARCHITECTURES:
-        raise CheckpointError(
-            f"{config_file}: architecture {architecture!r} is not supported; expected one of {', '.join(ARCHITECTURES)}."
-        )
-
-    get = config_reader(config, config_file, architecture)
+    architecture, get = read_architecture(config, config_file, ARCHITECTURES)
 
     for key, expected in (("add_cross_attention", False), ("scale_attn_by_inverse_layer_idx", False),
                           ("tie_word_embeddings", True), ("scale_attn_weights", True)):
@@ -240,17 +234,10 @@ def from_keras_hub(backbone, dtype=None, **overrides):
 
     model = GPTBackbone(
         **{
-            "vocabulary_size": backbone.vocabulary_size,
-            "num_layers": backbone.num_layers,
-            "num_heads": backbone.num_heads,
-            "hidden_dim": backbone.hidden_dim,
-            "intermediate_dim": backbone.intermediate_dim,
-            "max_sequence_length": backbone.max_sequence_length,
-            "dropout": backbone.dropout,
+            **keras_hub_layers.block_sizes(backbone, dtype),
             "activation": "gelu_approximate",  # what keras-hub's GPT-2 computes
             "norm_first": True,
             "layer_norm_epsilon": 1e-5,
-            "dtype": dtype or backbone.dtype_policy.name,
             **overrides,
         }
     )

@@ -10,7 +10,18 @@ import numpy as np
 
 from zoo.checkpoints.common import copy_dense, copy_layer_norm, to_numpy
 
-__all__ = ["copy_block", "copy_block_back", "copy_dense", "copy_embeddings", "copy_embeddings_back", "copy_layer_norm"]
+__all__ = [
+    "block_sizes",
+    "copy_block", "copy_block_back", "copy_dense", "copy_embeddings", "copy_embeddings_back", "copy_layer_norm",
+]
+
+
+def block_sizes(backbone, dtype=None):
+    """The sizes of a keras-hub GPT-2 or BERT backbone, as the zoo
+    backbone's config fields (and its dtype policy, or `dtype`)."""
+    names = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "max_sequence_length",
+             "dropout")
+    return {**{name: getattr(backbone, name) for name in names}, "dtype": dtype or backbone.dtype_policy.name}
 
 
 def copy_attention(target, source, d):

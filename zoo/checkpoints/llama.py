@@ -23,6 +23,7 @@ generated position attends beyond the window; a direct call on a longer
 sequence is not windowed.
 """
 
+import functools
 import json
 import tempfile
 from pathlib import Path
@@ -33,8 +34,9 @@ from zoo.checkpoints.common import (
     CheckpointError,
     TensorName,
     check_vocabulary,
-    config_reader,
     fused_linear,
+    read_architecture,
+    refuse_config_value,
     require_files,
     to_numpy,
     write_text,
@@ -130,18 +132,8 @@ def from_huggingface_config(config, config_file):
     """transformers' Llama / Mistral / Qwen2 / Qwen3 config -> (architecture, head, zoo config)."""
     kind = config["model_type"]
     prefix = CLASS_PREFIXES[kind]
-    known = (f"{prefix}ForCausalLM", f"{prefix}Model")
-    architecture = (config.get("architectures") or [known[0]])[0]
-    if architecture not in known:
-        raise CheckpointError(
-            f"{config_file}: architecture {architecture!r} is not supported for model_type {kind!r}; expected one "
-            f"of {', '.join(known)}."
-        )
-
-    get = config_reader(config, config_file, architecture)
-
-    def refuse(key, why):
-        raise CheckpointError(f"{config_file}: {key}={config[key]!r} is not supported; {why}.")
+    architecture, get = read_architecture(config, config_file, (f"{prefix}ForCausalLM", f"{prefix}Model"))
+    refuse = functools.partial(refuse_config_value, config, config_file)
 
     if get("hidden_act", "silu") != "silu":
         refuse("hidden_act", "expected 'silu' (SwiGLU)")
