@@ -20,7 +20,7 @@ keras-hub's Gemma 3 presets are not read or written.
 import functools
 
 from zoo.checkpoints.common import CheckpointError, TensorName, fused_linear, read_architecture, refuse_config_value
-from zoo.checkpoints.llama import _prefix, checkpoint_name, read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
+from zoo.checkpoints.llama import _prefix, checkpoint_name, huggingface_sizes, read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
 
 NAME = "Gemma 3"
 MODEL_TYPES = ("gemma3_text",)
@@ -123,15 +123,8 @@ def to_huggingface_config(model):
     hf_config = {
         "architectures": ["Gemma3ForCausalLM"],
         "model_type": "gemma3_text",
-        "vocab_size": config["vocabulary_size"],
-        "hidden_size": config["hidden_dim"],
-        "intermediate_size": config["intermediate_dim"],
-        "num_hidden_layers": config["num_layers"],
-        "num_attention_heads": config["num_heads"],
-        "num_key_value_heads": config["num_key_value_heads"],
-        "head_dim": backbone.head_dim,
+        **huggingface_sizes(backbone),
         "hidden_activation": "gelu_pytorch_tanh",
-        "max_position_embeddings": config["max_sequence_length"],
         "rope_theta": config["rope_theta"],
         "rope_local_base_freq": config["local_rope_theta"],
         "rope_scaling": None,

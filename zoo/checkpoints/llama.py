@@ -180,6 +180,22 @@ def check_huggingface_export(backbone):
         )
 
 
+def huggingface_sizes(backbone):
+    """A decoder backbone's sizes under transformers' config keys (the
+    Llama family's and Gemma 3's alike)."""
+    config = backbone.config
+    return {
+        "vocab_size": config.vocabulary_size,
+        "hidden_size": config.hidden_dim,
+        "intermediate_size": config.intermediate_dim,
+        "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads,
+        "num_key_value_heads": config.num_key_value_heads,
+        "head_dim": backbone.head_dim,
+        "max_position_embeddings": config.max_sequence_length,
+    }
+
+
 def to_huggingface_config(model):
     from zoo.data import HuggingFaceTokenizer
 
@@ -189,15 +205,8 @@ def to_huggingface_config(model):
     hf_config = {
         "architectures": [f"{CLASS_PREFIXES[kind]}ForCausalLM"],
         "model_type": kind,
-        "vocab_size": config["vocabulary_size"],
-        "hidden_size": config["hidden_dim"],
-        "intermediate_size": config["intermediate_dim"],
-        "num_hidden_layers": config["num_layers"],
-        "num_attention_heads": config["num_heads"],
-        "num_key_value_heads": config["num_key_value_heads"],
-        "head_dim": backbone.head_dim,
+        **huggingface_sizes(backbone),
         "hidden_act": "silu",
-        "max_position_embeddings": config["max_sequence_length"],
         "rope_theta": config["rope_theta"],
         "rope_scaling": config["rope_scaling"],
         "rms_norm_eps": config["layer_norm_epsilon"],

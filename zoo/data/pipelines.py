@@ -236,18 +236,7 @@ def masked_lm_dataset(
     if mask_selection_length is None:
         mask_selection_length = math.ceil(2 * mask_selection_rate * sequence_length)
     mask_selection_length = max(1, min(mask_selection_length, sequence_length))
-    packed, lengths = _pack(
-        [list(ids)[: sequence_length - 2] for ids in token_ids],
-        sequence_length,
-        pad_id,
-        prefix=[cls_id],
-        suffix=[sep_id],
-    )
-    inputs = {
-        "token_ids": packed,
-        "segment_ids": np.zeros_like(packed),
-        "padding_mask": _mask(lengths, sequence_length),
-    }
+    inputs = _single_sentence_inputs(token_ids, sequence_length, pad_id, cls_id, sep_id)
     seed = _seed(seed)
     unselectable = tf.constant([pad_id, cls_id, sep_id], tf.int32)
 
@@ -264,7 +253,7 @@ def masked_lm_dataset(
         x = {**x, "token_ids": masked["token_ids"], "mask_positions": masked["mask_positions"]}
         return x, masked["mask_ids"], masked["mask_weights"]
 
-    dataset = _examples(inputs, len(packed), shuffle, seed)
+    dataset = _examples(inputs, len(inputs["token_ids"]), shuffle, seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
     # One stream of batch seeds per (seed, sequence length), so that the
     # buckets of one data set draw independent masks.
@@ -384,18 +373,7 @@ def classification_dataset(
             f"{len(token_ids)} sequences and {len(labels)} labels"
         )
     _check_batch(len(labels), batch_size, "classification_dataset")
-    packed, lengths = _pack(
-        [list(ids)[: sequence_length - 2] for ids in token_ids],
-        sequence_length,
-        pad_id,
-        prefix=[cls_id],
-        suffix=[sep_id],
-    )
-    inputs = {
-        "token_ids": packed,
-        "segment_ids": np.zeros_like(packed),
-        "padding_mask": _mask(lengths, sequence_length),
-    }
+    inputs = _single_sentence_inputs(token_ids, sequence_length, pad_id, cls_id, sep_id)
     return _batched(inputs, labels, batch_size, shuffle, seed)
 
 
@@ -449,6 +427,23 @@ def _stream(ids, sequence_length):
             f"sequence_length + 1 = {sequence_length + 1}"
         )
     return ids.astype(np.int32)
+
+
+def _single_sentence_inputs(token_ids, sequence_length, pad_id, cls_id, sep_id):
+    """BERT's inputs for single sentences: [CLS] ids [SEP], cut and padded
+    to `sequence_length`, segment 0 throughout."""
+    packed, lengths = _pack(
+        [list(ids)[: sequence_length - 2] for ids in token_ids],
+        sequence_length,
+        pad_id,
+        prefix=[cls_id],
+        suffix=[sep_id],
+    )
+    return {
+        "token_ids": packed,
+        "segment_ids": np.zeros_like(packed),
+        "padding_mask": _mask(lengths, sequence_length),
+    }
 
 
 def _pack(sequences, length, pad_id, prefix=(), suffix=()):
