@@ -172,20 +172,14 @@ def evaluate(folder, data=None, split="val", model=None):
     Returns:
         `{"val_loss": float}` on the validation split, `{"<split>_loss": float}` on another.
     """
-    from zoo.data import DataError, read_text
+    from recipes.lm_data import split_loss
 
-    from recipes.lm_data import mean_cross_entropy
-    from recipes.run_folder import figure_name, load_model, read_run
+    def train_and_val(model, text, data, args):
+        block = model.backbone.max_sequence_length
+        _, train, val = split_text(text, data, DEFAULTS["train_fraction"], block, model.tokenizer.vocabulary)
+        return train, val, block
 
-    args = read_run(folder)["args"]
-    if split not in ("train", "val"):
-        raise DataError(f"--split {split}: gpt_char splits its text 90/10; expected 'train' or 'val'")
-    model = model or load_model(folder)
-    block = model.backbone.max_sequence_length
-    data = data or args["data"]
-    _, train, val = split_text(read_text(data), data, DEFAULTS["train_fraction"], block, model.tokenizer.vocabulary)
-    x, y = eval_inputs(train if split == "train" else val, args["batch_size"], block, args["eval_batches"], seed=0)
-    return {figure_name("loss", split): mean_cross_entropy(model, x, y, args["batch_size"])}
+    return split_loss("gpt_char", folder, data, split, model, train_and_val)
 
 
 def make_parser():

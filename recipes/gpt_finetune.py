@@ -111,20 +111,14 @@ def evaluate(folder, data=None, split="val", model=None):
     Returns:
         `{"val_loss": float}` on the validation split, `{"<split>_loss": float}` on another.
     """
-    from zoo.data import DataError, read_text
+    from recipes.lm_data import split_loss
 
-    from recipes.lm_data import mean_cross_entropy
-    from recipes.run_folder import figure_name, load_model, read_run
+    def train_and_val(model, text, data, args):
+        ids = encode_text(model.tokenizer, text)
+        train, val = split_ids(ids, data, DEFAULTS["train_fraction"], args["sequence_length"])
+        return train, val, args["sequence_length"]
 
-    args = read_run(folder)["args"]
-    if split not in ("train", "val"):
-        raise DataError(f"--split {split}: gpt_finetune splits its text 90/10; expected 'train' or 'val'")
-    model = model or load_model(folder)
-    data = data or args["data"]
-    ids = encode_text(model.tokenizer, read_text(data))
-    train, val = split_ids(ids, data, DEFAULTS["train_fraction"], args["sequence_length"])
-    x, y = eval_inputs(train if split == "train" else val, args["batch_size"], args["sequence_length"], args["eval_batches"])
-    return {figure_name("loss", split): mean_cross_entropy(model, x, y, args["batch_size"])}
+    return split_loss("gpt_finetune", folder, data, split, model, train_and_val)
 
 
 def sample(model, prompt="ROMEO:", length=100, temperature=0.8, top_p=None, top_k=None, seed=None):

@@ -54,3 +54,31 @@ def eval_inputs(ids, batch_size, sequence_length, num_batches, seed=0):
 
     x, y = language_model_eval_batches(ids, batch_size, sequence_length, num_batches, seed=seed)
     return {"token_ids": x, "padding_mask": np.ones_like(x)}, y
+
+
+def split_loss(recipe, folder, data, split, model, split_ids):
+    """What the language-model recipes' `evaluate` computes: the mean
+    cross-entropy of the run's model over fixed random windows of `split`
+    ("train", the first 90% of the text, or "val", the rest).
+
+    Args:
+        recipe: the recipe's name, for the error of another split.
+        folder, data, split, model: as the recipe's `evaluate`.
+        split_ids: `(model, text, data, args) -> (train ids, val ids,
+            window length)`, the recipe's own tokenization and split.
+
+    Returns:
+        `{"<split>_loss": float}`.
+    """
+    from zoo.data import DataError, read_text
+
+    from recipes.run_folder import figure_name, load_model, read_run
+
+    args = read_run(folder)["args"]
+    if split not in ("train", "val"):
+        raise DataError(f"--split {split}: {recipe} splits its text 90/10; expected 'train' or 'val'")
+    model = model or load_model(folder)
+    data = data or args["data"]
+    train, val, length = split_ids(model, read_text(data), data, args)
+    x, y = eval_inputs(train if split == "train" else val, args["batch_size"], length, args["eval_batches"], seed=0)
+    return {figure_name("loss", split): mean_cross_entropy(model, x, y, args["batch_size"])}
