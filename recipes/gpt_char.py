@@ -27,11 +27,16 @@ replaced only with --overwrite. After training:
     zoo eval runs/gpt_char             # the val_loss printed, again
 """
 
-import os
-import time
 from pathlib import Path
 
-from recipes.lm_data import eval_inputs, train_dataset  # noqa: F401 (train_dataset: also benchmarks/train_throughput.py)
+from recipes.lm_data import (  # noqa: F401 (train_dataset: also benchmarks/train_throughput.py)
+    add_language_model_flags,
+    eval_inputs,
+    fit_steps,
+    save_sample,
+    split_ids,
+    train_dataset,
+)
 
 
 # --- Defaults: nanoGPT's config/train_shakespeare_char.py with its README's
@@ -110,15 +115,7 @@ def split_text(text, source, train_fraction, sequence_length, vocabulary=None):
         ids = vocabulary.encode(text)
     except DataError as error:
         raise DataError(f"{source}: {error}") from None
-    n = int(train_fraction * len(ids))
-    train, val = ids[:n], ids[n:]
-    if min(len(train), len(val)) < sequence_length + 1:
-        need = int((sequence_length + 1) / min(train_fraction, 1 - train_fraction)) + 1
-        raise DataError(
-            f"{source}: the text has {len(ids)} characters, too short for one block of "
-            f"{sequence_length + 1} characters in both the training ({train_fraction:.0%}) and "
-            f"validation parts; expected at least {need} characters"
-        )
+    train, val = split_ids(ids, source, train_fraction, sequence_length, unit="characters")
     return vocabulary, train, val
 
 
@@ -189,12 +186,7 @@ def make_parser():
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train gpt_char")
     parser.add_argument("--steps-per-execution", type=int, default=DEFAULTS["steps_per_execution"],
                         help="train steps per compiled call")
-    parser.add_argument("--steps-per-epoch", type=int, default=DEFAULTS["steps_per_epoch"],
-                        help="steps between two validation points (one row of history.csv)")
-    parser.add_argument("--eval-batches", type=int, default=DEFAULTS["eval_batches"],
-                        help="random validation batches of the final val_loss")
-    parser.add_argument("--sample-length", type=int, default=DEFAULTS["sample_length"],
-                        help="characters of the sample printed at the end (0: none)")
+    add_language_model_flags(parser, DEFAULTS, "characters")
     return parser
 
 
@@ -279,28 +271,7 @@ def make_model(args, preset, vocabulary, jit_compile):
 def train(model, args, folder, train_ids, val_ids, block):
     """--steps steps, then model.keras is the final model; returns the
     seconds of training."""
-    import zoo
-
-    from recipes.run_folder import MODEL, callbacks
-
-    steps_per_epoch = min(args.steps_per_epoch, args.steps)
-    # A resumed run skips the batches the backup has seen: the windows are a
-    # function of (seed, step), so it trains on what the killed run would have.
-    windows = train_dataset(train_ids, args.batch_size, block, args.seed).skip(folder.resumed_epoch * steps_per_epoch)
-    start = time.perf_counter()
-    model.fit(
-        windows,
-        steps_per_epoch=steps_per_epoch,
-        epochs=-(-args.steps // steps_per_epoch),
-        validation_data=eval_inputs(val_ids, args.batch_size, block, DEFAULTS["epoch_eval_batches"], seed=1),
-        validation_batch_size=args.batch_size,
-        callbacks=callbacks(folder, save_best=False),
-        shuffle=False,  # the windows are already random
-        verbose=2 if os.environ.get("CI") else 1,
-    )
-    seconds = time.perf_counter() - start
-    zoo.save(model, folder / MODEL)
-    return seconds
+    return fit_steps(model, args, folder, train_ids, val_ids, block, DEFAULTS["epoch_eval_batches"])
 
 
 def draw(model, args, preset, folder, vocabulary, val_ids, block):
@@ -324,9 +295,7 @@ def draw(model, args, preset, folder, vocabulary, val_ids, block):
 def write_sample(model, args, folder):
     """samples.txt: --sample-length characters after a newline, printed."""
     if args.sample_length > 0:
-        text = sample(model, "\n", args.sample_length, seed=args.seed)
-        (folder / "samples.txt").write_text(text, encoding="utf-8")
-        print(text)
+        save_sample(sample(model, "\n", args.sample_length, seed=args.seed), folder)
 
 
 def main(argv=None):

@@ -28,12 +28,11 @@ tokenizer; `zoo sample RUN "prompt"` continues text with it),
 writes the result as a checkpoint folder again.
 """
 
-import os
 import re
-import time
 from pathlib import Path
 
-from recipes.lm_data import eval_inputs, train_dataset
+from recipes import lm_data
+from recipes.lm_data import add_language_model_flags, eval_inputs, fit_steps, save_sample
 
 # --- Defaults: a short fine-tuning run of GPT-2 small (124M) on one CPU or GPU.
 DEFAULTS = dict(
@@ -84,18 +83,7 @@ def encode_text(tokenizer, text):
 def split_ids(ids, source, train_fraction, sequence_length):
     """The first and last parts of the token stream, or a DataError when
     either is too short for one window."""
-    from zoo.data import DataError
-
-    n = int(train_fraction * len(ids))
-    train, val = ids[:n], ids[n:]
-    if min(len(train), len(val)) < sequence_length + 1:
-        need = int((sequence_length + 1) / min(train_fraction, 1 - train_fraction)) + 1
-        raise DataError(
-            f"{source}: the text is {len(ids)} tokens, too short for one window of {sequence_length + 1} "
-            f"tokens in both the training ({train_fraction:.0%}) and validation parts; expected at least "
-            f"{need} tokens (or a smaller --sequence-length)"
-        )
-    return train, val
+    return lm_data.split_ids(ids, source, train_fraction, sequence_length, hint=" (or a smaller --sequence-length)")
 
 
 def evaluate(folder, data=None, split="val", model=None):
@@ -149,13 +137,8 @@ def make_parser():
     parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"], help="tokens per window")
     parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"], help="linear warm-up steps")
     parser.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"], help="AdamW, matrices only")
-    parser.add_argument("--steps-per-epoch", type=int, default=DEFAULTS["steps_per_epoch"],
-                        help="steps between two validation points (one row of history.csv)")
-    parser.add_argument("--eval-batches", type=int, default=DEFAULTS["eval_batches"],
-                        help="fixed random validation batches of the final val_loss")
+    add_language_model_flags(parser, DEFAULTS, "new tokens")
     parser.add_argument("--prompt", default=DEFAULTS["prompt"], help="the text the sample continues")
-    parser.add_argument("--sample-length", type=int, default=DEFAULTS["sample_length"],
-                        help="new tokens of the sample printed at the end (0: none)")
     return parser
 
 
@@ -248,38 +231,13 @@ def compile_model(model, args, jit_compile):
 def train(model, args, folder, train_ids, val_ids):
     """--steps steps, then model.keras is the final model, with its
     tokenizer; returns the seconds of training."""
-    import zoo
-
-    from recipes.run_folder import MODEL, callbacks
-
-    steps_per_epoch = min(args.steps_per_epoch, args.steps)
-    windows = train_dataset(train_ids, args.batch_size, args.sequence_length, args.seed).skip(
-        folder.resumed_epoch * steps_per_epoch
-    )
-    start = time.perf_counter()
-    model.fit(
-        windows,
-        steps_per_epoch=steps_per_epoch,
-        epochs=-(-args.steps // steps_per_epoch),
-        validation_data=eval_inputs(
-            val_ids, args.batch_size, args.sequence_length, DEFAULTS["epoch_eval_batches"], seed=1
-        ),
-        validation_batch_size=args.batch_size,
-        callbacks=callbacks(folder, save_best=False),
-        shuffle=False,  # the windows are already random
-        verbose=2 if os.environ.get("CI") else 1,
-    )
-    seconds = time.perf_counter() - start
-    zoo.save(model, folder / MODEL)
-    return seconds
+    return fit_steps(model, args, folder, train_ids, val_ids, args.sequence_length, DEFAULTS["epoch_eval_batches"])
 
 
 def write_sample(model, args, folder):
     """samples.txt: --prompt and --sample-length new tokens, printed."""
     if args.sample_length > 0:
-        text = sample(model, args.prompt, args.sample_length, seed=args.seed)
-        (folder / "samples.txt").write_text(text, encoding="utf-8")
-        print(text)
+        save_sample(sample(model, args.prompt, args.sample_length, seed=args.seed), folder)
 
 
 def main(argv=None):

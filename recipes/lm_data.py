@@ -3,6 +3,36 @@ stream (gpt_char, gpt_finetune) and the mean cross-entropy of a model's
 logits, the figure the language-model recipes print."""
 
 
+def split_ids(ids, source, train_fraction, sequence_length, unit="tokens", hint=""):
+    """The first and last parts of a stream of ids (`train_fraction` of it,
+    then the rest), or one DataError naming `source` when either is too
+    short for one window of `sequence_length + 1` ids (`unit`: what an id
+    is; `hint`: what to try instead, for the message)."""
+    from zoo.data import DataError
+
+    n = int(train_fraction * len(ids))
+    train, val = ids[:n], ids[n:]
+    if min(len(train), len(val)) < sequence_length + 1:
+        need = int((sequence_length + 1) / min(train_fraction, 1 - train_fraction)) + 1
+        raise DataError(
+            f"{source}: the text is {len(ids)} {unit}, too short for one window of {sequence_length + 1} "
+            f"{unit} in both the training ({train_fraction:.0%}) and validation parts; expected at least "
+            f"{need} {unit}{hint}"
+        )
+    return train, val
+
+
+def add_language_model_flags(parser, defaults, sample_unit):
+    """The language-model recipes' --steps-per-epoch, --eval-batches and
+    --sample-length (in `sample_unit`s: characters, tokens)."""
+    parser.add_argument("--steps-per-epoch", type=int, default=defaults["steps_per_epoch"],
+                        help="steps between two validation points (one row of history.csv)")
+    parser.add_argument("--eval-batches", type=int, default=defaults["eval_batches"],
+                        help="fixed random validation batches of the final val_loss")
+    parser.add_argument("--sample-length", type=int, default=defaults["sample_length"],
+                        help=f"{sample_unit} of the sample printed at the end (0: none)")
+
+
 def mean_cross_entropy(model, inputs, targets, batch_size, weights=None):
     """The mean cross-entropy (nats) of `model`'s logits against `targets`,
     over every target (or weighted by `weights`), accumulated in float64
@@ -82,3 +112,43 @@ def split_loss(recipe, folder, data, split, model, split_ids):
     train, val, length = split_ids(model, read_text(data), data, args)
     x, y = eval_inputs(train if split == "train" else val, args["batch_size"], length, args["eval_batches"], seed=0)
     return {figure_name("loss", split): mean_cross_entropy(model, x, y, args["batch_size"])}
+
+
+def save_sample(text, folder):
+    """samples.txt: the sample a run ends with, also printed."""
+    (folder / "samples.txt").write_text(text, encoding="utf-8")
+    print(text)
+
+
+def fit_steps(model, args, folder, train_ids, val_ids, sequence_length, epoch_eval_batches):
+    """What the language-model recipes' `train` does: --steps steps of
+    random windows of `train_ids`, validated every --steps-per-epoch steps
+    on `epoch_eval_batches` fixed windows of `val_ids`; then model.keras is
+    the final model. Returns the seconds of training.
+
+    A resumed run skips the batches its backup has seen: the windows are a
+    function of (seed, step), so it trains on what the killed run would have.
+    """
+    import os
+    import time
+
+    import zoo
+
+    from recipes.run_folder import MODEL, callbacks
+
+    steps_per_epoch = min(args.steps_per_epoch, args.steps)
+    windows = train_dataset(train_ids, args.batch_size, sequence_length, args.seed)
+    start = time.perf_counter()
+    model.fit(
+        windows.skip(folder.resumed_epoch * steps_per_epoch),
+        steps_per_epoch=steps_per_epoch,
+        epochs=-(-args.steps // steps_per_epoch),
+        validation_data=eval_inputs(val_ids, args.batch_size, sequence_length, epoch_eval_batches, seed=1),
+        validation_batch_size=args.batch_size,
+        callbacks=callbacks(folder, save_best=False),
+        shuffle=False,  # the windows are already random
+        verbose=2 if os.environ.get("CI") else 1,
+    )
+    seconds = time.perf_counter() - start
+    zoo.save(model, folder / MODEL)
+    return seconds
