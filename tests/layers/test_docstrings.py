@@ -1,4 +1,4 @@
-"""Every public layer, model and task documents its arguments, shows an
+"""Every public layer, model, task and config documents its arguments, shows an
 example that runs, and names the paper it implements.
 
 The `Example:` block of each docstring (a ```python fence) is executed here,
@@ -6,6 +6,7 @@ with `np`, `keras`, `ops`, `zoo` and the names of its own module in scope
 (what `from zoo.layers.x import *` and the usual imports would give).
 """
 
+import dataclasses
 import inspect
 import re
 import sys
@@ -43,7 +44,9 @@ def _example(obj):
 def test_docstring_has_args_example_and_references(obj):
     doc = inspect.getdoc(obj) or ""
     needs_args = not inspect.isclass(obj) or bool(_own_arguments(obj))
-    if needs_args:
+    if dataclasses.is_dataclass(obj):  # a family's config: its fields are attributes
+        assert "Attributes:" in doc, f"{obj.__name__}: no Attributes section"
+    elif needs_args:
         assert "Args:" in doc, f"{obj.__name__}: no Args section"
     assert _example(obj), f"{obj.__name__}: no ```python Example block"
     assert "References:" in doc, f"{obj.__name__}: no References section"

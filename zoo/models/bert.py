@@ -39,6 +39,17 @@ class BertConfig(ModelConfig):
         activation: "gelu" (exact, the paper) or "gelu_approximate"
             (what keras-hub's BERT uses).
         layer_norm_epsilon: 1e-12 as BERT.
+
+    Example:
+
+    ```python
+    config = BertConfig(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    config.replace(num_layers=4).num_layers  # 4
+    ```
+
+    References:
+        Devlin et al. 2019 (BERT), section 3; the released code's
+        `bert_config.json`.
     """
 
     vocabulary_size: int

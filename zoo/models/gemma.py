@@ -18,7 +18,7 @@ from keras import ops
 from zoo.families import Family, Task, register
 from zoo.layers import DecoderBlock, RMSNorm, TokenEmbedding
 from zoo.models.base import ZooModel, gpt_initializer
-from zoo.models.config import ModelConfig, Preset
+from zoo.models.config import Preset, RotaryDecoderConfig
 from zoo.models.gpt import DecoderStack, GPTCausalLM
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -32,19 +32,15 @@ def default_layer_types(num_layers, pattern=6):
 
 
 @dataclass(frozen=True)
-class Gemma3Config(ModelConfig):
+class Gemma3Config(RotaryDecoderConfig):
     """Gemma 3's sizes and flags: `Gemma3Backbone`'s constructor arguments,
     and its presets.
 
     Attributes:
-        vocabulary_size: V.
-        num_layers: N.
-        num_heads: h, the query heads.
-        hidden_dim: d.
-        intermediate_dim: d_ff, the width of the gate and up projections.
-        num_key_value_heads: g (dividing h); None for h.
-        head_dim: k; None for d / h (Gemma 3 sets 256).
-        max_sequence_length: the context the checkpoint was trained for.
+        vocabulary_size, num_layers, num_heads, hidden_dim,
+        intermediate_dim, num_key_value_heads, head_dim,
+        max_sequence_length: see `RotaryDecoderConfig` (Gemma 3 sets
+            `head_dim` 256).
         rope_theta: the rotary base of the global layers (1,000,000).
         local_rope_theta: the rotary base of the local layers (10,000;
             transformers' `rope_local_base_freq`).
@@ -60,18 +56,18 @@ class Gemma3Config(ModelConfig):
         initializer_range: std of the normal initialisation of every
             kernel and embedding (0.02).
 
+    Example:
+
+    ```python
+    config = Gemma3Config(vocabulary_size=50, num_layers=6, num_heads=4, hidden_dim=16, intermediate_dim=32)
+    config.layer_types.count("full_attention")  # 1: five local layers, then a global one
+    ```
+
     References:
         The fields of transformers' `Gemma3TextConfig`, under the zoo's
         names (see `zoo.checkpoints.gemma3`).
     """
 
-    vocabulary_size: int
-    num_layers: int
-    num_heads: int
-    hidden_dim: int
-    intermediate_dim: int
-    num_key_value_heads: int = None
-    head_dim: int = None
     max_sequence_length: int = 32768
     rope_theta: float = 1000000.0
     local_rope_theta: float = 10000.0
@@ -82,20 +78,16 @@ class Gemma3Config(ModelConfig):
     dropout: float = 0.0
     initializer_range: float = 0.02
 
-    positive = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-                "num_key_value_heads", "max_sequence_length", "sliding_window")
+    positive = (*RotaryDecoderConfig.positive, "sliding_window")
 
     def resolve(self):
         return {
-            "num_key_value_heads": self.num_key_value_heads or self.num_heads,
+            **super().resolve(),
             "layer_types": list(self.layer_types or default_layer_types(self.num_layers)),
         }
 
     def check(self):
-        if self.head_dim is None and self.hidden_dim % self.num_heads:
-            raise ValueError(
-                f"hidden_dim={self.hidden_dim} must be divisible by num_heads={self.num_heads}, or pass `head_dim`."
-            )
+        super().check()
         if len(self.layer_types) != self.num_layers or any(kind not in LAYER_TYPES for kind in self.layer_types):
             raise ValueError(
                 f"`layer_types` must list {self.num_layers} of {LAYER_TYPES} (one per layer); got {self.layer_types!r}."

@@ -116,6 +116,18 @@ class GPTConfig(ModelConfig):
             initializer_range / sqrt(2 * num_layers), GPT-2's scaled init.
         use_bias: whether the projections and LayerNorms have biases; True
             for GPT-2, False for nanoGPT's `bias=False`.
+
+    Example:
+
+    ```python
+    config = GPTConfig(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16)
+    config.intermediate_dim  # 64: None is 4 d
+    GPTBackbone(config=config).count_params() == GPTBackbone(**config.to_dict()).count_params()  # True
+    ```
+
+    References:
+        Radford et al. 2018 (GPT-1) and 2019 (GPT-2); nanoGPT's
+        `GPTConfig` (`bias=False`).
     """
 
     vocabulary_size: int

@@ -16,28 +16,20 @@ import keras
 from zoo.families import Family, Task, register
 from zoo.layers import DecoderBlock, RMSNorm, TokenEmbedding
 from zoo.models.base import ZooModel, gpt_initializer
-from zoo.models.config import ModelConfig, Preset
+from zoo.models.config import Preset, RotaryDecoderConfig
 from zoo.models.gpt import DecoderStack, GPTCausalLM
 
 
 @dataclass(frozen=True)
-class LlamaConfig(ModelConfig):
+class LlamaConfig(RotaryDecoderConfig):
     """The Llama family's sizes and variant flags: `LlamaBackbone`'s
     constructor arguments, and its presets.
 
     Attributes:
-        vocabulary_size: V.
-        num_layers: N.
-        num_heads: h, the query heads.
-        hidden_dim: d.
-        intermediate_dim: d_ff, the width of the gate and up projections.
-        num_key_value_heads: g (dividing h): h is multi-head attention, 1
-            multi-query; None for h.
-        head_dim: k; None for d / h (Qwen3 sets it).
-        max_sequence_length: the context the checkpoint was trained for
-            (rotary positions have no table; generation slides its window
-            past it).
-        rope_theta: the rotary frequency base.
+        vocabulary_size, num_layers, num_heads, hidden_dim,
+        intermediate_dim, num_key_value_heads, head_dim,
+        max_sequence_length, rope_theta: see `RotaryDecoderConfig`
+            (Qwen3 sets `head_dim`).
         rope_scaling: None or a Hugging Face "llama3" scaling dict.
         layer_norm_epsilon: the RMSNorms' epsilon (`rms_norm_eps`).
         tie_word_embeddings: the logits through the token embedding (True)
@@ -48,20 +40,19 @@ class LlamaConfig(ModelConfig):
         initializer_range: std of the normal initialisation of every
             kernel and embedding (0.02).
 
+    Example:
+
+    ```python
+    config = LlamaConfig(vocabulary_size=50, num_layers=2, num_heads=4, hidden_dim=16, intermediate_dim=32,
+                         num_key_value_heads=2, query_key_norm=True)
+    LlamaBackbone(config=config).config == config  # True
+    ```
+
     References:
         The fields of transformers' `LlamaConfig`, `Qwen2Config` and
         `Qwen3Config`, under the zoo's names (see `zoo.checkpoints.llama`).
     """
 
-    vocabulary_size: int
-    num_layers: int
-    num_heads: int
-    hidden_dim: int
-    intermediate_dim: int
-    num_key_value_heads: int = None
-    head_dim: int = None
-    max_sequence_length: int = 2048
-    rope_theta: float = 10000.0
     rope_scaling: dict = None
     layer_norm_epsilon: float = 1e-5
     tie_word_embeddings: bool = True
@@ -69,18 +60,6 @@ class LlamaConfig(ModelConfig):
     query_key_norm: bool = False
     dropout: float = 0.0
     initializer_range: float = 0.02
-
-    positive = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-                "num_key_value_heads", "max_sequence_length")
-
-    def resolve(self):
-        return {"num_key_value_heads": self.num_key_value_heads or self.num_heads}
-
-    def check(self):
-        if self.head_dim is None and self.hidden_dim % self.num_heads:
-            raise ValueError(
-                f"hidden_dim={self.hidden_dim} must be divisible by num_heads={self.num_heads}, or pass `head_dim`."
-            )
 
 
 @keras.saving.register_keras_serializable(package="zoo")

@@ -37,6 +37,17 @@ class EncoderDecoderConfig(ModelConfig):
             LayerNorms after each stack).
         activation: "relu" (the paper).
         layer_norm_epsilon: 1e-6 as the reference tensor2tensor code.
+
+    Example:
+
+    ```python
+    config = EncoderDecoderConfig(vocabulary_size=40, num_layers=2, num_heads=2, hidden_dim=16)
+    config.source_vocabulary_size  # 40: one shared vocabulary
+    config.replace(vocabulary_size=60).source_vocabulary_size  # 60
+    ```
+
+    References:
+        Vaswani et al. 2017, Table 3 (the base and big models' sizes).
     """
 
     vocabulary_size: int
