@@ -76,6 +76,13 @@ def test_a_time_budget_stops_at_an_epoch_end_and_says_so(data, tmp_path, capsys)
     assert translate.parse([]).time_budget is None
 
 
+def test_a_negative_ema_warmup_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit):
+        translate.parse(["--ema-warmup", "-1"])
+    assert "--ema-warmup -1.0: expected a power >= 0" in capsys.readouterr().err
+    assert translate.parse(["--ema-warmup", "0.75"]).ema_warmup == 0.75
+
+
 def test_files_of_different_line_counts_name_both_files(data, tmp_path):
     bad = tmp_path / "bad"
     write_pairs(bad, "train", 20)
@@ -130,7 +137,7 @@ def test_zoo_translate_gives_cased_detokenized_text_and_eval_names_the_split(tmp
         write_cased_pairs(data, split, count, seed)
     run = tmp_path / "run"
     fast = [*FAST, "--epochs", "12", "--batch-size", "16", "--learning-rate", "3e-3", "--max-length", "24",
-            "--ema-momentum", "0.9"]
+            "--ema-momentum", "0.9", "--ema-warmup", "0.75"]
     translate.main(["--data", str(data), "--output", str(run), *fast])
     capsys.readouterr()
     assert cli.main(["translate", str(run), "Ein mann läuft im park.", "Eine frau spielt auf der straße."]) == 0
