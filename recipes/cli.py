@@ -270,7 +270,7 @@ def is_checkpoint(target):
 
 # What `zoo sample` and `zoo classify` need of a checkpoint: (model class, in words).
 CHECKPOINT_MODELS = {
-    "sample": ("GPTCausalLM", "a causal LM (GPT-2, the Llama family or Gemma 3)"),
+    "sample": ("CausalLM", "a causal LM (GPT-2, the Llama family or Gemma 3)"),
     "classify": ("BertClassifier",
                  "a BERT classifier (BertForSequenceClassification or keras-hub's BertTextClassifier)"),
 }

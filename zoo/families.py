@@ -35,7 +35,7 @@ class Family:
         tasks: {task name: `Task`}; `zoo.build(name, task=None)` is the
             backbone.
         checkpoints: the dotted name of the module that maps the family to
-            Hugging Face and keras-hub checkpoints (`zoo.checkpoints.llama`),
+            Hugging Face and keras-hub checkpoints (`zoo.models.llama.checkpoints`),
             or None for a family without one; imported when first read.
         description: one line for listings.
         presets: {preset name: `zoo.models.config.Preset`}, instances of

@@ -28,8 +28,7 @@ from zoo.data.tokenizers import token_id_lists
 from zoo.generation import samplers
 from zoo.generation.engine import Decoding, check_stop_tokens
 from zoo.generation.samplers import SAMPLERS  # noqa: F401  (zoo.inference.SAMPLERS)
-from zoo.models import BertClassifier, BertSentenceEncoder, EncoderDecoder, GPTCausalLM
-from zoo.models.gpt import DecoderStack
+from zoo.models import BertClassifier, BertSentenceEncoder, CausalLM, DecoderStack, EncoderDecoder
 
 # The default of `stop_token_ids`: the tokenizer's end token for text (as
 # keras-hub's CausalLM), none for token ids (as `zoo.generation.generate`).
@@ -528,11 +527,11 @@ def _text_prompts(model, prompt, what):
     window for an encoder-decoder's sources)."""
     if isinstance(model, EncoderDecoder):
         tokenizer = model.source_tokenizer or _tokenizer_of(model, what)
-    elif isinstance(model, (GPTCausalLM, DecoderStack)):
+    elif isinstance(model, (CausalLM, DecoderStack)):
         tokenizer = _tokenizer_of(model, what)
     else:
         raise ValueError(
-            f"{what} on text needs a causal LM (a GPTCausalLM or LlamaCausalLM) or an EncoderDecoder; "
+            f"{what} on text needs a causal LM (a GPTCausalLM, LlamaCausalLM or Gemma3CausalLM) or an EncoderDecoder; "
             f"got a {type(model).__name__}."
         )
     texts = [prompt] if isinstance(prompt, str) else list(prompt)
@@ -581,7 +580,7 @@ def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_toke
 
 def _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, kwargs):
     tokenizer = _tokenizer_of(model, "zoo.generate")
-    window = (model.backbone if isinstance(model, GPTCausalLM) else model).max_sequence_length
+    window = (model.backbone if isinstance(model, CausalLM) else model).max_sequence_length
     if max(len(r) + b for r, b in zip(rows, budgets)) > window:
         raise ValueError(
             f"sampler='beam' generates within the model's context of {window} tokens only; ask for fewer "

@@ -44,9 +44,9 @@ def run_record(target):
 def kind_of(model):
     """LANGUAGE_MODEL, TRANSLATOR or CLASSIFIER; a ValueError for a model
     the page cannot show."""
-    from zoo.models import BertClassifier, EncoderDecoder, GPTCausalLM
+    from zoo.models import BertClassifier, CausalLM, EncoderDecoder
 
-    for cls, kind in ((GPTCausalLM, LANGUAGE_MODEL), (EncoderDecoder, TRANSLATOR), (BertClassifier, CLASSIFIER)):
+    for cls, kind in ((CausalLM, LANGUAGE_MODEL), (EncoderDecoder, TRANSLATOR), (BertClassifier, CLASSIFIER)):
         if isinstance(model, cls):
             if tokenizer_of(model) is None:
                 raise ValueError(
@@ -55,7 +55,7 @@ def kind_of(model):
                 )
             return kind
     raise ValueError(
-        f"`zoo explore` shows a GPTCausalLM, an EncoderDecoder or a BertClassifier; got a {type(model).__name__}"
+        f"`zoo explore` shows a causal LM, an EncoderDecoder or a BertClassifier; got a {type(model).__name__}"
     )
 
 
@@ -72,7 +72,7 @@ class Explorer:
     the server answers requests on several threads.
 
     Args:
-        model: a `GPTCausalLM`, `EncoderDecoder` or `BertClassifier` that
+        model: a `CausalLM`, `EncoderDecoder` or `BertClassifier` that
             carries its tokenizer.
         name: what the page calls it (the target's path).
         labels: the class names of a classifier, in class order.

@@ -56,9 +56,9 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
 
 def check_language_model(model, target):
     """One clear line for a model `zoo serve` cannot serve."""
-    from zoo.models import GPTCausalLM
+    from zoo.models import CausalLM
 
-    if not isinstance(model, GPTCausalLM):
+    if not isinstance(model, CausalLM):
         raise ValueError(
             f"{target}: a {type(model).__name__}; zoo serve serves a decoder-only language model (GPT, Llama "
             "family); `zoo translate` and `zoo classify` use the others"

@@ -25,8 +25,8 @@ def test_every_preset_names_a_registered_family_and_builds_its_backbone_class():
 def test_the_checkpoint_drivers_read_the_families_modules():
     modules = {f.name: f.checkpoint_module() for f in families.FAMILIES.values()}
     assert {name: m.__name__ if m else None for name, m in modules.items()} == {
-        "gpt": "zoo.checkpoints.gpt2", "llama": "zoo.checkpoints.llama", "gemma": "zoo.checkpoints.gemma3",
-        "bert": "zoo.checkpoints.bert", "transformer": None,
+        "gpt": "zoo.models.gpt.checkpoints", "llama": "zoo.models.llama.checkpoints", "gemma": "zoo.models.gemma.checkpoints",
+        "bert": "zoo.models.bert.checkpoints", "transformer": None,
     }
     assert set(checkpoint_families.FAMILIES) == {m for m in modules.values() if m is not None}
     assert checkpoint_families.for_model(zoo.build("gemma3-nano", task="causal_lm")) is modules["gemma"]

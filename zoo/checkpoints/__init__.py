@@ -13,10 +13,12 @@ One driver per format, one file per family:
 * `keras_hub`: a keras-hub preset (`save_to_preset`: `config.json` with a
   backbone's `registered_name`, `model.weights.h5`, `tokenizer.json` and
   `assets/tokenizer/...`, optionally `task.json`);
-* `gpt2` (GPT-2), `bert` (BERT), `llama` (Llama, Mistral, Qwen2, Qwen3,
-  SmolLM2, TinyLlama), `gemma3` (Gemma 3's text models): each family's
-  config in and out, tensor names, tokenizer and keras-hub weight copy;
-  `families` is the registry.
+* each family's `checkpoints` module, in its folder beside its models
+  (`zoo.models.gpt.checkpoints` for GPT-2, `bert`, `llama` for Llama,
+  Mistral, Qwen2, Qwen3, SmolLM2 and TinyLlama, `gemma` for Gemma 3's
+  text models): its config in and out, tensor names, tokenizer and
+  keras-hub weight copy; `families` finds the one of a checkpoint or a
+  model.
 
 A handle (`hf://ORG/NAME[@REVISION]`, a keras-hub preset name, `kaggle://...`)
 is fetched into its hub's cache first (`hub`), then read as a folder.
@@ -28,6 +30,8 @@ embedding table raises one `CheckpointError` naming the file. Nothing loads
 partially.
 """
 
+import importlib
+import warnings
 from pathlib import Path
 
 from zoo.checkpoints import families, huggingface, keras_hub
@@ -35,6 +39,26 @@ from zoo.checkpoints.common import CheckpointError, TensorName, assign_tensors, 
 from zoo.checkpoints.hub import checkpoint_folder, is_handle
 
 FORMATS = ("keras-hub", "huggingface")
+
+# The families' checkpoint modules moved into the families' folders; the
+# old names still import, with a warning, for one release.
+_MOVED = {
+    "gpt2": "zoo.models.gpt.checkpoints",
+    "bert": "zoo.models.bert.checkpoints",
+    "llama": "zoo.models.llama.checkpoints",
+    "gemma3": "zoo.models.gemma.checkpoints",
+}
+
+
+def __getattr__(name):
+    if name in _MOVED:
+        warnings.warn(
+            f"zoo.checkpoints.{name} is now {_MOVED[name]}; the old name goes in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(_MOVED[name])
+    raise AttributeError(f"module 'zoo.checkpoints' has no attribute {name!r}")
 
 __all__ = [
     "FORMATS",
@@ -261,7 +285,7 @@ def from_keras_hub(backbone, dtype=None, **overrides):
     """
     name = f"keras_hub>{type(backbone).__name__}"
     if name not in families.KERAS_HUB_BACKBONES:
-        from zoo.checkpoints import llama
+        from zoo.models.llama import checkpoints as llama
 
         llamas = ", ".join(n.split(">")[1] for n in llama.KERAS_HUB_BACKBONES)
         raise ValueError(

@@ -1,6 +1,7 @@
 """The checkpoint families, and which one a checkpoint or a model belongs to.
 
-A family is a module (`gpt2`, `bert`, `llama`, `gemma3`) with the same names:
+A family's checkpoint mapping is the `checkpoints` module of its folder
+(`zoo/models/llama/checkpoints.py`), and each has the same names:
 
 * who it is: `NAME`, `MODEL_TYPES` (transformers' `model_type`s),
   `TASKS`, `DEFAULT_TASK`, `HEADS_WITH_WEIGHTS` (tasks whose head has
@@ -22,7 +23,7 @@ A family is a module (`gpt2`, `bert`, `llama`, `gemma3`) with the same names:
   `keras_hub_task(model, hub_backbone, hub_tokenizer, folder)`.
 
 A family names its module in its `zoo.families.Family` record
-(`checkpoints="zoo.checkpoints.llama"`); `FAMILIES` are the modules of
+(`checkpoints="zoo.models.llama.checkpoints"`); `FAMILIES` are the modules of
 every registered family that has one.
 """
 

@@ -8,6 +8,8 @@ from zoo.models.gpt import GPTBackbone, GPTCausalLM, GPTConfig
 from zoo.models.llama import LlamaBackbone, LlamaCausalLM, LlamaConfig
 from zoo.models.gemma import Gemma3Backbone, Gemma3CausalLM, Gemma3Config
 from zoo.models.bert import BertBackbone, BertClassifier, BertConfig, BertMaskedLM, BertSentenceEncoder
+from zoo.models.causal_lm import CausalLM
+from zoo.models.decoder_stack import DecoderStack
 
 __all__ = [
     "BertBackbone",
@@ -15,6 +17,8 @@ __all__ = [
     "BertConfig",
     "BertMaskedLM",
     "BertSentenceEncoder",
+    "CausalLM",
+    "DecoderStack",
     "EncoderDecoder",
     "EncoderDecoderConfig",
     "Gemma3Backbone",

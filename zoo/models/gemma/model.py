@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import keras
 from keras import ops
 
-from zoo.families import Family, Task, register
 from zoo.layers import DecoderBlock, RMSNorm, TokenEmbedding
 from zoo.models.base import ZooModel, gpt_initializer
-from zoo.models.config import Preset, RotaryDecoderConfig
-from zoo.models.gpt import DecoderStack, GPTCausalLM
+from zoo.models.causal_lm import CausalLM
+from zoo.models.config import RotaryDecoderConfig
+from zoo.models.decoder_stack import DecoderStack
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
 
@@ -65,7 +65,7 @@ class Gemma3Config(RotaryDecoderConfig):
 
     References:
         The fields of transformers' `Gemma3TextConfig`, under the zoo's
-        names (see `zoo.checkpoints.gemma3`).
+        names (see `zoo.models.gemma.checkpoints`).
     """
 
     max_sequence_length: int = 32768
@@ -183,7 +183,7 @@ class Gemma3Backbone(DecoderStack, ZooModel):
 
 
 @keras.saving.register_keras_serializable(package="zoo")
-class Gemma3CausalLM(GPTCausalLM):
+class Gemma3CausalLM(CausalLM):
     """A `Gemma3Backbone` with its tied language-model head: logits
     (B, T, V) for the next token. The same task as `GPTCausalLM` (the
     cached step `zoo.generate` calls, `attention_scores`).
@@ -205,33 +205,3 @@ class Gemma3CausalLM(GPTCausalLM):
         Gemma Team 2025 (Gemma 3); Radford et al. 2018, section 3.1 (the
         language-modelling objective).
     """
-
-
-# The published 270M's config.json, and a small size for tests.
-PRESETS = {
-    "gemma3-270m": Preset(
-        "Gemma 3 270M: 18 layers, d=640, 4 heads of 256, 1 key/value head, 5 local (window 512) "
-        "to 1 global, vocabulary 262,144, tied.",
-        Gemma3Config(vocabulary_size=262144, num_layers=18, num_heads=4, hidden_dim=640, intermediate_dim=2048,
-                     num_key_value_heads=1, head_dim=256, max_sequence_length=32768, rope_theta=1000000.0,
-                     local_rope_theta=10000.0, sliding_window=512, query_pre_attention_scalar=256,
-                     layer_norm_epsilon=1e-6),
-    ),
-    "gemma3-nano": Preset(
-        "Tests: 6 layers (5 local with window 8, 1 global), d=32, 4 heads of 16, 1 key/value head.",
-        Gemma3Config(vocabulary_size=100, num_layers=6, num_heads=4, hidden_dim=32, intermediate_dim=64,
-                     num_key_value_heads=1, head_dim=16, max_sequence_length=64, sliding_window=8),
-    ),
-}
-
-
-register(
-    Family(
-        "gemma",
-        Gemma3Backbone,
-        tasks={"causal_lm": Task(Gemma3CausalLM)},
-        checkpoints="zoo.checkpoints.gemma3",
-        description="Gemma 3: sandwich norms, GeGLU, q/k norms, sliding-window local layers",
-        presets=PRESETS,
-    )
-)

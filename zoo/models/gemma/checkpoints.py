@@ -20,7 +20,7 @@ keras-hub's Gemma 3 presets are not read or written.
 import functools
 
 from zoo.checkpoints.common import CheckpointError, TensorName, fused_linear, read_architecture, refuse_config_value
-from zoo.checkpoints.llama import _prefix, checkpoint_name, huggingface_sizes, read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
+from zoo.models.llama.checkpoints import _prefix, checkpoint_name, huggingface_sizes, read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
 
 NAME = "Gemma 3"
 MODEL_TYPES = ("gemma3_text",)
@@ -85,7 +85,7 @@ def from_huggingface_config(config, config_file):
     num_layers, num_heads = get("num_hidden_layers"), get("num_attention_heads")
     layer_types = config.get("layer_types")
     if layer_types is None:
-        from zoo.models.gemma import default_layer_types
+        from zoo.models.gemma.model import default_layer_types
 
         layer_types = default_layer_types(num_layers, get("sliding_window_pattern", 6))
     hidden_dim, head_dim = get("hidden_size"), get("head_dim", 256)
@@ -115,7 +115,7 @@ def check_huggingface_export(backbone):
 
 
 def to_huggingface_config(model):
-    from zoo.checkpoints.llama import special_ids
+    from zoo.models.llama.checkpoints import special_ids
     from zoo.data import HuggingFaceTokenizer
 
     backbone = getattr(model, "backbone", model)

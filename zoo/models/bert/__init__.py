@@ -1,0 +1,22 @@
+"""The BERT family: its config, models, presets and checkpoint mapping, registered once."""
+
+from zoo.families import Family, Task, register
+from zoo.models.bert.model import BertBackbone, BertClassifier, BertConfig, BertMaskedLM, BertSentenceEncoder
+from zoo.models.bert.presets import PRESETS
+
+__all__ = ['BertBackbone', 'BertClassifier', 'BertConfig', 'BertMaskedLM', 'BertSentenceEncoder', 'PRESETS']
+
+register(
+    Family(
+        "bert",
+        BertBackbone,
+        tasks={
+            "masked_lm": Task(BertMaskedLM),
+            "classifier": Task(BertClassifier, ("num_classes", "classifier_dropout")),
+            "sentence_encoder": Task(BertSentenceEncoder, ("pooling", "normalize")),
+        },
+        checkpoints="zoo.models.bert.checkpoints",
+        description="BERT: the encoder, masked-LM pretraining, classification, sentence embeddings",
+        presets=PRESETS,
+    )
+)

@@ -1,0 +1,87 @@
+"""What every decoder-only backbone shares: the functional graph, the
+cached step and the attention scores.
+
+Shape letters: B batch, T length, d width, V vocabulary, g key/value
+heads, k head width, S_max the cache length.
+"""
+
+import keras
+
+
+class DecoderStack:
+    """What every decoder-only backbone shares, written once: the
+    functional graph, the cached step and the attention scores, each its
+    own loop over the blocks.
+
+    A backbone that mixes it in has `blocks` (`DecoderBlock`s),
+    `final_norm` (or None), `embed(token_ids, start_index, training)`,
+    `embedding` (the token embedding, tied to the logits unless `logits`
+    is overridden), `num_key_value_heads` and `head_dim`.
+    """
+
+    def _functional_graph(self):
+        """The functional model's inputs, `token_ids` (B, T) and the
+        optional `padding_mask` (B, T), and its (B, T, d) output."""
+        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask", optional=True)
+        x = self.embed(token_ids)
+        for block in self.blocks:
+            x = block(x, padding_mask=padding_mask)
+        return {"token_ids": token_ids, "padding_mask": padding_mask}, self._final(x)
+
+    def _final(self, x):
+        """The final norm (pre-LN models) of the last block's output."""
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def hidden_states_with_cache(self, token_ids, cache, cache_index):
+        """The cached forward pass: (B, T) token ids at positions
+        cache_index.. -> ((B, T, d) hidden states, cache), in inference mode.
+
+        Args:
+            token_ids: (B, T) int32.
+            cache: N per-block (B, 2, g, S_max, k) self-attention caches
+                (`empty_cache`); the new positions are written at
+                `cache_index`.
+            cache_index: the absolute position of the first token.
+        """
+        x = self.embed(token_ids, start_index=cache_index, training=False)
+        new_cache = []
+        for block, block_cache in zip(self.blocks, cache):
+            x, block_cache = block.call_with_cache(x, block_cache, cache_index)
+            new_cache.append(block_cache)
+        return self._final(x), tuple(new_cache)
+
+    def logits(self, hidden):
+        """(B, T, d) final hidden states -> (B, T, V) logits through the
+        tied token embedding (a family with an untied head overrides it)."""
+        return self.embedding(hidden, reverse=True)
+
+    def call_with_cache(self, token_ids, cache, cache_index, context=None):
+        """The cached step with the language-model logits (what the causal
+        LM computes): -> ((B, T, V) logits in the compute dtype, as the
+        causal LM's; generation casts them to float32), cache). So a bare
+        backbone generates too."""
+        hidden, cache = self.hidden_states_with_cache(token_ids, cache, cache_index)
+        return self.logits(hidden), cache
+
+    def empty_cache(self, batch_size, length):
+        """N per-block (B, 2, g, length, k) zero caches (head-major keys and
+        values of the g key/value heads), a tuple rather than one stacked
+        tensor, so that a compiled loop updates each in place."""
+        shape = (batch_size, 2, self.num_key_value_heads, length, self.head_dim)
+        return tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in self.blocks)
+
+    def attention_scores(self, inputs):
+        """The attention weights of every block and head for `inputs` (the
+        model's input dict; `padding_mask` optional), computed by the
+        blocks' own layers in inference mode.
+
+        Returns:
+            {"self": (N, B, h, T, T)}: `scores["self"][i]` is block i's.
+        """
+        padding_mask = inputs.get("padding_mask")
+        x, scores = self.embed(inputs["token_ids"], training=False), []
+        for block in self.blocks:
+            x, block_scores = block.call_with_attention_scores(x, padding_mask=padding_mask)
+            scores.append(block_scores["self"])
+        return {"self": keras.ops.stack(scores)}

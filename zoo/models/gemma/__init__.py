@@ -1,0 +1,18 @@
+"""The Gemma 3 family (the text models): its config, models, presets and checkpoint mapping, registered once."""
+
+from zoo.families import Family, Task, register
+from zoo.models.gemma.model import Gemma3Backbone, Gemma3CausalLM, Gemma3Config
+from zoo.models.gemma.presets import PRESETS
+
+__all__ = ['Gemma3Backbone', 'Gemma3CausalLM', 'Gemma3Config', 'PRESETS']
+
+register(
+    Family(
+        "gemma",
+        Gemma3Backbone,
+        tasks={"causal_lm": Task(Gemma3CausalLM)},
+        checkpoints="zoo.models.gemma.checkpoints",
+        description="Gemma 3: sandwich norms, GeGLU, q/k norms, sliding-window local layers",
+        presets=PRESETS,
+    )
+)

@@ -1,0 +1,18 @@
+"""The GPT family (GPT-1, GPT-2): its config, models, presets and checkpoint mapping, registered once."""
+
+from zoo.families import Family, Task, register
+from zoo.models.gpt.model import GPTBackbone, GPTCausalLM, GPTConfig
+from zoo.models.gpt.presets import PRESETS
+
+__all__ = ['GPTBackbone', 'GPTCausalLM', 'GPTConfig', 'PRESETS']
+
+register(
+    Family(
+        "gpt",
+        GPTBackbone,
+        tasks={"causal_lm": Task(GPTCausalLM)},
+        checkpoints="zoo.models.gpt.checkpoints",
+        description="GPT-1 and GPT-2: learned positions, LayerNorm, GELU",
+        presets=PRESETS,
+    )
+)

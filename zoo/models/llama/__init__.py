@@ -1,0 +1,18 @@
+"""The Llama family (Llama 3.2, Mistral, Qwen2.5/3, SmolLM2, TinyLlama): its config, models, presets and checkpoint mapping, registered once."""
+
+from zoo.families import Family, Task, register
+from zoo.models.llama.model import LlamaBackbone, LlamaCausalLM, LlamaConfig
+from zoo.models.llama.presets import PRESETS
+
+__all__ = ['LlamaBackbone', 'LlamaCausalLM', 'LlamaConfig', 'PRESETS']
+
+register(
+    Family(
+        "llama",
+        LlamaBackbone,
+        tasks={"causal_lm": Task(LlamaCausalLM)},
+        checkpoints="zoo.models.llama.checkpoints",
+        description="Llama, Mistral, Qwen2/3, SmolLM2, TinyLlama: RMSNorm, rotary, grouped-query attention, SwiGLU",
+        presets=PRESETS,
+    )
+)

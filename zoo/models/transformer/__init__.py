@@ -1,0 +1,18 @@
+"""The encoder-decoder Transformer family (Vaswani et al. 2017): its config, models, presets and checkpoint mapping, registered once."""
+
+from zoo.families import Family, Task, register
+from zoo.models.transformer.model import EncoderDecoder, EncoderDecoderConfig
+from zoo.models.transformer.presets import PRESETS
+
+__all__ = ['EncoderDecoder', 'EncoderDecoderConfig', 'PRESETS']
+
+register(
+    Family(
+        "transformer",
+        EncoderDecoder,
+        tasks={"seq2seq": Task()},
+        checkpoints=None,
+        description="The encoder-decoder of Vaswani et al. 2017 (its output is already logits)",
+        presets=PRESETS,
+    )
+)
