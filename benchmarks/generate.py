@@ -35,7 +35,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
-from zoo.generation import generate  # noqa: E402
+from zoo import generate  # noqa: E402
 from zoo.models import GPTBackbone, GPTCausalLM, LlamaBackbone, LlamaCausalLM  # noqa: E402
 
 # --- The configuration ---------------------------------------------------------

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the recipes, for
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from zoo.generation import generate  # noqa: E402
+from zoo import generate  # noqa: E402
 from zoo.models import QUANTIZATION_MODES, GPTBackbone, GPTCausalLM  # noqa: E402
 from generate import measure  # noqa: E402  (benchmarks/: the zoo and keras-hub calls alternating)
 

@@ -62,7 +62,7 @@ def workload():
     inputs = {"encoder_token_ids": source, "encoder_padding_mask": np.ones_like(source),
               "decoder_token_ids": target[:, :-1], "decoder_padding_mask": np.ones_like(target[:, :-1])}
     model.fit(inputs, target[:, 1:], batch_size=4, epochs=1, verbose=0)
-    generation.generate(model, target[:2, :1], max_new_tokens=6, source=source[:2],
+    zoo.generate(model, target[:2, :1], max_new_tokens=6, source=source[:2],
                         source_padding_mask=np.ones_like(source[:2]))
     generation.beam_search(model, target[:2, :1], max_new_tokens=6, num_beams=3, source=source[:2],
                            source_padding_mask=np.ones_like(source[:2]))

@@ -99,7 +99,7 @@ def pretrained_parts(target, num_classes):
 
     from recipes.run_folder import is_run_folder, load_model, read_run
 
-    folder = zoo.pretrained.checkpoint_folder(target)
+    folder = zoo.checkpoints.checkpoint_folder(target)
     if is_run_folder(folder):
         record = read_run(folder)
         if record.get("recipe") != "bert_pretrain":

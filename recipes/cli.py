@@ -263,9 +263,9 @@ def is_checkpoint(target):
 
     from recipes.run_folder import RUN
 
-    if zoo.pretrained.is_handle(target):
+    if zoo.checkpoints.is_handle(target):
         return True
-    return zoo.pretrained.is_checkpoint_folder(target) and not (Path(target) / RUN).is_file()
+    return zoo.checkpoints.is_checkpoint_folder(target) and not (Path(target) / RUN).is_file()
 
 
 # What `zoo sample` and `zoo classify` need of a checkpoint: (model class, in words).

@@ -32,7 +32,7 @@ def open_target(target):
 
     from recipes.run_folder import MODEL, RUN, load_model, read_run
 
-    if zoo.pretrained.is_handle(target):  # before Path(), which folds the `//` of `hf://`
+    if zoo.checkpoints.is_handle(target):  # before Path(), which folds the `//` of `hf://`
         return zoo.from_pretrained(target)
     path = Path(target)
     if path.is_dir() and (path / RUN).is_file():

@@ -114,7 +114,8 @@ import pytest
 
 import zoo
 from tests.models.conftest import bert_inputs, gpt_inputs, seq2seq_inputs
-from zoo.generation import beam_search, generate
+from zoo import generate
+from zoo.generation import beam_search
 
 BACKEND = keras.backend.backend()
 

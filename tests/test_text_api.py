@@ -54,7 +54,7 @@ def test_text_generation_is_the_id_level_call_decoded(lm):
     ids = token_id_lists(lm.tokenizer, prompts)
     for options in ({"sampler": "greedy"}, {"sampler": "top_k", "k": 5, "seed": 3}):
         text = zoo.generate(lm, prompts, max_new_tokens=2, **options)
-        expected = generation.generate(lm, ids, 2, **options)
+        expected = zoo.generate(lm, ids, 2, **options)
         assert text == [_decode(lm.tokenizer, row + new) for row, new in zip(ids, expected.sequences)]
     one = zoo.generate(lm, "ROMEO:", max_length=8)  # max_length counts the prompt, as keras-hub's
     assert isinstance(one, str) and len(one) == 8 and one.startswith("ROMEO:")
@@ -89,7 +89,7 @@ def test_a_stop_token_ends_text_generation():
     lm.tokenizer = tokenizer
     prompt = tokenizer("a dog").tolist()
     # The model's own greedy continuation, then [END] declared as the token it first produces.
-    free = generation.generate(lm, [prompt], 4).sequences[0]
+    free = zoo.generate(lm, [prompt], 4).sequences[0]
     stop = int(free[1])
     text = zoo.generate(lm, "a dog", max_new_tokens=20, stop_token_ids=[stop])
     assert text == _decode(tokenizer, prompt + free[: free.index(stop)])  # the stop token ends the text, unwritten
@@ -97,7 +97,7 @@ def test_a_stop_token_ends_text_generation():
 
 def test_token_id_calls_are_unchanged(lm):
     out = zoo.generate(lm, [[1, 2, 3], [4, 5]], max_new_tokens=3, sampler="top_k", k=4, seed=1)
-    expected = generation.generate(lm, [[1, 2, 3], [4, 5]], 3, sampler="top_k", k=4, seed=1)
+    expected = zoo.generate(lm, [[1, 2, 3], [4, 5]], 3, sampler="top_k", k=4, seed=1)
     assert isinstance(out, generation.GenerationOutput)
     assert out.sequences == expected.sequences
     np.testing.assert_array_equal(out.token_ids, expected.token_ids)
@@ -110,7 +110,7 @@ def _translation_reference(model, tokenizer, sentences, num_beams, length_penalt
     start, end = vocabulary.index("[START]"), vocabulary.index("[END]")
     source_ids = token_id_lists(source_tokenizer or tokenizer, sentences)
     sources = [ids[: model.max_sequence_length] for ids in source_ids]
-    result = generation.generate(
+    result = zoo.generate(
         model,
         [[start]] * len(sources),
         min(max(map(len, sources)) + 10, model.max_sequence_length - 1),

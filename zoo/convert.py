@@ -1,33 +1,18 @@
-"""Weight mappings between zoo models, keras-hub models and Hugging Face tensors.
+"""The former home of the weight mappings (`from_keras_hub`,
+`to_keras_hub`, `huggingface_names`, ...): they are in `zoo.checkpoints`.
+Each name here still works, with a warning, for one release."""
 
-* `from_keras_hub(backbone)`: a keras-hub GPT-2, BERT or Llama-family
-  backbone -> the zoo backbone with the same weights; `to_keras_hub` is
-  the inverse.
-* `huggingface_names(model)`: the table zoo variable <-> `transformers`
-  tensor name of a model; `huggingface_tensors(model)` reads a model into
-  a {name: array} dict with transformers' names and shapes,
-  `assign_huggingface_tensors` writes one back.
+import warnings
 
-The mappings live in `zoo.checkpoints`, one file per family; these are
-their public names.
-"""
+import zoo.checkpoints
 
-from zoo.checkpoints import (
-    TensorName,
-    assign_huggingface_tensors,
-    from_keras_hub,
-    huggingface_names,
-    huggingface_tensors,
-    keras_hub_incompatibilities,
-    to_keras_hub,
-)
 
-__all__ = [
-    "TensorName",
-    "assign_huggingface_tensors",
-    "from_keras_hub",
-    "huggingface_names",
-    "huggingface_tensors",
-    "keras_hub_incompatibilities",
-    "to_keras_hub",
-]
+def __getattr__(name):
+    if name.startswith("__") or not hasattr(zoo.checkpoints, name):
+        raise AttributeError(f"module 'zoo.convert' has no attribute {name!r}")
+    warnings.warn(
+        f"zoo.convert.{name} is zoo.checkpoints.{name}; zoo.convert goes in the next release.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(zoo.checkpoints, name)

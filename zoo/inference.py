@@ -10,8 +10,9 @@
 
 A model carries its tokenizer as `model.tokenizer` (see `zoo.models.base`),
 saved inside its `.keras` file. These functions tokenize, call the
-token-id level (`zoo.generation.generate` and the models themselves) and
-decode; `zoo.generate` on token ids is `zoo.generation.generate`.
+token-id level (`zoo.generation`'s engine and the models themselves) and
+decode. `generate` takes text or token ids: on ids it returns the engine's
+`GenerationOutput`.
 
 Shape letters: N sentences, B batch, W the model's window (its
 `max_sequence_length`: the most positions it attends over), V vocabulary,
@@ -23,15 +24,15 @@ import dataclasses
 import keras
 import numpy as np
 
-from zoo import generation
 from zoo.data.tokenizers import token_id_lists
 from zoo.generation import samplers
+from zoo.generation.api import generate_ids
 from zoo.generation.engine import Decoding, check_stop_tokens
 from zoo.generation.samplers import SAMPLERS  # noqa: F401  (zoo.inference.SAMPLERS)
 from zoo.models import BertClassifier, BertSentenceEncoder, CausalLM, DecoderStack, EncoderDecoder
 
 # The default of `stop_token_ids`: the tokenizer's end token for text (as
-# keras-hub's CausalLM), none for token ids (as `zoo.generation.generate`).
+# keras-hub's CausalLM), none for token ids.
 AUTO = "auto"
 
 
@@ -56,13 +57,14 @@ def generate(
     prompts and decodes the result, and generation goes on past the
     model's window W as nanoGPT's `sample.py` does: every new token is
     predicted from the last W tokens at most. Up to W tokens come from the
-    cached loop of `zoo.generation.generate`; each token after that from
+    cached loop on token ids; each token after that from
     one forward pass over the last W tokens (a fixed (B, W) shape, so it
     compiles once). `zoo.stream` gives the same text in pieces as it comes.
 
-    On token ids (a list of lists or a (B, T) array) this is
-    `zoo.generation.generate(model, prompt, max_new_tokens, ...)` and
-    returns its `GenerationOutput`.
+    On token ids (a list of lists or a (B, T) array) it runs the cached
+    loop alone (`zoo.generation.api.generate_ids`) and returns a
+    `zoo.generation.GenerationOutput`: the prompts, padded, then the new
+    tokens of each, with their lengths.
 
     Args:
         model: a causal LM (`GPTCausalLM`, `LlamaCausalLM`) or its backbone; for text it must carry
@@ -82,11 +84,12 @@ def generate(
             text); None continues the sampler's random state.
         max_length: for text, the most tokens of prompt plus continuation,
             as keras-hub's `CausalLM.generate`.
-        temperature, k, p: the samplers' settings (see
-            `zoo.generation.generate`).
+        temperature, k, p: the samplers' settings (greedy reads none;
+            `temperature` divides the logits, `k` is top-k's k,
+            `p` top-p's p).
         stop: for text, stop strings (a str or a list of str): the new
             text ends before the first one it contains, as OpenAI's `stop`.
-        **kwargs: passed to `zoo.generation.generate` (`num_beams`,
+        **kwargs: passed to the token-id loop (`num_beams`,
             `length_penalty`, `padding_mask`, ...).
 
     Returns:
@@ -118,7 +121,7 @@ def generate(
         raise ValueError("`stop` strings end a text prompt's continuation; for token-id prompts pass `stop_token_ids`.")
     if max_new_tokens is None:
         raise ValueError("zoo.generate on token ids needs `max_new_tokens`, the most new tokens per prompt.")
-    return generation.generate(
+    return generate_ids(
         model,
         prompt,
         max_new_tokens,
@@ -260,7 +263,7 @@ def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6
     for first in range(0, len(order), batch_size):
         rows = order[first : first + batch_size]
         chunk = [sources[i] for i in rows]
-        result = generation.generate(
+        result = generate_ids(
             model,
             [[start]] * len(chunk),
             max_length or min(max(map(len, chunk)) + 10, window - 1),
@@ -587,7 +590,7 @@ def _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, 
             "tokens or use 'greedy', 'temperature', 'top_k' or 'top_p'."
         )
     ends = _auto_stop_ids(tokenizer) if _is_auto(stop_token_ids) else stop_token_ids
-    result = generation.generate(model, rows, max(budgets), sampler="beam", stop_token_ids=ends,
+    result = generate_ids(model, rows, max(budgets), sampler="beam", stop_token_ids=ends,
                                  temperature=temperature, **kwargs)
     stops = _stop_strings(stop, len(rows))
     texts = []

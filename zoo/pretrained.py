@@ -1,28 +1,18 @@
-"""`from_pretrained` and `export`: real checkpoints in and out.
+"""The former home of `from_pretrained` and `export`: they are
+`zoo.from_pretrained`, `zoo.export` and the rest of `zoo.checkpoints`.
+Each name here still works, with a warning, for one release."""
 
-The code lives in `zoo.checkpoints` (one driver per format, one file per
-family); these are its public names, where `zoo.from_pretrained` and
-`zoo.export` have always found them.
-"""
+import warnings
 
-from zoo.checkpoints import (
-    FORMATS,
-    CheckpointError,
-    checkpoint_folder,
-    checkpoint_format,
-    export,
-    from_pretrained,
-    is_checkpoint_folder,
-    is_handle,
-)
+import zoo.checkpoints
 
-__all__ = [
-    "FORMATS",
-    "CheckpointError",
-    "checkpoint_folder",
-    "checkpoint_format",
-    "export",
-    "from_pretrained",
-    "is_checkpoint_folder",
-    "is_handle",
-]
+
+def __getattr__(name):
+    if name.startswith("__") or not hasattr(zoo.checkpoints, name):
+        raise AttributeError(f"module 'zoo.pretrained' has no attribute {name!r}")
+    warnings.warn(
+        f"zoo.pretrained.{name} is zoo.checkpoints.{name}; zoo.pretrained goes in the next release.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(zoo.checkpoints, name)

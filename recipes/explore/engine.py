@@ -3,7 +3,7 @@ page's requests (generated tokens, attention, next-token probabilities,
 translations, label probabilities), as plain Python data.
 
 Only the public `zoo` API here, as in a user's own script: `zoo.load`,
-`zoo.from_pretrained`, `zoo.generation.generate`, `zoo.classify`, the
+`zoo.from_pretrained`, `zoo.generate`, `zoo.classify`, the
 models' `attention_scores` and cached step (`empty_cache`,
 `call_with_cache`, what `zoo.generate` runs), and their tokenizers.
 
@@ -265,7 +265,7 @@ class Explorer:
             raise RequestError(f"source: {source!r} has no tokens; expected text the tokenizer knows")
         start, end = self.special_id("[START]", "start_token_id"), self.special_id("[END]", "end_token_id")
         with self.lock:  # the call `zoo.translate` makes for one sentence
-            result = zoo.generation.generate(
+            result = zoo.generate(
                 self.model,
                 [[start]],
                 min(len(source_ids) + 10, context - 1),

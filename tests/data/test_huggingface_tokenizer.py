@@ -26,7 +26,6 @@ import tokenizers
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 import zoo
-from zoo import generation
 from zoo.data import DataError, HuggingFaceTokenizer
 from zoo.data.tokenizers import token_id_lists
 
@@ -211,7 +210,7 @@ def test_special_ids_come_from_the_folder_files_with_a_list_of_end_ids(tmp_path)
     assert HuggingFaceTokenizer.from_folder(folder).end_token_ids == (end, eot)  # config.json's, then the tokenizer's
 
 
-def test_special_ids_from_config_json_alone_and_add_bos_token(tmp_path):
+def test_special_ids_from_config_json_alone(tmp_path):
     reference = tokenizers.Tokenizer.from_str(_json("qwen_like"))
     end, eot = reference.token_to_id(END), reference.token_to_id(EOT)
     folder = _write_folder(
@@ -220,7 +219,9 @@ def test_special_ids_from_config_json_alone_and_add_bos_token(tmp_path):
     qwen = HuggingFaceTokenizer.from_folder(folder)
     assert (qwen.start_token_id, qwen.end_token_ids, qwen.pad_token_id) == (end, (end,), eot)
     assert qwen("hi").tolist() == reference.encode("hi").ids  # no BOS
-def test_special_ids_from_config_json_alone_and_add_bos_token(tmp_path):
+
+
+def test_add_bos_token_from_tokenizer_config(tmp_path):
     folder = _write_folder(
         tmp_path / "tinyllama",
         "sentence_piece",
@@ -331,7 +332,7 @@ def test_text_generation_stops_at_any_end_id_and_skips_it_in_the_text():
     tokenizer.end_token_ids = (end, eot)  # as a Llama 3 instruct checkpoint's generation_config.json
     lm = _lm(tokenizer, initializer_range=1.0)
     prompt = tokenizer("the lazy dog").tolist()
-    free = [int(t) for t in generation.generate(lm, [prompt], 12).sequences[0]]
+    free = [int(t) for t in zoo.generate(lm, [prompt], 12).sequences[0]]
     # The first new token of the model's own greedy continuation that is not in what precedes it.
     k = next(k for k in range(1, len(free)) if free[k] not in prompt + free[:k])
     assert not {end, eot} & set(prompt + free[: k + 1])
@@ -342,7 +343,7 @@ def test_text_generation_stops_at_any_end_id_and_skips_it_in_the_text():
     rows[[free[k], eot]] = rows[[eot, free[k]]]
     table.assign(rows)
     relabeled = [{free[k]: eot, eot: free[k]}.get(t, t) for t in free]
-    assert [int(t) for t in generation.generate(lm, [prompt], len(free)).sequences[0]] == relabeled
+    assert [int(t) for t in zoo.generate(lm, [prompt], len(free)).sequences[0]] == relabeled
     text = zoo.generate(lm, "the lazy dog", max_new_tokens=20)
     assert text == tokenizer.detokenize(prompt + free[:k])  # <|eot_id|> ends it, and is no text
     assert text.startswith("the lazy dog") and len(text) > len("the lazy dog")

@@ -126,7 +126,7 @@ def test_greedy_decoding_on_onnxruntime_gives_zoo_generate_tokens(preset, tmp_pa
     keras.utils.set_random_seed(3)
     model = zoo.build(preset, task="causal_lm")
     prompt = [5, 17, 9]
-    expected = zoo.generation.generate(model, [prompt], max_new_tokens=10).sequences[0]
+    expected = zoo.generate(model, [prompt], max_new_tokens=10).sequences[0]
     session = onnxruntime.InferenceSession(str(zoo.export(model, tmp_path / "lm", format="onnx") / "model.onnx"))
     tokens = list(prompt)
     for _ in range(10):  # the plain loop: the whole sequence each step, the last position's argmax

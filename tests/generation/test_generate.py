@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.generation import beam_search, generate, loop, trace_count
+from zoo import generate
+from zoo.generation import beam_search, loop, trace_count
 
 GPT_PROMPTS = [[5, 17, 42, 8], [9, 3], [60, 61, 62, 63, 64, 65]]
 SOURCES = [[11, 12, 13, 14, 15], [21, 22], [31, 32, 33]]

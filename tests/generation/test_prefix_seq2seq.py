@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 import zoo
-from zoo.generation import generate
+from zoo import generate
 
 SEP, OFFSET, LENGTH = 1, 2, 4
 

@@ -103,7 +103,7 @@ def test_a_streamed_translation_is_zoo_translate_with_one_beam():
     sampled = "".join(zoo.stream(model, "ein hund", sampler="top_k", k=3, seed=1, max_new_tokens=6))
     start, end = tokenizer.get_vocabulary().index("[START]"), tokenizer.get_vocabulary().index("[END]")
     source = tokenizer("ein hund").tolist()
-    new = zoo.generation.generate(model, [[start]], 6, sampler="top_k", k=3, seed=1, stop_token_ids=[end],
+    new = zoo.generate(model, [[start]], 6, sampler="top_k", k=3, seed=1, stop_token_ids=[end],
                                   source=[source]).sequences[0]
     new = new[:-1] if new and new[-1] == end else new
     assert sampled == (tokenizer.detokenize(new) if new else "")

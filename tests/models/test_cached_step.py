@@ -17,7 +17,8 @@ import pytest
 from keras import ops
 
 import zoo
-from zoo.generation import beam_search, generate
+from zoo import generate
+from zoo.generation import beam_search
 from zoo.layers import L2Normalize, MaskedLMTransform, MeanPooling, OutputBias
 from zoo.models import GPTBackbone, GPTCausalLM
 

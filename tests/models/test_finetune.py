@@ -91,7 +91,7 @@ def _randomize(model, seed):
 
 def test_gpt2_backbone_from_keras_hub_gives_the_same_outputs():
     keras_hub = pytest.importorskip("keras_hub")
-    from zoo.convert import from_keras_hub
+    from zoo.checkpoints import from_keras_hub
 
     hub = keras_hub.models.GPT2Backbone(
         vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=64, max_sequence_length=32
@@ -110,7 +110,7 @@ def test_gpt2_backbone_from_keras_hub_gives_the_same_outputs():
 
 def test_bert_backbone_from_keras_hub_gives_the_same_outputs():
     keras_hub = pytest.importorskip("keras_hub")
-    from zoo.convert import from_keras_hub
+    from zoo.checkpoints import from_keras_hub
 
     hub = keras_hub.models.BertBackbone(
         vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=64, max_sequence_length=32
@@ -129,7 +129,7 @@ def test_bert_backbone_from_keras_hub_gives_the_same_outputs():
 
 
 def test_from_keras_hub_rejects_other_models():
-    from zoo.convert import from_keras_hub
+    from zoo.checkpoints import from_keras_hub
 
     with pytest.raises(ValueError, match="GPT2Backbone or BertBackbone"):
         from_keras_hub(keras.Sequential([keras.layers.Dense(2)]))

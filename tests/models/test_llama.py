@@ -277,7 +277,7 @@ def test_text_generation_past_the_context_slides_and_sampling_is_seeded():
 
 def test_beam_search_with_one_beam_is_greedy_decoding():
     lm = _model("mqa-untied")
-    greedy = zoo.generation.generate(lm, [[1, 2, 3]], 5).sequences[0]
+    greedy = zoo.generate(lm, [[1, 2, 3]], 5).sequences[0]
     beams = zoo.generation.beam_search(lm, [[1, 2, 3]], max_new_tokens=5, num_beams=1).sequences[0]
     assert list(beams[0]) == list(greedy) and len(greedy) == 5
 

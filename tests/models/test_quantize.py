@@ -17,7 +17,7 @@ import zoo
 from tests.models.conftest import bert_inputs, gpt_inputs, seq2seq_inputs
 from tests.pretrained import checkpoints
 from zoo.data import CharTokenizer, train_word_piece
-from zoo.generation import generate
+from zoo import generate
 from zoo.models import QUANTIZATION_MODES, quantization_mode
 
 SENTENCES = ["a gripping film", "a dull plot", "the acting is superb", "two dogs run in the snow"]

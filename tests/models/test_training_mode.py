@@ -202,7 +202,7 @@ def test_generation_runs_in_inference_mode(name, dropout_calls):
     else:
         arguments = dict(prompt=[[5, 6, 7], [8, 9]])
     dropout_calls.clear()
-    first = zoo.generation.generate(model, max_new_tokens=6, **arguments)
+    first = zoo.generate(model, max_new_tokens=6, **arguments)
     assert not dropout_calls.reached_in_training()
-    second = zoo.generation.generate(model, max_new_tokens=6, **arguments)
+    second = zoo.generate(model, max_new_tokens=6, **arguments)
     assert [list(s) for s in first.sequences] == [list(s) for s in second.sequences]

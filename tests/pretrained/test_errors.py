@@ -8,7 +8,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import zoo
-from zoo.pretrained import CheckpointError
+from zoo.checkpoints import CheckpointError
 
 
 @pytest.fixture(scope="module")

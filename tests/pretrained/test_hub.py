@@ -20,7 +20,7 @@ from recipes.explore import engine
 from tests.pretrained import checkpoints as ck
 from tests.pretrained import llama_checkpoints as lc
 from tests.pretrained.hub_server import HubServer, point_huggingface_hub
-from zoo.pretrained import CheckpointError
+from zoo.checkpoints import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hf_test_token_of_an_account_with_access"
@@ -92,20 +92,20 @@ def assert_one_line(error, handle, *words):
 def test_a_handle_loads_the_model_its_local_folder_loads(hub, folders, tmp_path, handle, name):
     model = zoo.from_pretrained(handle)
     assert_same_model(model, zoo.from_pretrained(folders[name]))
-    folder = zoo.pretrained.checkpoint_folder(handle)  # now from the cache, the same snapshot
+    folder = zoo.checkpoints.checkpoint_folder(handle)  # now from the cache, the same snapshot
     assert folder.is_relative_to(tmp_path / "hf_home" / "hub")
     assert folder.name == hub.repositories[handle[5:]].refs["main"] and folder.parent.name == "snapshots"
 
 
 def test_only_the_files_a_checkpoint_needs_download(hub):
-    folder = zoo.pretrained.checkpoint_folder("hf://org/tiny-gpt2")
+    folder = zoo.checkpoints.checkpoint_folder("hf://org/tiny-gpt2")
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     assert files == ["config.json", "merges.txt", "model.safetensors", "vocab.json"]
 
 
 def test_a_keras_hub_preset_on_the_hub_loads_through_the_keras_hub_driver(hub, folders):
-    folder = zoo.pretrained.checkpoint_folder("hf://keras-test/tiny-gpt2")
-    assert zoo.pretrained.checkpoint_format(folder) == "keras-hub"
+    folder = zoo.checkpoints.checkpoint_folder("hf://keras-test/tiny-gpt2")
+    assert zoo.checkpoints.checkpoint_format(folder) == "keras-hub"
     assert (folder / "assets" / "tokenizer" / "vocabulary.json").is_file()
     assert_same_model(zoo.from_pretrained("hf://keras-test/tiny-gpt2"), zoo.from_pretrained(folders["keras_hub"]))
 
@@ -122,10 +122,10 @@ def test_offline_the_handle_loads_from_the_cache(hub, folders, tmp_path, monkeyp
 
 
 def test_offline_makes_no_request_even_with_the_hub_up(hub, tmp_path, monkeypatch):
-    online = zoo.pretrained.checkpoint_folder("hf://org/tiny-gpt2")
+    online = zoo.checkpoints.checkpoint_folder("hf://org/tiny-gpt2")
     served = len(hub.requests)
     point_huggingface_hub(monkeypatch, hub.endpoint, tmp_path / "hf_home", offline=True)
-    assert zoo.pretrained.checkpoint_folder("hf://org/tiny-gpt2") == online
+    assert zoo.checkpoints.checkpoint_folder("hf://org/tiny-gpt2") == online
     assert len(hub.requests) == served
 
 
@@ -186,11 +186,11 @@ def test_a_revision_for_a_local_folder_is_refused(folders):
 
 def test_keras_hub_preset_names_go_to_keras_hub_and_a_local_folder_wins(folders, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert zoo.pretrained.is_handle("gpt2_base_en")
-    assert zoo.pretrained.is_handle("kaggle://keras/gpt2/keras/gpt2_base_en")
-    assert not zoo.pretrained.is_handle("no_such_preset_name")
+    assert zoo.checkpoints.is_handle("gpt2_base_en")
+    assert zoo.checkpoints.is_handle("kaggle://keras/gpt2/keras/gpt2_base_en")
+    assert not zoo.checkpoints.is_handle("no_such_preset_name")
     shutil.copytree(folders["keras_hub"], tmp_path / "gpt2_base_en")
-    assert not zoo.pretrained.is_handle("gpt2_base_en")
+    assert not zoo.checkpoints.is_handle("gpt2_base_en")
     assert_same_model(zoo.from_pretrained("gpt2_base_en"), zoo.from_pretrained(folders["keras_hub"]))
 
 
@@ -272,7 +272,7 @@ def test_a_new_process_reads_hf_endpoint_and_hf_home_from_the_environment(hub, t
     """As a user's script runs: huggingface_hub reads HF_ENDPOINT and HF_HOME once, at import."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     assert environment["HF_ENDPOINT"] == hub.endpoint and environment["HF_HOME"] == str(tmp_path / "hf_home")
-    script = "import zoo; print(zoo.pretrained.checkpoint_folder('hf://org/tiny-gpt2'))"
+    script = "import zoo; print(zoo.checkpoints.checkpoint_folder('hf://org/tiny-gpt2'))"
     done = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

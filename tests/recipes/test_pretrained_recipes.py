@@ -91,7 +91,7 @@ def test_bert_classify_fine_tunes_a_keras_hub_preset(tmp_path, capsys, monkeypat
                                        str(tmp_path / "run"), "--sequence-length", "16", "--batch-size", "16",
                                        "--epochs", "1", "--jit-compile", "false"])
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"val_accuracy={accuracy:.4f}"
-    expected = zoo.convert.from_keras_hub(hub).get_weights()
+    expected = zoo.checkpoints.from_keras_hub(hub).get_weights()
     assert len(handed_over["backbone"]) == len(expected)
     for a, b in zip(handed_over["backbone"], expected):
         np.testing.assert_array_equal(a, b)

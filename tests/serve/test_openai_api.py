@@ -229,7 +229,7 @@ def test_chat_renders_the_checkpoints_template_and_answers_as_zoo_generate(chat_
                         "<|im_start|>assistant\n")
     ids = lm.tokenizer.apply_chat_template(messages)
     assert ids == lm.tokenizer(rendered).tolist()  # Qwen adds no BOS: the template's text, tokenized
-    new = zoo.generation.generate(lm, [ids], 10, stop_token_ids=lm.tokenizer.end_token_ids).sequences[0]
+    new = zoo.generate(lm, [ids], 10, stop_token_ids=lm.tokenizer.end_token_ids).sequences[0]
     if new and new[-1] in lm.tokenizer.end_token_ids:
         new = new[:-1]
     server = Server(lm, name="qwen")

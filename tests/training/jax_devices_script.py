@@ -97,9 +97,9 @@ def one_step(family):
 def generated(model):
     """Greedy continuations of two prompts (decoder-only and encoder-decoder)."""
     if model.is_encoder_decoder:
-        out = zoo.generation.generate(model, [[1]] * 2, 5, source=[[5, 6, 7, 8], [9, 10]])
+        out = zoo.generate(model, [[1]] * 2, 5, source=[[5, 6, 7, 8], [9, 10]])
     else:
-        out = zoo.generation.generate(model, [[5, 6, 7], [8, 9]], 5)
+        out = zoo.generate(model, [[5, 6, 7], [8, 9]], 5)
     return [list(map(int, s)) for s in out.sequences]
 
 

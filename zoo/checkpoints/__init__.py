@@ -280,7 +280,7 @@ def from_keras_hub(backbone, dtype=None, **overrides):
     Example:
     ```python
     hub = keras_hub.models.GPT2Backbone.from_preset("gpt2_base_en")
-    lm = zoo.models.GPTCausalLM(zoo.convert.from_keras_hub(hub))
+    lm = zoo.models.GPTCausalLM(zoo.checkpoints.from_keras_hub(hub))
     ```
     """
     name = f"keras_hub>{type(backbone).__name__}"
@@ -302,7 +302,7 @@ def to_keras_hub(backbone):
 
     Example:
     ```python
-    hub = zoo.convert.to_keras_hub(lm.backbone)
+    hub = zoo.checkpoints.to_keras_hub(lm.backbone)
     keras_hub.models.GPT2CausalLM(hub).save_to_preset("my_gpt2")
     ```
     """

@@ -1,22 +1,21 @@
-"""Token-id generation with a key/value cache: `zoo.generation.generate`
-and `zoo.generation.beam_search` (`zoo.generate` is the front door that
-also takes text).
+"""Decoding with a key/value cache, on token ids: the engine behind
+`zoo.generate`, `zoo.stream`, `zoo serve` and `zoo explore`.
 
     import zoo
     lm = zoo.build("gpt-nano", task="causal_lm")
-    out = zoo.generation.generate(lm, [[1, 2, 3], [4, 5]], max_new_tokens=8)
+    out = zoo.generate(lm, [[1, 2, 3], [4, 5]], max_new_tokens=8)
     out.sequences  # the new tokens of each prompt
+    beams = zoo.generation.beam_search(lm, [[1, 2, 3]], max_new_tokens=8, num_beams=4)
 
-`Decoding` runs a generation step by step (`zoo.stream` and `zoo serve`
-use it); `generate` runs one to the end.
+`zoo.generate` is the one generate (text or token ids); `beam_search`
+returns every beam; `Decoding` runs a generation step by step (`zoo.stream`
+and `zoo serve` use it).
 """
 
-from zoo.generation.api import (
-    BeamSearchOutput,
-    GenerationOutput,
-    beam_search,
-    generate,
-)
+import importlib
+import warnings
+
+from zoo.generation.api import BeamSearchOutput, GenerationOutput, beam_search
 from zoo.generation.compiled import trace_count
 from zoo.generation.engine import Decoding
 from zoo.generation.samplers import SAMPLERS, sampler_config, sampler_options
@@ -27,8 +26,19 @@ __all__ = [
     "Decoding",
     "GenerationOutput",
     "beam_search",
-    "generate",
     "sampler_config",
     "sampler_options",
     "trace_count",
 ]
+
+
+def __getattr__(name):
+    if name == "generate":
+        warnings.warn(
+            "zoo.generation.generate is zoo.generate (the same arguments and result on token ids); "
+            "the old name goes in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module("zoo.inference").generate
+    raise AttributeError(f"module 'zoo.generation' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""`zoo.generation.generate` and `zoo.generation.beam_search`: autoregressive decoding
+"""`generate_ids` (what `zoo.generate` runs on token ids) and `beam_search`: autoregressive decoding
 with a key/value cache for decoder-only and encoder-decoder zoo models.
 
 A model generates through the cached step it owns (see
@@ -42,7 +42,7 @@ from zoo.generation.interface import check_model
 
 @dataclasses.dataclass(frozen=True)
 class GenerationOutput:
-    """What `generate` returns: one sequence per prompt.
+    """What `zoo.generate` returns on token ids: one sequence per prompt.
 
     Attributes:
         token_ids: (B, L) int32, each row its prompt, then its new tokens,
@@ -78,7 +78,7 @@ class BeamSearchOutput:
     scores: np.ndarray
 
 
-def generate(
+def generate_ids(
     model,
     prompt,
     max_new_tokens,
@@ -96,7 +96,8 @@ def generate(
     length_penalty=1.0,
     pad_token_id=0,
 ):
-    """Continue each prompt by up to `max_new_tokens` tokens.
+    """Continue each prompt by up to `max_new_tokens` tokens: the token-id
+    level that `zoo.generate` runs (call that: it takes text too).
 
     Args:
         model: a model with a cached step (`zoo.generation.interface`):
@@ -132,7 +133,7 @@ def generate(
 
     ```python
     lm = zoo.build("gpt-nano", task="causal_lm")
-    out = zoo.generation.generate(lm, [[1, 2, 3], [4, 5]], max_new_tokens=8, stop_token_ids=[0])
+    out = zoo.generate(lm, [[1, 2, 3], [4, 5]], max_new_tokens=8, stop_token_ids=[0])
     out.sequences  # two lists of at most 8 new token ids
     ```
     """
@@ -190,7 +191,7 @@ def beam_search(
     tokens, and is scored `log_prob / new_tokens ** length_penalty`
     (log_prob summed over its new tokens). For an encoder-decoder the
     encoder runs once per prompt and its output is shared by the beams.
-    Arguments as `generate`; `num_beams` >= 1.
+    Arguments as `generate_ids`; `num_beams` >= 1.
 
     Returns:
         A `BeamSearchOutput`, K hypotheses per prompt, best first. With

@@ -1,6 +1,6 @@
 """The decoding engine: one sampled generation, run step by step.
 
-`zoo.generation.generate`, `zoo.generate`, `zoo.stream`, `zoo serve` and
+`zoo.generate`, `zoo.generate`, `zoo.stream`, `zoo serve` and
 `zoo explore` all decode through a `Decoding`:
 
     decoding = Decoding(model, [[1, 2, 3]], budgets=8, config=("greedy",))
@@ -56,7 +56,7 @@ class Decoding:
         stop_token_ids: ids that end a row (the stop token is kept).
         seed: an int restarts the sampler's random state; None continues it.
         padding_mask, source, source_padding_mask: as
-            `zoo.generation.generate`'s.
+            `zoo.generate`'s.
         slide: past the model's window W, go on with nanoGPT's sliding
             window (decoder-only); False refuses a budget that does not fit.
         bucket: round the compiled shapes up (the batch to a power of two,

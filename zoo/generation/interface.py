@@ -1,6 +1,6 @@
 """What generation needs from a model: a cached step the model owns.
 
-`zoo.generation.generate` and `beam_search` talk to a model only through these
+`zoo.generate` and `beam_search` talk to a model only through these
 attributes and methods (as keras-hub's `generate_step` calls only its
 task's `call_with_cache`), so a new family plugs in without touching the
 decoding loop:

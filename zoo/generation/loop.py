@@ -131,7 +131,7 @@ class Advance(_ModelFunction):
     `Sampler.__call__`) from position `index` up to `until` or the end of
     the cache's stage, whichever comes first, or until every row is done.
 
-    `zoo.generation.generate` calls it once per stage (`until` the stage's
+    `zoo.generate` calls it once per stage (`until` the stage's
     end), `zoo.stream` once per token (`until` = index + 1): the same
     compiled loop, so they choose the same tokens.
 
@@ -173,7 +173,7 @@ class Advance(_ModelFunction):
 
 class Whole(_ModelFunction):
     """The traced function of a generation run to its end in one call (what
-    `zoo.generation.generate` runs): `Prefill`, then each stage's loop as
+    `zoo.generate` runs): `Prefill`, then each stage's loop as
     `Advance` runs it (the same `SamplingStep`), the cache grown between.
 
     Call arguments: `ids`, `mask` as `Prefill`'s, `budget_end` and `done` as
