@@ -19,13 +19,13 @@ class DecoderBlock(keras.layers.Layer):
 
     Without cross-attention this is the GPT block (with `norm_first=True`,
     GPT-2's pre-LN; with False, GPT-1's post-LN), and with the later
-    variants as flags the Llama block: RMSNorm (`normalization="rms_norm"`),
-    rotary positions (`rope_theta`), grouped-query attention
-    (`num_key_value_heads`) and SwiGLU (`activation="silu",
-    gated_feed_forward=True`), no biases; and the Gemma 3 block: GeGLU
-    (`activation="gelu_approximate"`), the (1 + g) RMSNorm
-    (`normalization="gemma_rms_norm"`, also on the query/key heads),
-    `sandwich_norm` and a `sliding_window` on its local layers.
+    variants as flags the Llama block: RMSNorm (`normalization="rms_norm"`)
+    and SwiGLU (`activation="silu", gated_feed_forward=True`), no biases,
+    with the self-attention's own variants (rotary positions, grouped-query
+    attention, ...) in `self_attention_options`; and the Gemma 3 block:
+    GeGLU (`activation="gelu_approximate"`), the (1 + g) RMSNorm
+    (`normalization="gemma_rms_norm"`, also on the query/key heads) and
+    `sandwich_norm`.
 
     Args:
         num_heads: h.
@@ -42,11 +42,12 @@ class DecoderBlock(keras.layers.Layer):
             (see `AddNorm`; Gemma 2 and 3).
         gated_feed_forward: the GLU feed-forward network (see
             `FeedForward`'s `gated`).
-        num_key_value_heads, head_dim, rope_theta, rope_scaling,
-        query_key_norm, sliding_window, attention_scale: the
-            self-attention's (see `MultiHeadAttention`).
-        attention_bias: whether the Q, K and V projections have biases;
-            None for `use_bias` (Qwen2 has them in a model without others).
+        self_attention_options: further `MultiHeadAttention` arguments of
+            the self-attention, passed on as they are: the variants of the
+            later decoders (grouped-query attention, rotary positions, the
+            query/key norm, a sliding window, the logits' scale; `use_bias`
+            here is for Q, K and V alone, as Qwen2's biases). The block
+            reads none of them; the cross-attention is the paper's.
 
     Call arguments:
         x: (B, T, d).
@@ -101,15 +102,8 @@ class DecoderBlock(keras.layers.Layer):
         use_bias=True,
         normalization="layer_norm",
         gated_feed_forward=False,
-        num_key_value_heads=None,
-        head_dim=None,
-        rope_theta=None,
-        rope_scaling=None,
-        query_key_norm=False,
-        attention_bias=None,
         sandwich_norm=False,
-        sliding_window=None,
-        attention_scale=None,
+        self_attention_options=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -129,37 +123,26 @@ class DecoderBlock(keras.layers.Layer):
         self.use_bias = use_bias
         self.normalization = normalization
         self.gated_feed_forward = gated_feed_forward
-        self.num_key_value_heads = num_key_value_heads
-        self.head_dim = head_dim
-        self.rope_theta = rope_theta
-        self.rope_scaling = rope_scaling
-        self.query_key_norm = query_key_norm
-        self.attention_bias = attention_bias
         self.sandwich_norm = sandwich_norm
-        self.sliding_window = sliding_window
-        self.attention_scale = attention_scale
+        self.self_attention_options = dict(self_attention_options or {})
         self.supports_masking = True
 
         policy = self.dtype_policy
 
-        def attention(cross, name, **variants):
-            return MultiHeadAttention(
-                num_heads,
+        def attention(cross, name, **options):
+            arguments = dict(
                 dropout=self.attention_dropout,
                 cross_attention=cross,
-                use_bias=use_bias if attention_bias is None else attention_bias,
+                use_bias=use_bias,
                 use_output_bias=use_bias,
                 kernel_initializer=self.kernel_initializer,
                 output_kernel_initializer=self.output_kernel_initializer,
-                num_key_value_heads=num_key_value_heads,
-                head_dim=head_dim,
                 norm_epsilon=layer_norm_epsilon,
                 normalization="gemma_rms_norm" if normalization == "gemma_rms_norm" else "rms_norm",
-                attention_scale=attention_scale,
                 dtype=policy,
                 name=name,
-                **variants,
             )
+            return MultiHeadAttention(num_heads, **{**arguments, **options})
 
         def add_norm(name):
             return AddNorm(
@@ -167,10 +150,7 @@ class DecoderBlock(keras.layers.Layer):
                 sandwich_norm=sandwich_norm, dtype=policy, name=name,
             )
 
-        self.self_attention = attention(
-            False, "self_attention", rope_theta=rope_theta, rope_scaling=rope_scaling, query_key_norm=query_key_norm,
-            sliding_window=sliding_window,
-        )
+        self.self_attention = attention(False, "self_attention", **self.self_attention_options)
         self.self_attention_add_norm = add_norm("self_attention_add_norm")
         if cross_attention:
             self.cross_attention_layer = attention(True, "cross_attention")
@@ -384,15 +364,8 @@ class DecoderBlock(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "normalization": self.normalization,
                 "gated_feed_forward": self.gated_feed_forward,
-                "num_key_value_heads": self.num_key_value_heads,
-                "head_dim": self.head_dim,
-                "rope_theta": self.rope_theta,
-                "rope_scaling": self.rope_scaling,
-                "query_key_norm": self.query_key_norm,
-                "attention_bias": self.attention_bias,
                 "sandwich_norm": self.sandwich_norm,
-                "sliding_window": self.sliding_window,
-                "attention_scale": self.attention_scale,
+                "self_attention_options": dict(self.self_attention_options),
             }
         )
         return config

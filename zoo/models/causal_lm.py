@@ -10,6 +10,7 @@ import keras
 from zoo.models.base import ZooModel
 
 
+@keras.saving.register_keras_serializable(package="zoo")
 class CausalLM(ZooModel):
     """A decoder-only backbone (`DecoderStack`) with its language-model
     head: logits (B, T, V) for the next token, in the head's compute dtype
@@ -27,6 +28,15 @@ class CausalLM(ZooModel):
         backbone: the family's backbone.
 
     Inputs: as the backbone's (`padding_mask` optional).
+
+    Example:
+
+    ```python
+    lm = zoo.build("llama-nano", task="causal_lm")  # a LlamaCausalLM, a CausalLM
+    logits = lm({"token_ids": np.array([[5, 6, 7]])})  # (1, 3, 100)
+    hidden, cache = lm.backbone.hidden_states_with_cache(np.array([[5, 6, 7]]), lm.empty_cache(1, 8), 0)
+    np.testing.assert_allclose(lm.logits(hidden), logits, atol=1e-5)  # the cached step, the same logits
+    ```
 
     References:
         Radford et al. 2018 (GPT-1), section 3.1 (the language-modelling

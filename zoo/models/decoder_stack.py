@@ -17,6 +17,21 @@ class DecoderStack:
     `final_norm` (or None), `embed(token_ids, start_index, training)`,
     `embedding` (the token embedding, tied to the logits unless `logits`
     is overridden), `num_key_value_heads` and `head_dim`.
+
+    Example:
+
+    ```python
+    backbone = zoo.build("gpt-nano")  # a GPTBackbone, a DecoderStack
+    token_ids = np.array([[5, 6, 7, 8]])
+    hidden = backbone({"token_ids": token_ids})  # (1, 4, 32): the functional graph
+    cached, cache = backbone.hidden_states_with_cache(token_ids, backbone.empty_cache(1, 8), 0)
+    np.testing.assert_allclose(cached, hidden, atol=1e-5)  # the cached step: the same blocks
+    backbone.attention_scores({"token_ids": token_ids})["self"].shape  # (2, 1, 4, 4, 4): (N, B, h, T, T)
+    ```
+
+    References:
+        keras-hub's `CausalLM.call_with_cache` (the cached step a model
+        owns); Radford et al. 2019 (GPT-2), section 2.3.
     """
 
     def _functional_graph(self):
