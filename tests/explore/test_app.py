@@ -296,7 +296,7 @@ def test_open_target_and_kind_of_refuse_what_they_cannot_show(tmp_path):
         engine.open_target(tmp_path / "unfinished")
     with pytest.raises(ValueError, match="no such file; expected a .keras file"):
         engine.open_target(tmp_path / "missing.keras")
-    with pytest.raises(ValueError, match="shows a GPTCausalLM, an EncoderDecoder or a BertClassifier; got a BertMaskedLM"):
+    with pytest.raises(ValueError, match="shows a causal LM, an EncoderDecoder or a BertClassifier; got a BertMaskedLM"):
         engine.kind_of(zoo.build("bert-tiny", task="masked_lm"))
     with pytest.raises(ValueError, match="carries no tokenizer"):
         engine.kind_of(zoo.build("gpt-nano", task="causal_lm"))
