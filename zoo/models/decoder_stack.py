@@ -62,7 +62,7 @@ class DecoderStack:
         x = self.embed(token_ids, start_index=cache_index, training=False)
         new_cache = []
         for block, block_cache in zip(self.blocks, cache):
-            x, block_cache = block.call_with_cache(x, block_cache, cache_index)
+            x, block_cache = block(x, self_attention_cache=block_cache, cache_index=cache_index, training=False)
             new_cache.append(block_cache)
         return self._final(x), tuple(new_cache)
 
@@ -97,6 +97,6 @@ class DecoderStack:
         padding_mask = inputs.get("padding_mask")
         x, scores = self.embed(inputs["token_ids"], training=False), []
         for block in self.blocks:
-            x, block_scores = block.call_with_attention_scores(x, padding_mask=padding_mask)
+            x, block_scores = block(x, padding_mask=padding_mask, return_attention_scores=True, training=False)
             scores.append(block_scores["self"])
         return {"self": keras.ops.stack(scores)}
