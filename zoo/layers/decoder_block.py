@@ -228,11 +228,17 @@ class DecoderBlock(keras.layers.Layer):
         encoder_output_mask=None,
     ):
         self._check_encoder_output(x, encoder_output, has_cross_cache=cross_attention_cache is not None)
-        query_mask = input_keras_mask(padding_mask, mask, x_mask)
+        if not self.built:  # called as a method, not through `Layer.__call__`
+            self.build(tuple(x.shape), None if encoder_output is None else tuple(encoder_output.shape))
+        # The attention weights come from the explicit masks alone, whatever
+        # Keras mask x carries, so every caller gets the same weights.
+        query_mask = None if return_attention_scores else input_keras_mask(padding_mask, mask, x_mask)
         scores = {}
 
+        # The attention layers' `call` directly: the block passes their masks
+        # itself, so Keras' implicit masks do not reach them a second way.
         h = self.self_attention_add_norm.sublayer_input(x)
-        attended = self.self_attention(
+        attended = self.self_attention.call(
             h,
             padding_mask=padding_mask,
             attention_mask=attention_mask,
@@ -251,7 +257,7 @@ class DecoderBlock(keras.layers.Layer):
 
         if self.cross_attention:
             h = self.cross_attention_add_norm.sublayer_input(x)
-            attended = self.cross_attention_layer(
+            attended = self.cross_attention_layer.call(
                 h,
                 encoder_output,
                 padding_mask=encoder_padding_mask,
@@ -286,7 +292,7 @@ class DecoderBlock(keras.layers.Layer):
         """The attention weights this block computes for x (explicit masks
         only, in inference mode): {"self": (B, h, T, T), "cross": (B, h, T, S)}
         ("cross" only with cross-attention)."""
-        return self(
+        return self.call(
             x, encoder_output, padding_mask=padding_mask, encoder_padding_mask=encoder_padding_mask,
             return_attention_scores=True, training=False,
         )[1]

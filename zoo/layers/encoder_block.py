@@ -121,13 +121,18 @@ class EncoderBlock(keras.layers.Layer):
         self, x, padding_mask=None, attention_mask=None, return_attention_scores=False, training=None, mask=None,
         x_mask=None,
     ):
+        if not self.built:  # called as a method, not through `Layer.__call__`
+            self.build(tuple(x.shape))
+        # The attention layer's `call` directly: the block passes its masks
+        # itself, so Keras' implicit masks do not reach it a second way.
         h = self.self_attention_add_norm.sublayer_input(x)
-        attended = self.self_attention(
+        attended = self.self_attention.call(
             h,
             padding_mask=padding_mask,
             attention_mask=attention_mask,
             return_attention_scores=return_attention_scores,
-            query_mask=input_keras_mask(padding_mask, mask, x_mask),
+            # The attention weights come from the explicit masks alone (see DecoderBlock).
+            query_mask=None if return_attention_scores else input_keras_mask(padding_mask, mask, x_mask),
             training=training,
         )
         if return_attention_scores:
@@ -140,7 +145,7 @@ class EncoderBlock(keras.layers.Layer):
     def attention_scores(self, x, padding_mask=None, attention_mask=None):
         """The (B, h, T, T) self-attention weights this block computes for x
         (explicit masks only, in inference mode)."""
-        return self(
+        return self.call(
             x, padding_mask=padding_mask, attention_mask=attention_mask, return_attention_scores=True, training=False
         )[1]
 
