@@ -86,8 +86,8 @@ def test_self_attention(layers, data):
     x = rng.normal(size=(b, t, D)).astype("float32")
 
     def run(x):
-        out, scores = layers["self"].call_with_attention_scores(
-            x, padding_mask=padding, attention_mask=attention, use_causal_mask=causal
+        out, scores = layers["self"](
+            x, padding_mask=padding, attention_mask=attention, use_causal_mask=causal, return_attention_scores=True
         )
         return assert_finite("output", out), assert_finite("scores", scores)
 
@@ -113,12 +113,13 @@ def test_cross_attention(layers, data):
     key_value = rng.normal(size=(b, s, D_KV)).astype("float32")
 
     def run(key_value):
-        out, scores = layers["cross"].call_with_attention_scores(
+        out, scores = layers["cross"](
             query,
             key_value,
             padding_mask=padding,
             attention_mask=attention,
             use_causal_mask=causal,
+            return_attention_scores=True,
         )
         return assert_finite("output", out), assert_finite("scores", scores)
 

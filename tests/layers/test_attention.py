@@ -213,7 +213,7 @@ def test_multi_head_attention_takes_the_fused_path_only_where_it_can(monkeypatch
     layer(randn(B, T, D), use_causal_mask=True, **call_kwargs)
     assert bool(calls) == fused
     calls.clear()
-    layer.call_with_attention_scores(randn(B, T, D), use_causal_mask=True)  # the weights are needed
+    layer(randn(B, T, D), use_causal_mask=True, return_attention_scores=True)  # the weights are needed
     assert not calls
 
 
@@ -342,7 +342,7 @@ def test_self_attention_matches_reference(mask_kind):
         ),
         "fully_masked_row": ({"attention_mask": _with_empty_row(attn)}, _with_empty_row(attn)),
     }[mask_kind]
-    out, scores = layer.call_with_attention_scores(x, **kwargs)
+    out, scores = layer(x, **kwargs, return_attention_scores=True)
     expected, expected_scores = np_mha(layer, x, mask=mask)
     np.testing.assert_allclose(to_np(out), expected, atol=ATOL)
     np.testing.assert_allclose(to_np(scores), expected_scores, atol=ATOL)
@@ -396,8 +396,8 @@ def test_cross_attention_matches_reference(mask_kind):
         out = layer(x, memory_in, padding_mask=pad)  # Keras fills `key_value_mask`
         keys = pad & np.any(memory != 0.0, -1)
         mask = np.broadcast_to(keys[:, None, :], (B, T, S))
-        same, scores = layer.call_with_attention_scores(
-            x, memory, padding_mask=pad, key_value_mask=np.any(memory != 0.0, -1)
+        same, scores = layer(
+            x, memory, padding_mask=pad, key_value_mask=np.any(memory != 0.0, -1), return_attention_scores=True
         )
         np.testing.assert_allclose(to_np(same), to_np(out), atol=ATOL)
     else:
@@ -406,7 +406,7 @@ def test_cross_attention_matches_reference(mask_kind):
             "padding_mask": ({"padding_mask": pad}, np.broadcast_to(pad[:, None, :], (B, T, S))),
             "attention_mask": ({"attention_mask": attn}, attn),
         }[mask_kind]
-        out, scores = layer.call_with_attention_scores(x, memory, **kwargs)
+        out, scores = layer(x, memory, **kwargs, return_attention_scores=True)
     assert tuple(out.shape) == (B, T, D) and tuple(scores.shape) == (B, H, T, S)
     expected, expected_scores = np_mha(layer, x, memory, mask=mask)
     np.testing.assert_allclose(to_np(out), expected, atol=ATOL)
@@ -446,7 +446,7 @@ def test_causal_scores_are_exactly_zero_above_the_diagonal(dropout):
     layer = make_mha(H, dropout=dropout)
     x = randn(B, T, D)
     for training in (False, True):
-        out, scores = layer.call_with_attention_scores(x, use_causal_mask=True, training=training)
+        out, scores = layer(x, use_causal_mask=True, training=training, return_attention_scores=True)
         scores = to_np(scores)
         above = np.triu(np.ones((T, T), bool), 1)
         assert np.all(scores[..., above] == 0.0)
@@ -488,7 +488,7 @@ def test_fully_masked_row_gives_zeros_not_nan_in_mixed_bfloat16(dropout):
     for training in (False, True):
         plain = to_np(ops.cast(layer(x, padding_mask=pad, training=training), "float32"))
         assert np.all(np.isfinite(plain))
-        out, scores = layer.call_with_attention_scores(x, padding_mask=pad, training=training)
+        out, scores = layer(x, padding_mask=pad, training=training, return_attention_scores=True)
         assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
         out, scores = to_np(ops.cast(out, "float32")), to_np(ops.cast(scores, "float32"))
         assert np.all(np.isfinite(out)) and np.all(np.isfinite(scores))
@@ -519,7 +519,7 @@ def test_cached_attention_equals_full_causal_pass(index_as_tensor):
     outputs = []
     for start, end in steps:
         index = ops.convert_to_tensor(start, "int32") if index_as_tensor else start
-        out, cache = layer.call_with_cache(x[:, start:end], cache, index)
+        out, cache = layer(x[:, start:end], cache=cache, cache_index=index)
         assert tuple(cache.shape) == (B, 2, H, s_max, D // H)
         outputs.append(to_np(out))
     np.testing.assert_allclose(np.concatenate(outputs, axis=1), full, atol=ATOL)
@@ -549,7 +549,7 @@ def test_cached_decoder_block_equals_full_pass(norm_first, cross_attention):
         cross = {"cross_attention_cache": cross_cache, "encoder_padding_mask": extra["encoder_padding_mask"]}
     outputs = []
     for t in range(T):
-        out, self_cache = block.call_with_cache(x[:, t : t + 1], self_cache, t, **cross)
+        out, self_cache = block(x[:, t : t + 1], self_attention_cache=self_cache, cache_index=t, **cross)
         outputs.append(to_np(out))
     np.testing.assert_allclose(np.concatenate(outputs, axis=1), full, atol=ATOL)
 
@@ -560,15 +560,15 @@ def test_cached_decoder_block_equals_full_pass(norm_first, cross_attention):
 
 def test_each_cached_call_fits_its_kind_of_attention():
     x = randn(B, T, D)
-    cross = make_mha(H, cross_attention=True)
-    cross(x, randn(B, S, D))
-    with pytest.raises(ValueError, match="call_with_cross_cache"):
-        cross.call_with_cache(x, _empty_cache(B, T, H, D), 0)
-    with pytest.raises(ValueError, match="self-attention uses `call_with_cache`"):
-        make_mha(H).call_with_cross_cache(x, _empty_cache(B, S, H, D))
+    with pytest.raises(ValueError, match="With a `cache`.*pass `cache_index`"):
+        make_mha(H)(x, cache=_empty_cache(B, T, H, D))
+    with pytest.raises(ValueError, match="With a `cache`.*not `return_attention_scores`"):
+        make_mha(H)(x, cache=_empty_cache(B, T, H, D), cache_index=0, return_attention_scores=True)
+    with pytest.raises(ValueError, match="takes no `key_value`"):
+        make_mha(H)(x, randn(B, S, D))
     block = DecoderBlock(H, intermediate_dim=16, cross_attention=True)
     with pytest.raises(ValueError, match="has cross-attention: pass `encoder_output`"):
-        block.call_with_cache(x[:, :1], _empty_cache(B, T, H, D), 0)
+        block(x[:, :1], self_attention_cache=_empty_cache(B, T, H, D), cache_index=0)
 
 
 def test_width_must_divide_into_heads():

@@ -194,10 +194,10 @@ def test_grouped_query_attention_shares_each_key_value_head_and_caches_only_thos
     logits = np.where(np.tril(np.ones((5, 5), bool)), q @ key.transpose(0, 1, 3, 2) / 2.0, -np.inf)
     out = (np_softmax(logits) @ value).transpose(0, 2, 1, 3).reshape(2, 5, 16) @ _np(layer.output_dense.kernel)
     np.testing.assert_allclose(full, out, atol=1e-5)
-    _, weights = layer.call_with_attention_scores(x, use_causal_mask=True)  # the explicit (non-fused) path
+    _, weights = layer(x, use_causal_mask=True, return_attention_scores=True)  # the explicit (non-fused) path
     np.testing.assert_allclose(_np(weights), np_softmax(logits), atol=1e-5)
     cache = np.zeros((2, 2, key_value_heads, 5, 4), "float32")  # (B, 2, g, S, k): g heads only
-    step, cache = layer.call_with_cache(x, cache, 0)
+    step, cache = layer(x, cache=cache, cache_index=0)
     np.testing.assert_allclose(_np(step), full, atol=1e-5)
     with pytest.raises(ValueError, match="num_key_value_heads.*dividing num_heads=4"):
         MultiHeadAttention(4, num_key_value_heads=3)

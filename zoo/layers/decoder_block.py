@@ -56,15 +56,26 @@ class DecoderBlock(keras.layers.Layer):
         encoder_padding_mask: (B, S), False at padded source positions.
         attention_mask: (B, T, T) for the self-attention.
         use_causal_mask: True (the default) hides future positions.
+        self_attention_cache: for cached decoding, (B, 2, g, S_max, k)
+            keys and values of the positions decoded so far; the new ones
+            are written at `cache_index`. The causal mask over absolute
+            positions hides the empty slots, so no padding mask is needed:
+            prompts are right-padded and no real position ever attends to
+            padding (keras-hub's cached decoding).
+        cache_index: the absolute position of x's first row.
+        cross_attention_cache: (B, 2, h, S, k) from
+            `compute_cross_attention_cache`, in place of `encoder_output`
+            in cached decoding.
+        return_attention_scores: also return the attention weights.
 
     Returns:
         (B, T, d), carrying the padding mask (or the input's Keras mask) as
-        its Keras mask.
-
-    Two more entry points run the same sub-layers (`_sublayers`):
-    `call_with_cache` (cached decoding, `(output, self_attention_cache)`)
-    and `call_with_attention_scores` (`(output, {"self": ..., "cross":
-    ...})`).
+        its Keras mask; with a `self_attention_cache`, `(output,
+        self_attention_cache)` with the new positions written; with
+        `return_attention_scores`, `(output, {"self": (B, h, T, T),
+        "cross": (B, h, T, S)})` ("cross" only with cross-attention).
+        One `call` serves the three: the sub-layers run in one order, top
+        to bottom.
 
     Example:
 
@@ -77,7 +88,7 @@ class DecoderBlock(keras.layers.Layer):
     # Cached decoding gives the same outputs one position at a time.
     cache = np.zeros((2, 2, 2, 5, 4), "float32")  # (B, 2, h, T, k)
     cross_cache = block.compute_cross_attention_cache(memory)
-    first, cache = block.call_with_cache(x[:, :1], cache, 0, cross_cache)
+    first, cache = block(x[:, :1], self_attention_cache=cache, cache_index=0, cross_attention_cache=cross_cache)
     np.testing.assert_allclose(first, y[:, :1], atol=1e-5)
     ```
 
@@ -207,136 +218,84 @@ class DecoderBlock(keras.layers.Layer):
         encoder_padding_mask=None,
         attention_mask=None,
         use_causal_mask=True,
+        self_attention_cache=None,
+        cache_index=None,
+        cross_attention_cache=None,
+        return_attention_scores=False,
         training=None,
         mask=None,
         x_mask=None,
         encoder_output_mask=None,
     ):
-        self._check_encoder_output(x, encoder_output)
-        implicit = input_keras_mask(padding_mask, mask, x_mask)
+        self._check_encoder_output(x, encoder_output, has_cross_cache=cross_attention_cache is not None)
+        if not self.built:  # called as a method, not through `Layer.__call__`
+            self.build(tuple(x.shape), None if encoder_output is None else tuple(encoder_output.shape))
+        # The attention weights come from the explicit masks alone, whatever
+        # Keras mask x carries, so every caller gets the same weights.
+        query_mask = None if return_attention_scores else input_keras_mask(padding_mask, mask, x_mask)
+        scores = {}
 
-        def self_attention(h):
-            return self.self_attention(
-                h,
-                padding_mask=padding_mask,
-                attention_mask=attention_mask,
-                use_causal_mask=use_causal_mask,
-                query_mask=implicit,
-                training=training,
-            )
+        # The attention layers' `call` directly: the block passes their masks
+        # itself, so Keras' implicit masks do not reach them a second way.
+        h = self.self_attention_add_norm.sublayer_input(x)
+        attended = self.self_attention.call(
+            h,
+            padding_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            cache=self_attention_cache,
+            cache_index=cache_index,
+            return_attention_scores=return_attention_scores,
+            query_mask=query_mask,
+            training=training,
+        )
+        if self_attention_cache is not None:
+            attended, self_attention_cache = attended
+        elif return_attention_scores:
+            attended, scores["self"] = attended
+        x = self.self_attention_add_norm(x, attended, training=training)
 
-        def cross_attention(h):
-            return self.cross_attention_layer(
+        if self.cross_attention:
+            h = self.cross_attention_add_norm.sublayer_input(x)
+            attended = self.cross_attention_layer.call(
                 h,
                 encoder_output,
                 padding_mask=encoder_padding_mask,
-                query_mask=implicit,
+                cache=cross_attention_cache,
+                return_attention_scores=return_attention_scores,
+                query_mask=query_mask,
                 key_value_mask=encoder_output_mask,
                 training=training,
             )
+            if cross_attention_cache is not None:
+                attended, _ = attended
+            elif return_attention_scores:
+                attended, scores["cross"] = attended
+            x = self.cross_attention_add_norm(x, attended, training=training)
 
-        return self._sublayers(x, self_attention, cross_attention, training)
+        h = self.feed_forward_add_norm.sublayer_input(x)
+        x = self.feed_forward_add_norm(x, self.feed_forward(h, training=training), training=training)
+        if self_attention_cache is not None:
+            return x, self_attention_cache
+        return (x, scores) if return_attention_scores else x
 
     def compute_cross_attention_cache(self, encoder_output):
         """The encoder output (B, S, d) projected once to this block's
         cross-attention keys and values, (B, 2, h, S, k): the
-        `cross_attention_cache` of `call_with_cache`."""
+        `cross_attention_cache` of cached decoding."""
         self._check_encoder_output(encoder_output, encoder_output)
         if not self.built:
             self.build(tuple(encoder_output.shape), tuple(encoder_output.shape))
         return self.cross_attention_layer.compute_key_value(encoder_output)
 
-    def call_with_cache(self, x, self_attention_cache, cache_index, cross_attention_cache=None, encoder_padding_mask=None):
-        """One cached-decoding call of the block (the same sub-layers as
-        `call`, in inference mode).
-
-        Args:
-            x: (B, T, d) the new positions, the first at `cache_index`.
-            self_attention_cache: (B, 2, g, S_max, k) keys and values of
-                the positions decoded so far; the new ones are written at
-                `cache_index`. The causal mask over absolute positions hides
-                the empty slots, so no padding mask is taken: prompts are
-                right-padded and no real position ever attends to padding
-                (keras-hub's cached decoding).
-            cache_index: the absolute position of x's first row.
-            cross_attention_cache: (B, 2, h, S, k) from
-                `compute_cross_attention_cache`; required with
-                cross-attention.
-            encoder_padding_mask: (B, S), False at padded source positions.
-
-        Returns:
-            `(output (B, T, d), self_attention_cache)`.
-        """
-        self._check_encoder_output(x, None, has_cross_cache=cross_attention_cache is not None)
-        if not self.built:
-            self.build(tuple(x.shape))
-        caches = []
-
-        def self_attention(h):
-            out, cache = self.self_attention.call_with_cache(h, self_attention_cache, cache_index)
-            caches.append(cache)
-            return out
-
-        def cross_attention(h):
-            return self.cross_attention_layer.call_with_cross_cache(
-                h, cross_attention_cache, padding_mask=encoder_padding_mask
-            )
-
-        x = self._sublayers(x, self_attention, cross_attention, training=False)
-        return x, caches[0]
-
-    def call_with_attention_scores(
-        self,
-        x,
-        encoder_output=None,
-        padding_mask=None,
-        encoder_padding_mask=None,
-        attention_mask=None,
-        use_causal_mask=True,
-        training=None,
-    ):
-        """The block's call that also returns its attention weights:
-        `(output (B, T, d), {"self": (B, h, T, T), "cross": (B, h, T, S)})`
-        ("cross" only with cross-attention). Explicit masks only."""
-        self._check_encoder_output(x, encoder_output)
-        scores = {}
-
-        def self_attention(h):
-            out, scores["self"] = self.self_attention.call_with_attention_scores(
-                h,
-                padding_mask=padding_mask,
-                attention_mask=attention_mask,
-                use_causal_mask=use_causal_mask,
-                training=training,
-            )
-            return out
-
-        def cross_attention(h):
-            out, scores["cross"] = self.cross_attention_layer.call_with_attention_scores(
-                h, encoder_output, padding_mask=encoder_padding_mask, training=training
-            )
-            return out
-
-        x = self._sublayers(x, self_attention, cross_attention, training)
-        return x, scores
-
     def attention_scores(self, x, encoder_output=None, padding_mask=None, encoder_padding_mask=None):
-        """The attention weights of `call_with_attention_scores`, a dict
-        keyed "self" (and "cross")."""
-        return self.call_with_attention_scores(x, encoder_output, padding_mask, encoder_padding_mask)[1]
-
-    def _sublayers(self, x, self_attention, cross_attention, training):
-        """The block: Add & Norm around `self_attention(h)`, around
-        `cross_attention(h)` (with cross-attention), then around the
-        feed-forward network. Every entry point runs this, passing its own
-        attention calls."""
-        h = self.self_attention_add_norm.sublayer_input(x)
-        x = self.self_attention_add_norm(x, self_attention(h), training=training)
-        if self.cross_attention:
-            h = self.cross_attention_add_norm.sublayer_input(x)
-            x = self.cross_attention_add_norm(x, cross_attention(h), training=training)
-        h = self.feed_forward_add_norm.sublayer_input(x)
-        return self.feed_forward_add_norm(x, self.feed_forward(h, training=training), training=training)
+        """The attention weights this block computes for x (explicit masks
+        only, in inference mode): {"self": (B, h, T, T), "cross": (B, h, T, S)}
+        ("cross" only with cross-attention)."""
+        return self.call(
+            x, encoder_output, padding_mask=padding_mask, encoder_padding_mask=encoder_padding_mask,
+            return_attention_scores=True, training=False,
+        )[1]
 
     def compute_output_shape(self, input_shape, *args, **kwargs):
         return input_shape

@@ -33,11 +33,12 @@ class EncoderBlock(keras.layers.Layer):
         x: (B, T, d).
         padding_mask: (B, T), False at padding.
         attention_mask: (B, T, T), False where a query may not attend.
+        return_attention_scores: also return the attention weights.
 
     Returns:
         (B, T, d), carrying the padding mask (or the input's Keras mask) as
-        its Keras mask. `call_with_attention_scores` returns `(output,
-        weights (B, h, T, T))`.
+        its Keras mask; with `return_attention_scores`, `(output, weights
+        (B, h, T, T))`.
 
     Example:
 
@@ -116,44 +117,37 @@ class EncoderBlock(keras.layers.Layer):
         kwargs = padding_as_keras_mask(padding_mask, kwargs)
         return super().__call__(x, *args, padding_mask=padding_mask, **kwargs)
 
-    def call(self, x, padding_mask=None, attention_mask=None, training=None, mask=None, x_mask=None):
-        def self_attention(h):
-            return self.self_attention(
-                h,
-                padding_mask=padding_mask,
-                attention_mask=attention_mask,
-                query_mask=input_keras_mask(padding_mask, mask, x_mask),
-                training=training,
-            )
-
-        return self._sublayers(x, self_attention, training)
-
-    def call_with_attention_scores(self, x, padding_mask=None, attention_mask=None, training=None):
-        """The block's call that also returns its (B, h, T, T) self-attention
-        weights: `(output, weights)`. Explicit masks only."""
-        scores = []
-
-        def self_attention(h):
-            out, weights = self.self_attention.call_with_attention_scores(
-                h, padding_mask=padding_mask, attention_mask=attention_mask, training=training
-            )
-            scores.append(weights)
-            return out
-
-        return self._sublayers(x, self_attention, training), scores[0]
+    def call(
+        self, x, padding_mask=None, attention_mask=None, return_attention_scores=False, training=None, mask=None,
+        x_mask=None,
+    ):
+        if not self.built:  # called as a method, not through `Layer.__call__`
+            self.build(tuple(x.shape))
+        # The attention layer's `call` directly: the block passes its masks
+        # itself, so Keras' implicit masks do not reach it a second way.
+        h = self.self_attention_add_norm.sublayer_input(x)
+        attended = self.self_attention.call(
+            h,
+            padding_mask=padding_mask,
+            attention_mask=attention_mask,
+            return_attention_scores=return_attention_scores,
+            # The attention weights come from the explicit masks alone (see DecoderBlock).
+            query_mask=None if return_attention_scores else input_keras_mask(padding_mask, mask, x_mask),
+            training=training,
+        )
+        if return_attention_scores:
+            attended, weights = attended
+        x = self.self_attention_add_norm(x, attended, training=training)
+        h = self.feed_forward_add_norm.sublayer_input(x)
+        x = self.feed_forward_add_norm(x, self.feed_forward(h, training=training), training=training)
+        return (x, weights) if return_attention_scores else x
 
     def attention_scores(self, x, padding_mask=None, attention_mask=None):
-        """The (B, h, T, T) self-attention weights this block computes for x."""
-        return self.call_with_attention_scores(x, padding_mask, attention_mask)[1]
-
-    def _sublayers(self, x, self_attention, training):
-        """The block: Add & Norm around `self_attention(h)`, then around the
-        feed-forward network. `call` and `call_with_attention_scores` differ
-        only in the attention call they pass."""
-        h = self.self_attention_add_norm.sublayer_input(x)
-        x = self.self_attention_add_norm(x, self_attention(h), training=training)
-        h = self.feed_forward_add_norm.sublayer_input(x)
-        return self.feed_forward_add_norm(x, self.feed_forward(h, training=training), training=training)
+        """The (B, h, T, T) self-attention weights this block computes for x
+        (explicit masks only, in inference mode)."""
+        return self.call(
+            x, padding_mask=padding_mask, attention_mask=attention_mask, return_attention_scores=True, training=False
+        )[1]
 
     def compute_output_shape(self, input_shape, *args, **kwargs):
         return input_shape

@@ -22,15 +22,15 @@ class MultiHeadAttention(keras.layers.Layer):
     query sequence and K, V from another sequence, with one fused product for
     K and V.
 
-    Three entry points, each with one result shape, all through the same
-    code (`_attend`: the projections, then one of two algorithms,
-    `_fused_attention` or `_grouped_attention`):
-    `layer(query, ...)` returns the (B, T, d) output;
-    `layer.call_with_attention_scores(query, ...)` returns `(output,
-    weights)` with the (B, h, T, S) attention weights (for plots);
-    `layer.call_with_cache(query, cache, cache_index)` returns `(output,
-    cache)` for cached decoding (a cross-attention layer reads keys and
-    values projected once: `call_with_cross_cache`).
+    One entry, `call`, reads top to bottom: the projections (`_project_self`
+    or `_project_cross`), the masks merged (`merge_masks`), one of two
+    attention algorithms (`_fused_attention` or `_grouped_attention`), the
+    output projection. The cache is an optional argument, as in keras-hub's
+    `CachedMultiHeadAttention`: `layer(query, cache=cache, cache_index=i)`
+    returns `(output, cache)` for cached decoding (a cross-attention layer
+    reads keys and values projected once by `compute_key_value`), and
+    `return_attention_scores=True` returns `(output, weights)` with the
+    (B, h, T, S) attention weights (for plots).
 
     When the only mask is the causal one (no padding, attention or Keras
     mask, no cache, no dropout on the weights), the attention runs as
@@ -82,13 +82,27 @@ class MultiHeadAttention(keras.layers.Layer):
         padding_mask: (B, S), False (or 0) at padded keys.
         attention_mask: (B, T, S), False where a query may not attend.
         use_causal_mask: query t attends to keys s <= t only.
+        cache: for cached decoding. Self-attention: (B, 2, g, S_max, k),
+            the keys and values of all positions so far, head-major (each
+            of K and V is the (B, h, S, k) operand of the attention
+            product, so no step transposes the whole cache); the new
+            positions' keys and values are written at `cache_index`, and
+            the causal mask over absolute positions (always on with a
+            cache) hides the empty slots. Cross-attention: (B, 2, g, S, k) from `compute_key_value`, read
+            only.
+        cache_index: the absolute position of the first query (with a
+            self-attention cache).
+        return_attention_scores: also return the attention weights (after
+            the softmax, and dropout when training); not with a cache.
         training: enables dropout.
         query_mask, key_value_mask: Keras' implicit masks of `query` and
             `key_value` (filled in by Keras); in self-attention the query's
             mask also hides padded keys.
 
     Returns:
-        (B, T, d).
+        (B, T, d); with a `cache`, `(output, cache)` (the cache with the new
+        positions written); with `return_attention_scores`, `(output,
+        weights (B, h, T, S))`.
 
     Example:
 
@@ -96,8 +110,13 @@ class MultiHeadAttention(keras.layers.Layer):
     layer = MultiHeadAttention(num_heads=2)
     x = np.random.rand(2, 5, 8).astype("float32")  # (B, T, d)
     out = layer(x, use_causal_mask=True)  # (2, 5, 8)
-    out, weights = layer.call_with_attention_scores(x, use_causal_mask=True)
+    out, weights = layer(x, use_causal_mask=True, return_attention_scores=True)
     weights.shape  # (2, 2, 5, 5): (B, h, T, S)
+
+    # Cached decoding: the same outputs, one position at a time.
+    cache = np.zeros((2, 2, 2, 5, 4), "float32")  # (B, 2, g, S_max, k)
+    first, cache = layer(x[:, :1], cache=cache, cache_index=0)
+    np.testing.assert_allclose(first, out[:, :1], atol=1e-5)
     ```
 
     References:
@@ -236,127 +255,32 @@ class MultiHeadAttention(keras.layers.Layer):
         padding_mask=None,
         attention_mask=None,
         use_causal_mask=False,
+        cache=None,
+        cache_index=None,
+        return_attention_scores=False,
         training=None,
         mask=None,
         query_mask=None,
         key_value_mask=None,
     ):
+        if cache is not None and (return_attention_scores or (cache_index is None and not self.cross_attention)):
+            raise ValueError(
+                "With a `cache`, MultiHeadAttention returns (output, cache): pass `cache_index` (self-attention) "
+                "and not `return_attention_scores`."
+            )
+        if not self.built:  # called as a method, not through `Layer.__call__`
+            self.build(tuple(query.shape), None if key_value is None else tuple(key_value.shape))
         # Keras' implicit masks: `mask` when the query is the only tensor
         # argument, `query_mask` / `key_value_mask` otherwise.
-        out, _, _ = self._attend(
-            query,
-            key_value,
-            padding_mask=padding_mask,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-            query_mask=query_mask if query_mask is not None else mask,
-            key_value_mask=key_value_mask,
-            training=training,
-        )
-        return out
-
-    def call_with_attention_scores(
-        self,
-        query,
-        key_value=None,
-        padding_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        training=None,
-        query_mask=None,
-        key_value_mask=None,
-    ):
-        """The layer's call that also returns its attention weights.
-
-        Arguments as `call` (Keras' implicit masks are not read here: pass
-        them as `query_mask` / `key_value_mask`).
-
-        Returns:
-            `(output (B, T, d), weights (B, h, T, S))`, the weights after
-            the softmax (and dropout, when training).
-        """
-        self._build_for(query, key_value)
-        out, weights, _ = self._attend(
-            query,
-            key_value,
-            padding_mask=padding_mask,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-            query_mask=query_mask,
-            key_value_mask=key_value_mask,
-            training=training,
-            return_weights=True,
-        )
-        return out, weights
-
-    def call_with_cache(self, query, cache, cache_index):
-        """One cached-decoding call: the queries at positions `cache_index`
-        onwards attend to every position cached so far.
-
-        Args:
-            query: (B, T, d) the new positions (T = 1 for one decoding step,
-                the padded prompts for the prefill).
-            cache: (B, 2, g, S_max, k), the keys and values of all
-                positions so far, head-major (each of K and V is the
-                (B, h, S, k) operand of the attention product, so no step
-                transposes the whole cache); the new positions' keys and
-                values are written at `cache_index` and the causal mask over
-                absolute positions hides the empty slots. (A cross-attention
-                layer reads its projected keys and values with
-                `call_with_cross_cache` instead.)
-            cache_index: the absolute position of the first query.
-
-        Returns:
-            `(output (B, T, d), cache)`, the cache with the new positions
-            written (the same cache for cross-attention).
-        """
-        if self.cross_attention:
-            raise ValueError(
-                "A cross-attention layer reads its cache without writing it: call "
-                "`call_with_cross_cache(query, key_value_cache, padding_mask)`."
-            )
-        self._build_for(query)
-        out, _, cache = self._attend(query, use_causal_mask=True, cache=cache, cache_index=cache_index)
-        return out, cache
-
-    def call_with_cross_cache(self, query, key_value_cache, padding_mask=None):
-        """Cross-attention to keys and values projected once (by
-        `compute_key_value`): (B, T, d) -> (B, T, d). The cached decoding
-        step of a cross-attention layer; `padding_mask` (B, S) hides padded
-        source positions."""
-        if not self.cross_attention:
-            raise ValueError("`call_with_cross_cache` is for cross-attention; self-attention uses `call_with_cache`.")
-        out, _, _ = self._attend(query, padding_mask=padding_mask, cache=key_value_cache)
-        return out
-
-    def _build_for(self, query, key_value=None):
-        # The methods besides `call` bypass `Layer.__call__`, which builds.
-        if not self.built:
-            self.build(tuple(query.shape), None if key_value is None else tuple(key_value.shape))
-
-    def _attend(
-        self,
-        query,
-        key_value=None,
-        padding_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        query_mask=None,
-        key_value_mask=None,
-        cache=None,
-        cache_index=None,
-        training=None,
-        return_weights=False,
-    ):
-        """The one forward pass -> (output, weights or None, cache or None):
-        the projections, the masks merged, one of the two attention
-        algorithms, the output projection."""
+        query_mask = query_mask if query_mask is not None else mask
         if self.cross_attention:
             q, key, value = self._project_cross(query, key_value, cache)
             key_mask = key_value_mask
         else:
             q, key, value, cache = self._project_self(query, key_value, cache, cache_index)
             key_mask = query_mask if cache is None else None
+            # The causal mask over absolute positions hides a cache's empty slots.
+            use_causal_mask = use_causal_mask or cache is not None
         attend_mask = merge_masks(
             query,
             key[:, 0],  # (B, S, k): only the shape of the keys is read
@@ -368,7 +292,7 @@ class MultiHeadAttention(keras.layers.Layer):
             query_start=0 if cache_index is None else cache_index,
             sliding_window=self.sliding_window,
         )
-        if cache is None and not return_weights and self.dropout == 0:
+        if cache is None and not return_attention_scores and self.dropout == 0:
             # Neither the weights nor dropout on them are needed: the
             # backend's fused attention (flash attention on a GPU), as in
             # Keras' MultiHeadAttention. The cached step keeps the explicit
@@ -380,7 +304,10 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             out, weights = self._grouped_attention(q, key, value, attend_mask, training)
         out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.num_heads * self.head_dim))
-        return self.output_dense(out), weights, cache  # (B, T, d)
+        out = self.output_dense(out)  # (B, T, d)
+        if return_attention_scores:
+            return out, weights
+        return out if cache is None else (out, cache)
 
     def _project_cross(self, query, key_value, key_value_cache):
         """Q from the query, K and V from the other sequence (or read from

@@ -13,6 +13,10 @@ class DecoderStack:
     functional graph, the cached step and the attention scores, each its
     own loop over the blocks.
 
+    The cached step and the attention scores call each block's `call`
+    directly: they need none of `Layer.__call__`'s work (building, casting,
+    Keras masks), and the step's Python stays short.
+
     A backbone that mixes it in has `blocks` (`DecoderBlock`s),
     `final_norm` (or None), `embed(token_ids, start_index, training)`,
     `embedding` (the token embedding, tied to the logits unless `logits`
@@ -62,7 +66,7 @@ class DecoderStack:
         x = self.embed(token_ids, start_index=cache_index, training=False)
         new_cache = []
         for block, block_cache in zip(self.blocks, cache):
-            x, block_cache = block.call_with_cache(x, block_cache, cache_index)
+            x, block_cache = block.call(x, self_attention_cache=block_cache, cache_index=cache_index, training=False)
             new_cache.append(block_cache)
         return self._final(x), tuple(new_cache)
 
@@ -97,6 +101,6 @@ class DecoderStack:
         padding_mask = inputs.get("padding_mask")
         x, scores = self.embed(inputs["token_ids"], training=False), []
         for block in self.blocks:
-            x, block_scores = block.call_with_attention_scores(x, padding_mask=padding_mask)
+            x, block_scores = block.call(x, padding_mask=padding_mask, return_attention_scores=True, training=False)
             scores.append(block_scores["self"])
         return {"self": keras.ops.stack(scores)}

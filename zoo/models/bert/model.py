@@ -173,7 +173,7 @@ class BertBackbone(ZooModel):
         inference mode: {"self": (N, B, h, T, T)}."""
         x, scores = self.embed(inputs["token_ids"], inputs["segment_ids"], training=False), []
         for block in self.blocks:
-            x, block_scores = block.call_with_attention_scores(x, padding_mask=inputs["padding_mask"])
+            x, block_scores = block.call(x, padding_mask=inputs["padding_mask"], return_attention_scores=True, training=False)
             scores.append(block_scores)
         return {"self": keras.ops.stack(scores)}
 

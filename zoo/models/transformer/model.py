@@ -244,8 +244,13 @@ class EncoderDecoder(ZooModel):
         cross_caches, source_padding_mask = context
         x, new_cache = self.embed_target(token_ids, start_index=cache_index, training=False), []
         for block, block_cache, cross_cache in zip(self.decoder_blocks, cache, cross_caches):
-            x, block_cache = block.call_with_cache(
-                x, block_cache, cache_index, cross_cache, encoder_padding_mask=source_padding_mask
+            x, block_cache = block.call(
+                x,
+                self_attention_cache=block_cache,
+                cache_index=cache_index,
+                cross_attention_cache=cross_cache,
+                encoder_padding_mask=source_padding_mask,
+                training=False,
             )
             new_cache.append(block_cache)
         return self.logits(x), tuple(new_cache)
@@ -264,13 +269,18 @@ class EncoderDecoder(ZooModel):
         source_mask = inputs["encoder_padding_mask"]
         x, encoder_scores = self.embed_source(inputs["encoder_token_ids"], training=False), []
         for block in self.encoder_blocks:
-            x, block_scores = block.call_with_attention_scores(x, padding_mask=source_mask)
+            x, block_scores = block.call(x, padding_mask=source_mask, return_attention_scores=True, training=False)
             encoder_scores.append(block_scores)
         encoded = self._encoder_final(x)
         x, decoder_scores = self.embed_target(inputs["decoder_token_ids"], training=False), []
         for block in self.decoder_blocks:
-            x, block_scores = block.call_with_attention_scores(
-                x, encoded, padding_mask=inputs["decoder_padding_mask"], encoder_padding_mask=source_mask
+            x, block_scores = block.call(
+                x,
+                encoded,
+                padding_mask=inputs["decoder_padding_mask"],
+                encoder_padding_mask=source_mask,
+                return_attention_scores=True,
+                training=False,
             )
             decoder_scores.append(block_scores)
         stack = keras.ops.stack
