@@ -116,8 +116,8 @@ def main(argv=None):
                          "--ema-momentum", "0", *options.recipe_flags])
     start(args)
     data = recipe.read_data(args)
-    recipe.open_folder(args, data["tokenizer"])  # the run folder: tokenizer.json, run.json
-    model = recipe.make_model(args, data["tokenizer"], len(data["vocabulary"]))
+    recipe.open_folder(args, data)  # the run folder: tokenizer.json, run.json
+    model = recipe.make_model(args, data)
     sources, references = read_parallel(args.data, "val", args.source_lang, args.target_lang)
     count = options.max_val_sentences or len(sources)
     averages = averages_callback(model, rules)

@@ -21,8 +21,10 @@ After training:
     zoo eval runs/bert_classify --split dev
 """
 
-import time
-from pathlib import Path
+import sys
+
+from recipes.errors import run_recipe
+from recipes.recipe import run
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
@@ -45,6 +47,7 @@ DEFAULTS = dict(
 
 
 VOCABULARY = "vocabulary.txt"
+VALIDATION_SPLIT = "dev"  # SST-2's labelled held-out split
 # The default peak rate: a pretrained backbone is fine-tuned at half the rate
 # that trains from scratch (at 2e-4 it passes its best dev accuracy within the
 # first epoch; docs/results.md has both).
@@ -53,7 +56,7 @@ LEARNING_RATES = {"pretrained": 1e-4, "scratch": 2e-4}
 
 def make_parser():
     """The recipe's flags (`zoo train bert_classify -h`)."""
-    from recipes.flags import recipe_parser
+    from recipes.flags import add_bert_flags, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train bert_classify")
     parser.add_argument(
@@ -63,17 +66,15 @@ def make_parser():
     )
     parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"],
                         help="WordPieces of the vocabulary trained on the sentences (from scratch only)")
-    parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"],
-                        help="longest [CLS] ... [SEP] in tokens (longer sentences are cut)")
-    parser.add_argument("--warmup-fraction", type=float, default=DEFAULTS["warmup_fraction"],
-                        help="share of the steps in the linear warm-up")
-    parser.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"], help="AdamW weight decay")
+    add_bert_flags(parser, DEFAULTS)
     parser.add_argument("--classifier-dropout", type=float, default=DEFAULTS["classifier_dropout"],
                         help="dropout before the classifier's Dense layer")
     return parser
 
 
 def parse(argv):
+    """The flags, checked; --learning-rate defaults by where the backbone
+    starts, and --pretrained fixes the sizes."""
     from recipes.flags import SIZE_FLAGS, check_preset
 
     parser = make_parser()
@@ -126,7 +127,7 @@ def pretrained_parts(target, num_classes):
     return model.backbone, tokenizer, f"the checkpoint {target}"
 
 
-def evaluate(folder, data=None, split="dev", model=None):
+def evaluate(folder, data=None, split=VALIDATION_SPLIT, model=None):
     """The saved model's accuracy on every sentence of `split`: the
     recipe's last step and `zoo eval` both call this.
 
@@ -147,11 +148,11 @@ def evaluate(folder, data=None, split="dev", model=None):
     from recipes.run_folder import figure_name, load_model, read_run
 
     args = read_run(folder)["args"]
-    split = "dev" if split == "val" else split
+    split = VALIDATION_SPLIT if split == "val" else split
     sentences, labels = read_labelled(data or args["data"], split)
     model = model or load_model(folder)
     predicted = np.asarray(zoo.classify(model, sentences, batch_size=args["batch_size"]).labels)
-    return {figure_name("accuracy", split, validation="dev"): float(np.mean(predicted == np.asarray(labels)))}
+    return {figure_name("accuracy", split, validation=VALIDATION_SPLIT): float(np.mean(predicted == np.asarray(labels)))}
 
 
 def batches(token_ids, labels, batch_size, buckets, length, ids, shuffle, seed):
@@ -221,14 +222,11 @@ def open_folder(args, data):
     """The run folder, with the vocabulary in it."""
     from zoo.data import save_vocabulary
 
-    from recipes.flags import startup_line
-    from recipes.run_folder import OutputFolder, run_config
+    from recipes.recipe import open_run_folder
 
-    overrides = overrides_of(args)
-    what = args.preset if data["pretrained"] is None else data["source"]
-    print(startup_line("bert_classify", what, overrides), flush=True)
-    config = run_config("bert_classify", args, args.preset, overrides, pretrained=args.pretrained)
-    folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
+    shown = None if data["pretrained"] is None else data["source"]
+    folder = open_run_folder("bert_classify", args, args.preset, overrides_of(args), shown=shown,
+                             pretrained=args.pretrained)
     save_vocabulary(data["tokenizer"], folder / VOCABULARY)
     return folder
 
@@ -273,42 +271,22 @@ def make_model(args, data):
     return model
 
 
-def train(model, args, folder, data):
-    """--epochs epochs; model.keras is the best epoch by dev accuracy."""
-    from recipes.plots import write_curves
+def fit(model, args, folder, data):
+    """--epochs epochs; model.keras is the best epoch by dev accuracy;
+    curves.png."""
+    from recipes.recipe import fit_epochs
     from recipes.run_folder import callbacks
 
-    model.fit(
-        data["train"].repeat(),
-        steps_per_epoch=data["steps"],
-        epochs=args.epochs,
-        validation_data=data["dev"],
-        validation_steps=data["dev_steps"],
-        callbacks=callbacks(folder, monitor="val_accuracy", mode="max"),
-        shuffle=False,  # the pipeline shuffles
-    )
-    write_curves(folder, model, title="SST-2 [CLS] fine-tuning")
+    best = callbacks(folder, monitor="val_accuracy", mode="max")
+    fit_epochs(model, args, folder, data, best, "SST-2 [CLS] fine-tuning", validation="dev")
+
 
 
 def main(argv=None):
-    from recipes.run_folder import finish
-    from recipes.startup import start
-
-    args = parse(argv)
-    start(args)
-    started = time.time()
-    data = read_data(args)
-    folder = open_folder(args, data)
-    model = make_model(args, data)
-    train(model, args, folder, data)
-    accuracy = evaluate(folder.path)["val_accuracy"]
-    seconds = time.time() - started
-    print(f"total {seconds / 60:.1f} min", flush=True)
-    finish(folder, "val_accuracy", accuracy, total_seconds=seconds, pretrained=args.pretrained)
-    return accuracy
+    """Fine-tunes as the module's docstring says; returns the dev accuracy
+    printed last."""
+    return run(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
-    from recipes.errors import run_recipe
-
     run_recipe(main)

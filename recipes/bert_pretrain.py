@@ -18,7 +18,10 @@ the masked-LM loss on the held-out sentences, with masks drawn once from
 --seed (so `zoo eval RUN` prints it again).
 """
 
-import time
+import sys
+
+from recipes.errors import run_recipe
+from recipes.recipe import run
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
@@ -47,24 +50,21 @@ MASK_RATE = 0.15  # BERT: 15% of the tokens selected; of those 80% [MASK], 10% r
 
 def make_parser():
     """The recipe's flags (`zoo train bert_pretrain -h`)."""
-    from recipes.flags import recipe_parser
+    from recipes.flags import add_bert_flags, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train bert_pretrain")
     parser.add_argument("--text", nargs="*", default=[], help="more UTF-8 text files, one sentence a line")
     parser.add_argument("--split", default=DEFAULTS["split"], help="the TSV split whose sentences are read")
     parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"],
                         help="WordPieces of the vocabulary trained on the text")
-    parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"],
-                        help="longest [CLS] ... [SEP] in tokens (longer sentences are cut)")
-    parser.add_argument("--warmup-fraction", type=float, default=DEFAULTS["warmup_fraction"],
-                        help="share of the steps in the linear warm-up")
-    parser.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"], help="AdamW weight decay")
+    add_bert_flags(parser, DEFAULTS)
     parser.add_argument("--held-out", type=int, default=DEFAULTS["held_out"],
                         help="sentences kept aside for the validation loss (at most a tenth)")
     return parser
 
 
 def parse(argv):
+    """The flags, the preset checked."""
     from recipes.flags import check_preset
 
     parser = make_parser()
@@ -198,8 +198,9 @@ def evaluate(folder, data=None, split="val", model=None):
 
 
 def read_data(args):
-    """(tokenizer, train pipeline and its steps, held-out pipeline and its
-    steps), read before the output folder is touched."""
+    """The tokenizer and the train and held-out pipelines, read before the
+    output folder is touched: a dict of tokenizer, train, steps, val,
+    val_steps."""
     from zoo.data import token_id_lists, train_word_piece
 
     train_text, val_text = split_sentences(read_sentences(vars(args)), args.held_out, args.seed)
@@ -216,25 +217,22 @@ def read_data(args):
         f"vocabulary {len(vocabulary):,} WordPieces, {steps} steps an epoch",
         flush=True,
     )
-    return tokenizer, (train, steps), (val, val_steps)
+    return dict(tokenizer=tokenizer, train=train, steps=steps, val=val, val_steps=val_steps)
 
 
-def open_folder(args, tokenizer):
+def open_folder(args, data):
     """The run folder, with the vocabulary in it."""
     from zoo.data import save_vocabulary
 
-    from recipes.flags import size_overrides, startup_line
-    from recipes.run_folder import OutputFolder, run_config
+    from recipes.flags import size_overrides
+    from recipes.recipe import open_run_folder
 
-    overrides = size_overrides(args)
-    print(startup_line("bert_pretrain", args.preset, overrides), flush=True)
-    config = run_config("bert_pretrain", args, args.preset, overrides)
-    folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
-    save_vocabulary(tokenizer, folder / VOCABULARY)
+    folder = open_run_folder("bert_pretrain", args, args.preset, size_overrides(args))
+    save_vocabulary(data["tokenizer"], folder / VOCABULARY)
     return folder
 
 
-def make_model(args, tokenizer, steps):
+def make_model(args, data):
     """The compiled masked LM: AdamW, a linear warm-up then cosine decay
     to a tenth of the peak, the loss on the selected positions only."""
     import keras
@@ -245,6 +243,7 @@ def make_model(args, tokenizer, steps):
 
     from recipes.flags import jit_compile_flag, size_overrides
 
+    tokenizer = data["tokenizer"]
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.build(
             args.preset,
@@ -256,7 +255,7 @@ def make_model(args, tokenizer, steps):
         )
         # The masked-LM loss never reaches the [CLS] pooler: it is bert_classify's to train.
         model.backbone.pooler.trainable = False
-        total = steps * args.epochs
+        total = data["steps"] * args.epochs
         schedule = WarmupCosineDecay(
             args.learning_rate, int(args.warmup_fraction * total), total, args.learning_rate / 10
         )
@@ -271,43 +270,21 @@ def make_model(args, tokenizer, steps):
     return model
 
 
-def train(model, args, folder, train, val):
-    """--epochs epochs; model.keras is the best epoch by held-out loss."""
-    from recipes.plots import write_curves
+def fit(model, args, folder, data):
+    """--epochs epochs; model.keras is the best epoch by held-out loss;
+    curves.png."""
+    from recipes.recipe import fit_epochs
     from recipes.run_folder import callbacks
 
-    (train, steps), (val, val_steps) = train, val
-    model.fit(
-        train.repeat(),
-        steps_per_epoch=steps,
-        epochs=args.epochs,
-        validation_data=val,
-        validation_steps=val_steps,
-        callbacks=callbacks(folder),
-        shuffle=False,  # the pipeline shuffles
-    )
-    write_curves(folder, model, title=f"{args.preset} masked LM")
+    fit_epochs(model, args, folder, data, callbacks(folder), f"{args.preset} masked LM")
+
 
 
 def main(argv=None):
-    from recipes.run_folder import finish
-    from recipes.startup import start
-
-    args = parse(argv)
-    start(args)
-    started = time.time()
-    tokenizer, train_batches, val_batches = read_data(args)
-    folder = open_folder(args, tokenizer)
-    model = make_model(args, tokenizer, train_batches[1])
-    train(model, args, folder, train_batches, val_batches)
-    val_loss = evaluate(folder.path)["val_loss"]
-    seconds = time.time() - started
-    print(f"total {seconds / 60:.1f} min", flush=True)
-    finish(folder, "val_loss", val_loss, total_seconds=seconds)
-    return val_loss
+    """Pretrains as the module's docstring says; returns the held-out loss
+    printed last."""
+    return run(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
-    from recipes.errors import run_recipe
-
     run_recipe(main)

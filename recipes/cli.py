@@ -345,11 +345,12 @@ def _classify(args):
 
 
 def _eval(args):
+    from recipes.recipe import validation_split
     from recipes.run_folder import final_line, record_figures
 
     refuse_checkpoint(args.run, "eval")
     name, recipe, model = open_run(args.run, quantize=args.quantize)
-    split = args.split or ("dev" if name == "bert_classify" else "val")
+    split = args.split or validation_split(recipe)
     figures = recipe.evaluate(args.run, data=args.data, split=split, model=model)
     if args.quantize is None:  # run.json keeps the run's own model's figures
         record_figures(args.run, split, figures, data=args.data)

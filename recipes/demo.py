@@ -18,7 +18,10 @@ held-out loss), `vocabulary.json`, `history.csv`, `curves.png`,
     zoo eval runs/demo                 # the val_accuracy printed, again
 """
 
-import time
+import sys
+
+from recipes.errors import run_recipe
+from recipes.recipe import run
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
@@ -52,6 +55,7 @@ def make_parser():
 
 
 def parse(argv):
+    """The flags, the preset checked."""
     from recipes.flags import check_preset
 
     parser = make_parser()
@@ -108,8 +112,8 @@ def translate(model, sentences, length):
 
 
 def read_data(args):
-    """(vocabulary, train pipeline, held-out pipeline, held-out english,
-    held-out german) of the grammar."""
+    """The grammar's vocabulary and pipelines: a dict of vocabulary, train,
+    val (the held-out pipeline), val_en and val_de (the held-out sentences)."""
     from zoo.data import WordVocabulary, int32_masks, seq2seq_dataset
 
     (train_en, train_de), (val_en, val_de) = pairs(vars(args), "train"), pairs(vars(args), "val")
@@ -131,23 +135,21 @@ def read_data(args):
         return int32_masks(dataset)  # bool masks cannot be split over replicas
 
     print(f"{len(train_en):,} training pairs, {len(val_en):,} held-out pairs, {v.vocabulary_size} words", flush=True)
-    return vocabulary, batches(train_en, train_de, True), batches(val_en, val_de, False), val_en, val_de
+    return dict(vocabulary=vocabulary, train=batches(train_en, train_de, True), val=batches(val_en, val_de, False),
+                val_en=val_en, val_de=val_de)
 
 
-def open_folder(args, vocabulary):
+def open_folder(args, data):
     """The run folder, with the vocabulary in it."""
-    from recipes.flags import size_overrides, startup_line
-    from recipes.run_folder import OutputFolder, run_config
+    from recipes.flags import size_overrides
+    from recipes.recipe import open_run_folder
 
-    overrides = size_overrides(args)
-    print(startup_line("demo", args.preset, overrides), flush=True)
-    config = run_config("demo", args, args.preset, overrides)
-    folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
-    vocabulary.save(folder / VOCABULARY)
+    folder = open_run_folder("demo", args, args.preset, size_overrides(args))
+    data["vocabulary"].save(folder / VOCABULARY)
     return folder
 
 
-def make_model(args, vocabulary):
+def make_model(args, data):
     """The compiled encoder-decoder, carrying its `WordTokenizer`."""
     import keras
 
@@ -158,6 +160,7 @@ def make_model(args, vocabulary):
 
     from recipes.flags import jit_compile_flag, size_overrides
 
+    vocabulary = data["vocabulary"]
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.build(
             args.preset,
@@ -175,6 +178,26 @@ def make_model(args, vocabulary):
     return model
 
 
+def fit(model, args, folder, data):
+    """--epochs epochs; model.keras is the best epoch by held-out loss;
+    curves.png."""
+    from recipes.plots import write_curves
+    from recipes.run_folder import callbacks
+
+    model.fit(data["train"], epochs=args.epochs, validation_data=data["val"], callbacks=callbacks(folder), verbose=2,
+              shuffle=False)  # the pipeline shuffles
+    write_curves(folder, model, title="toy English -> German")
+
+
+def report(model, args, folder, data):
+    """The saved model's share of held-out sentences translated exactly
+    (`evaluate`), and --num-samples of its translations printed."""
+    figures = evaluate(folder.path, model=model)
+    show_translations(model, args, data["val_en"], data["val_de"])
+    print(f"{figures['val_accuracy']:.1%} of {len(data['val_en'])} held-out sentences exactly right", flush=True)
+    return figures
+
+
 def show_translations(model, args, val_en, val_de):
     """--num-samples held-out sentences, translated by the saved model."""
     count = args.num_samples
@@ -185,30 +208,10 @@ def show_translations(model, args, val_en, val_de):
 
 
 def main(argv=None):
-    from recipes.plots import write_curves
-    from recipes.run_folder import callbacks, finish, load_model
-    from recipes.startup import start
-
-    args = parse(argv)
-    start(args)
-    started = time.time()
-    vocabulary, train, val, val_en, val_de = read_data(args)
-    folder = open_folder(args, vocabulary)
-    model = make_model(args, vocabulary)
-    # model.keras is the best epoch by held-out loss.
-    model.fit(train, epochs=args.epochs, validation_data=val, callbacks=callbacks(folder), verbose=2,
-              shuffle=False)  # the pipeline shuffles
-    write_curves(folder, model, title="toy English -> German")
-    best = load_model(folder)
-    exact = evaluate(folder.path, model=best)["val_accuracy"]
-    show_translations(best, args, val_en, val_de)
-    seconds = time.time() - started
-    print(f"{exact:.1%} of {len(val_en)} held-out sentences exactly right, in {seconds:.0f} s", flush=True)
-    finish(folder, "val_accuracy", exact, total_seconds=seconds)
-    return exact
+    """Trains as the module's docstring says; returns the held-out accuracy
+    printed last."""
+    return run(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
-    from recipes.errors import run_recipe
-
     run_recipe(main)

@@ -90,6 +90,16 @@ def recipe_parser(description, defaults, prog=None):
     return parser
 
 
+def add_bert_flags(parser, defaults):
+    """The BERT recipes' --sequence-length, --warmup-fraction and
+    --weight-decay."""
+    parser.add_argument("--sequence-length", type=int, default=defaults["sequence_length"],
+                        help="longest [CLS] ... [SEP] in tokens (longer sentences are cut)")
+    parser.add_argument("--warmup-fraction", type=float, default=defaults["warmup_fraction"],
+                        help="share of the steps in the linear warm-up")
+    parser.add_argument("--weight-decay", type=float, default=defaults["weight_decay"], help="AdamW weight decay")
+
+
 def data_source(value):
     """--data's check at parse time: a tfds: source needs the
     tensorflow-datasets package, named before any work starts."""

@@ -27,8 +27,10 @@ replaced only with --overwrite. After training:
     zoo eval runs/gpt_char             # the val_loss printed, again
 """
 
+import sys
 from pathlib import Path
 
+from recipes.errors import run_recipe
 from recipes.lm_data import (  # noqa: F401 (train_dataset: also benchmarks/train_throughput.py)
     add_language_model_flags,
     eval_inputs,
@@ -37,6 +39,7 @@ from recipes.lm_data import (  # noqa: F401 (train_dataset: also benchmarks/trai
     split_ids,
     train_dataset,
 )
+from recipes.recipe import run
 
 
 # --- Defaults: nanoGPT's config/train_shakespeare_char.py with its README's
@@ -191,46 +194,35 @@ def make_parser():
 
 
 def parse(argv):
-    """The flags, and the full name of the preset (checked)."""
+    """The flags, the preset checked by its full name."""
     from recipes.flags import check_preset
 
     parser = make_parser()
     args = parser.parse_args(argv)
-    return args, check_preset(parser, preset_name(args.preset), ("gpt", "llama"), given=args.preset)
+    check_preset(parser, preset_name(args.preset), ("gpt", "llama"), given=args.preset)
+    return args
 
 
-def start(args):
-    """Keras, the distribution and XLA's flags, before TensorFlow runs
-    anything; returns Keras' `jit_compile`."""
-    from zoo.training import start_distribution
-
-    from recipes.flags import jit_compile_flag
-
-    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    return jit_compile_flag(args)
-
-
-def read_data(args, preset):
-    """(vocabulary, train ids, validation ids, block), checked before
-    anything is written."""
+def read_data(args):
+    """The preset's full name, the vocabulary, the train and validation ids
+    and the block (window length), checked before anything is written: a
+    dict of preset, vocabulary, train_ids, val_ids, block."""
     import zoo
     from zoo.data import read_text
 
+    preset = preset_name(args.preset)
     block = zoo.preset_info(preset)["config"]["max_sequence_length"]
     vocabulary, train_ids, val_ids = split_text(read_text(args.data), args.data, DEFAULTS["train_fraction"], block)
-    return vocabulary, train_ids, val_ids, block
+    return dict(preset=preset, vocabulary=vocabulary, train_ids=train_ids, val_ids=val_ids, block=block)
 
 
-def open_folder(args, preset, vocabulary):
+def open_folder(args, data):
     """The run folder, with the vocabulary in it."""
-    from recipes.flags import size_overrides, startup_line
-    from recipes.run_folder import OutputFolder, run_config
+    from recipes.flags import size_overrides
+    from recipes.recipe import open_run_folder
 
-    overrides = size_overrides(args)
-    print(startup_line("gpt_char", preset, overrides), flush=True)
-    config = run_config("gpt_char", args, preset, overrides)
-    folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
-    vocabulary.save(folder / VOCABULARY)
+    folder = open_run_folder("gpt_char", args, data["preset"], size_overrides(args))
+    data["vocabulary"].save(folder / VOCABULARY)
     return folder
 
 
@@ -245,47 +237,54 @@ def steps_per_call(args):
     return steps
 
 
-def make_model(args, preset, vocabulary, jit_compile):
+def make_model(args, data):
     """The compiled causal LM, carrying its `CharTokenizer`."""
-    import keras
-
     from zoo.data import CharTokenizer
     from zoo.models.layout import get_layout_map
     from zoo.training import distribution_scope
 
-    from recipes.flags import set_precision, size_overrides
+    from recipes.flags import jit_compile_flag, size_overrides
 
-    keras.utils.set_random_seed(args.seed)
-    set_precision(args.mixed_precision)
-    steps_per_execution = steps_per_call(args)
+    vocabulary = data["vocabulary"]
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = build_model(
-            preset, vocabulary.vocabulary_size, tokenizer=CharTokenizer(vocabulary), **size_overrides(args)
+            data["preset"], vocabulary.vocabulary_size, tokenizer=CharTokenizer(vocabulary), **size_overrides(args)
         )
         compile_model(
-            model, args.steps, args.learning_rate, jit_compile=jit_compile, steps_per_execution=steps_per_execution
+            model, args.steps, args.learning_rate, jit_compile=jit_compile_flag(args),
+            steps_per_execution=steps_per_call(args),
         )
     return model
 
 
-def train(model, args, folder, train_ids, val_ids, block):
-    """--steps steps, then model.keras is the final model; returns the
-    seconds of training."""
-    return fit_steps(model, args, folder, train_ids, val_ids, block, DEFAULTS["epoch_eval_batches"])
+def fit(model, args, folder, data):
+    """--steps steps, then model.keras is the final model; curves.png."""
+    from recipes.plots import write_curves
+
+    fit_steps(model, args, folder, data["train_ids"], data["val_ids"], data["block"], DEFAULTS["epoch_eval_batches"])
+    write_curves(folder, model, title=f"{data['preset']} on {Path(args.data).name}")
 
 
-def draw(model, args, preset, folder, vocabulary, val_ids, block):
-    """curves.png, and attention.png: the last block's self-attention over
-    32 validation characters."""
+def report(model, args, folder, data):
+    """The saved model's validation loss (`evaluate`, as `zoo eval`
+    computes it), attention.png and samples.txt."""
+    figures = evaluate(folder.path, model=model)
+    draw_attention(model, folder, data)
+    write_sample(model, args, folder)
+    return figures
+
+
+def draw_attention(model, folder, data):
+    """attention.png: the last block's self-attention over 32 validation
+    characters."""
     import keras
 
-    from recipes.plots import plot_attention, write_curves
+    from recipes.plots import plot_attention
 
-    write_curves(folder, model, title=f"{preset} on {Path(args.data).name}")
-    x_val, _ = eval_inputs(val_ids, 1, block, 1, seed=0)
+    x_val, _ = eval_inputs(data["val_ids"], 1, data["block"], 1, seed=0)
     example = x_val["token_ids"][:1, :32]
     scores = model.attention_scores({"token_ids": example})["self"]  # (N, 1, h, T, T)
-    chars = [_printable(c) for c in vocabulary.decode(example[0])]
+    chars = [_printable(c) for c in data["vocabulary"].decode(example[0])]
     plot_attention(
         keras.ops.convert_to_numpy(scores[-1])[0], chars, chars, folder / "attention.png",
         title=f"last block's self-attention, {len(scores)} blocks",
@@ -299,26 +298,10 @@ def write_sample(model, args, folder):
 
 
 def main(argv=None):
-    from recipes.run_folder import finish
-    from recipes.startup import load_keras
-
-    args, preset = parse(argv)
-    load_keras(tensorflow=True)
-    jit_compile = start(args)
-    vocabulary, train_ids, val_ids, block = read_data(args, preset)
-    folder = open_folder(args, preset, vocabulary)
-    model = make_model(args, preset, vocabulary, jit_compile)
-    train_seconds = train(model, args, folder, train_ids, val_ids, block)
-    val_loss = evaluate(folder.path)["val_loss"]  # of the saved model, as `zoo eval` computes it
-    draw(model, args, preset, folder, vocabulary, val_ids, block)
-    write_sample(model, args, folder)
-    tokens = args.steps * args.batch_size * block
-    print(f"trained {args.steps} steps in {train_seconds:.1f} s ({tokens / train_seconds:,.0f} tokens/s)")
-    finish(folder, "val_loss", val_loss, train_seconds=train_seconds)
-    return val_loss
+    """Trains as the module's docstring says; returns the validation loss
+    printed last."""
+    return run(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
-    from recipes.errors import run_recipe
-
     run_recipe(main)

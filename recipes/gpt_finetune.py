@@ -29,10 +29,13 @@ writes the result as a checkpoint folder again.
 """
 
 import re
+import sys
 from pathlib import Path
 
 from recipes import lm_data
+from recipes.errors import run_recipe
 from recipes.lm_data import add_language_model_flags, eval_inputs, fit_steps, save_sample
+from recipes.recipe import run
 
 # --- Defaults: a short fine-tuning run of GPT-2 small (124M) on one CPU or GPU.
 DEFAULTS = dict(
@@ -143,7 +146,7 @@ def make_parser():
 
 
 def parse(argv):
-    """(parser, args): the flags, checked against what the checkpoint fixes."""
+    """The flags, checked against what the checkpoint fixes."""
     from recipes.flags import size_overrides
 
     parser = make_parser()
@@ -158,21 +161,10 @@ def parse(argv):
         parser.error("--sequence-length and --steps: expected positive integers")
     if args.lora < 0:
         parser.error(f"--lora {args.lora}: expected a rank >= 1, or 0 for full fine-tuning")
-    return parser, args
+    return args
 
 
-def start(args):
-    """The recipes' start (Keras, the distribution, the seed, the
-    precision), before the model (its dropout and LoRA weights) is built;
-    returns Keras' `jit_compile`."""
-    from recipes.flags import jit_compile_flag
-    from recipes.startup import start as start_recipe
-
-    start_recipe(args)
-    return jit_compile_flag(args)
-
-
-def load_checkpoint(parser, args):
+def load_checkpoint(args):
     """(model, the checkpoint's parameter count): --pretrained with its
     tokenizer, LoRA adapters added with --lora."""
     import zoo
@@ -186,17 +178,19 @@ def load_checkpoint(parser, args):
             model.enable_lora(args.lora, target_names=LORA_TARGETS)
     window = model.backbone.max_sequence_length
     if args.sequence_length > window:
-        parser.error(f"--sequence-length {args.sequence_length}: the checkpoint's context is {window} tokens")
+        make_parser().error(f"--sequence-length {args.sequence_length}: the checkpoint's context is {window} tokens")
     return model, parameters
 
 
-def read_data(model, args, parameters):
-    """(train ids, validation ids) of --data in the checkpoint's tokens,
-    checked before anything is written."""
+def read_data(args):
+    """The checkpoint (`load_checkpoint`) and the train and validation ids
+    of --data in its tokens, checked before anything is written: a dict of
+    model, train_ids, val_ids."""
     import numpy as np
 
     from zoo.data import read_text
 
+    model, parameters = load_checkpoint(args)
     ids = encode_text(model.tokenizer, read_text(args.data))
     train_ids, val_ids = split_ids(ids, args.data, DEFAULTS["train_fraction"], args.sequence_length)
     trainable = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
@@ -205,17 +199,28 @@ def read_data(model, args, parameters):
         f"{Path(args.data).name}, windows of {args.sequence_length}",
         flush=True,
     )
-    return train_ids, val_ids
+    return dict(model=model, train_ids=train_ids, val_ids=val_ids)
 
 
-def compile_model(model, args, jit_compile):
-    """AdamW with a warm-up and cosine decay to a tenth of the peak; the
-    cross-entropy loss."""
+def open_folder(args, data):
+    """The run folder (the tokenizer is inside model.keras)."""
+    from recipes.run_folder import OutputFolder, run_config
+
+    config = run_config("gpt_finetune", args, args.pretrained)
+    return OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
+
+
+def make_model(args, data):
+    """The checkpoint compiled: AdamW with a warm-up and cosine decay to a
+    tenth of the peak; the cross-entropy loss."""
     import keras
 
     from zoo.models.layout import get_layout_map
     from zoo.training import WarmupCosineDecay, adamw, distribution_scope
 
+    from recipes.flags import jit_compile_flag
+
+    model = data["model"]
     schedule = WarmupCosineDecay(
         args.learning_rate, args.warmup_steps, args.steps, args.learning_rate * DEFAULTS["min_learning_rate_fraction"]
     )
@@ -224,14 +229,31 @@ def compile_model(model, args, jit_compile):
             optimizer=adamw(schedule, weight_decay=args.weight_decay, beta_2=DEFAULTS["beta_2"],
                             global_clipnorm=DEFAULTS["clipnorm"], model=model),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            jit_compile=jit_compile,
+            jit_compile=jit_compile_flag(args),
         )
+    return model
 
 
-def train(model, args, folder, train_ids, val_ids):
-    """--steps steps, then model.keras is the final model, with its
-    tokenizer; returns the seconds of training."""
-    return fit_steps(model, args, folder, train_ids, val_ids, args.sequence_length, DEFAULTS["epoch_eval_batches"])
+def fit(model, args, folder, data):
+    """The validation loss before, then --steps steps; model.keras is the
+    final model, with its tokenizer; curves.png."""
+    from recipes.lm_data import mean_cross_entropy
+    from recipes.plots import write_curves
+
+    x_val, y_val = eval_inputs(data["val_ids"], args.batch_size, args.sequence_length, args.eval_batches, seed=0)
+    before = mean_cross_entropy(model, x_val, y_val, args.batch_size)  # the windows `evaluate` scores
+    print(f"val_loss before fine-tuning: {before:.4f}", flush=True)
+    fit_steps(model, args, folder, data["train_ids"], data["val_ids"], args.sequence_length,
+              DEFAULTS["epoch_eval_batches"], done="fine-tuned")
+    write_curves(folder, model, title=f"{Path(args.pretrained).name} fine-tuned on {Path(args.data).name}")
+    return {"val_loss_before": before}
+
+
+def report(model, args, folder, data):
+    """The saved model's validation loss (`evaluate`) and samples.txt."""
+    figures = evaluate(folder.path, model=model)
+    write_sample(model, args, folder)
+    return figures
 
 
 def write_sample(model, args, folder):
@@ -241,33 +263,10 @@ def write_sample(model, args, folder):
 
 
 def main(argv=None):
-    from recipes.lm_data import mean_cross_entropy
-    from recipes.plots import write_curves
-    from recipes.run_folder import OutputFolder, finish, run_config
-    from recipes.startup import load_keras
-
-    parser, args = parse(argv)
-    load_keras(tensorflow=True)
-    jit_compile = start(args)
-    model, parameters = load_checkpoint(parser, args)
-    train_ids, val_ids = read_data(model, args, parameters)
-    folder = OutputFolder(args.output, args.overwrite, config=run_config("gpt_finetune", args, args.pretrained),
-                          strategy=args.strategy)
-    compile_model(model, args, jit_compile)
-    x_val, y_val = eval_inputs(val_ids, args.batch_size, args.sequence_length, args.eval_batches, seed=0)
-    before = mean_cross_entropy(model, x_val, y_val, args.batch_size)
-    print(f"val_loss before fine-tuning: {before:.4f}", flush=True)
-    train_seconds = train(model, args, folder, train_ids, val_ids)
-    val_loss = mean_cross_entropy(model, x_val, y_val, args.batch_size)
-    write_curves(folder, model, title=f"{Path(args.pretrained).name} fine-tuned on {Path(args.data).name}")
-    write_sample(model, args, folder)
-    tokens = args.steps * args.batch_size * args.sequence_length
-    print(f"fine-tuned {args.steps} steps in {train_seconds:.1f} s ({tokens / train_seconds:,.0f} tokens/s)")
-    finish(folder, "val_loss", val_loss, val_loss_before=before, train_seconds=train_seconds)
-    return val_loss
+    """Fine-tunes as the module's docstring says; returns the validation
+    loss printed last."""
+    return run(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
-    from recipes.errors import run_recipe
-
     run_recipe(main)

@@ -120,11 +120,12 @@ def save_sample(text, folder):
     print(text)
 
 
-def fit_steps(model, args, folder, train_ids, val_ids, sequence_length, epoch_eval_batches):
-    """What the language-model recipes' `train` does: --steps steps of
+def fit_steps(model, args, folder, train_ids, val_ids, sequence_length, epoch_eval_batches, done="trained"):
+    """What the language-model recipes' `fit` does: --steps steps of
     random windows of `train_ids`, validated every --steps-per-epoch steps
     on `epoch_eval_batches` fixed windows of `val_ids`; then model.keras is
-    the final model. Returns the seconds of training.
+    the final model. Prints the steps, seconds and tokens a second
+    ("trained 2000 steps in ...", `done` first) and returns the seconds.
 
     A resumed run skips the batches its backup has seen: the windows are a
     function of (seed, step), so it trains on what the killed run would have.
@@ -151,4 +152,6 @@ def fit_steps(model, args, folder, train_ids, val_ids, sequence_length, epoch_ev
     )
     seconds = time.perf_counter() - start
     zoo.save(model, folder / MODEL)
+    tokens = args.steps * args.batch_size * sequence_length
+    print(f"{done} {args.steps} steps in {seconds:.1f} s ({tokens / seconds:,.0f} tokens/s)", flush=True)
     return seconds

@@ -17,12 +17,13 @@ the tokenizer's vocabulary file). The recipe's last two lines are
 `run folder: RUN` and its figure (`val_loss=...`, `val_bleu=...`,
 `val_accuracy=...`).
 
-A recipe module has `make_parser()` (its flags), `main(argv)` (the run;
-returns its figure) and `evaluate(folder, data=None, split=..., model=None)`
--> a dict of figures `{name: value}` whose last is the recipe's own:
-the function that computes the figures the recipe prints last and that
-`zoo eval RUN` calls, so the two agree. Every name carries its split
-(`figure_name`: `val_bleu`, `test_bleu`).
+A recipe module (the skeleton is recipes/recipe.py) has `make_parser()`
+(its flags), `main(argv)` (the run; returns its figure) and
+`evaluate(folder, data=None, split=..., model=None)` -> a dict of figures
+`{name: value}` whose last is the recipe's own: the function that computes
+the figures the recipe prints last and that `zoo eval RUN` calls, so the
+two agree. Every name carries its split (`figure_name`: `val_bleu`,
+`test_bleu`).
 
 Only the public `zoo` API here, as in a user's own script.
 """

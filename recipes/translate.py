@@ -30,8 +30,12 @@ stopped it. After training:
 """
 
 import argparse
+import sys
 import time
 from pathlib import Path
+
+from recipes.errors import run_recipe
+from recipes.recipe import run
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
@@ -94,7 +98,9 @@ def make_parser():
 
 
 def parse(argv):
-    from recipes.flags import check_preset
+    """The flags, checked; the BLEU score's package there, before any
+    training."""
+    from recipes.flags import check_preset, require
 
     parser = make_parser()
     args = parser.parse_args(argv)
@@ -105,6 +111,7 @@ def parse(argv):
         parser.error(f"--ema-warmup {args.ema_warmup}: expected a power >= 0 (0: constant momentum)")
     if args.time_budget is not None and not args.time_budget > 0:
         parser.error(f"--time-budget {args.time_budget}: expected a positive number of minutes")
+    require("sacrebleu", "the translate recipe's BLEU score")
     return args
 
 
@@ -268,20 +275,17 @@ def read_data(args):
                 train=train, steps=steps, val=val, val_steps=val_steps)
 
 
-def open_folder(args, tokenizer):
+def open_folder(args, data):
     """The run folder, with the tokenizer in it."""
-    from recipes.flags import size_overrides, startup_line
-    from recipes.run_folder import OutputFolder, run_config
+    from recipes.flags import size_overrides
+    from recipes.recipe import open_run_folder
 
-    overrides = size_overrides(args)
-    print(startup_line("translate", args.preset, overrides), flush=True)
-    config = run_config("translate", args, args.preset, overrides)
-    folder = OutputFolder(args.output, args.overwrite, config=config, strategy=args.strategy)
-    tokenizer.save_assets(folder.path)  # tokenizer.json
+    folder = open_run_folder("translate", args, args.preset, size_overrides(args))
+    data["tokenizer"].save_assets(folder.path)  # tokenizer.json
     return folder
 
 
-def make_model(args, tokenizer, vocabulary_size):
+def make_model(args, data):
     """The compiled encoder-decoder: the paper's schedule with its peak at
     --learning-rate, Adam(0.9, 0.98, 1e-9) keeping a moving average of the
     weights (--ema-momentum, warmed up by --ema-warmup), label-smoothed
@@ -296,9 +300,9 @@ def make_model(args, tokenizer, vocabulary_size):
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model = zoo.build(
             args.preset,
-            vocabulary_size=vocabulary_size,
+            vocabulary_size=len(data["vocabulary"]),
             max_sequence_length=args.max_length,
-            tokenizer=tokenizer,
+            tokenizer=data["tokenizer"],
             **size_overrides(args),
         )
         hidden_dim = model.hidden_dim
@@ -319,45 +323,39 @@ def make_model(args, tokenizer, vocabulary_size):
     return model
 
 
-def train(model, args, folder, data):
+def fit(model, args, folder, data):
     """--epochs epochs, or fewer within --time-budget; model.keras is the best
     epoch by validation loss, both of the averaged weights when
-    --ema-momentum is set. --epochs 0 on an interrupted run's folder only
-    evaluates its model.keras."""
+    --ema-momentum is set; curves.png. --epochs 0 on an interrupted run's
+    folder only evaluates its model.keras. Returns the epochs trained."""
     import keras
 
-    from recipes.plots import write_curves
-    from recipes.run_folder import callbacks
+    from recipes.recipe import fit_epochs
+    from recipes.run_folder import HISTORY, callbacks, read_history
 
     # Validation swaps the averaged weights in (BestModel saves them too).
     average = [keras.callbacks.SwapEMAWeights()] if args.ema_momentum > 0 else []
     if args.epochs > 0:
-        model.fit(
-            data["train"].repeat(),
-            steps_per_epoch=data["steps"],
-            epochs=args.epochs,
-            validation_data=data["val"],
-            validation_steps=data["val_steps"],
-            callbacks=average + callbacks(folder) + [time_budget(args.time_budget)],
-            shuffle=False,  # the pipeline shuffles
-        )
-        write_curves(folder, model, title=f"{args.preset} on Multi30k")
+        every = average + callbacks(folder) + [time_budget(args.time_budget)]
+        fit_epochs(model, args, folder, data, every, f"{args.preset} on Multi30k")
+    epochs = len(read_history(folder / HISTORY).get("loss", []))
+    print(f"{epochs} epochs", flush=True)
+    return {"epochs": epochs}
 
 
-def translate_validation(folder, args):
-    """(the saved model, its figures, translations): beam search on the
-    validation split; translations.txt, and --num-samples printed."""
-    from recipes.run_folder import load_model
-
-    best = load_model(folder)
+def report(model, args, folder, data):
+    """The saved model's figures (`evaluate`: beam search on the
+    validation split), translations.txt, --num-samples of them printed,
+    and attention.png."""
     translations = []
-    figures = evaluate(folder.path, model=best, outputs=translations)
+    figures = evaluate(folder.path, model=model, outputs=translations)
     with open(folder / "translations.txt", "w", encoding="utf-8") as f:
         for source, reference, output in translations:
             f.write(f"{source}\t{reference}\t{output}\n")
     for source, reference, output in translations[: args.num_samples]:
         print(f"source:    {source}\nreference: {reference}\noutput:    {output}\n")
-    return best, figures, translations
+    draw_attention(model, args, folder, data, translations[0][2])
+    return figures
 
 
 def draw_attention(model, args, folder, data, translation):
@@ -381,33 +379,10 @@ def draw_attention(model, args, folder, data, translation):
 
 
 def main(argv=None):
-    from recipes.flags import require
-    from recipes.run_folder import HISTORY, final_line, finish, read_history, record_figures
-    from recipes.startup import start
-
-    args = parse(argv)
-    require("sacrebleu", "the translate recipe's BLEU score")  # at start, not after training
-    start(args)
-    started = time.time()
-    data = read_data(args)
-    folder = open_folder(args, data["tokenizer"])
-    model = make_model(args, data["tokenizer"], len(data["vocabulary"]))
-    train(model, args, folder, data)
-    train_seconds = time.time() - started
-    best, figures, translations = translate_validation(folder, args)
-    draw_attention(best, args, folder, data, translations[0][2])
-    total = time.time() - started
-    epochs = len(read_history(folder / HISTORY).get("loss", []))
-    print(f"{epochs} epochs, training {train_seconds / 60:.1f} min, total {total / 60:.1f} min", flush=True)
-    record_figures(folder.path, "val", figures)
-    *others, (name, bleu) = figures.items()
-    for other, value in others:
-        final_line(other, value)
-    finish(folder, name, bleu, epochs=epochs, train_seconds=train_seconds, total_seconds=total)
-    return bleu
+    """Trains as the module's docstring says; returns the validation BLEU
+    printed last."""
+    return run(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
-    from recipes.errors import run_recipe
-
     run_recipe(main)
