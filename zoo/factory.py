@@ -63,6 +63,7 @@ def build(name, task=None, **overrides):
         raise ValueError(f"Unknown task {task!r} for the {family.name} family of {name!r}; expected one of {known}.")
     spec = family.tasks[task] if task is not None else None
     task_class, task_arguments = (spec.model_class, spec.arguments) if spec else (None, ())
+    overrides = family.backbone.config_class.current_names(overrides)
     allowed = set(family.backbone.argument_names()) | set(task_arguments) | {"dtype", "name"}
     unknown = sorted(set(overrides) - allowed)
     if unknown:

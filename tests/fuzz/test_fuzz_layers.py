@@ -57,7 +57,7 @@ def layers():
         "cross": MultiHeadAttention(H, cross_attention=True),
         "encoder": {nf: EncoderBlock(H, D_FF, norm_first=nf) for nf in (False, True)},
         "decoder": {nf: DecoderBlock(H, D_FF, norm_first=nf) for nf in (False, True)},
-        "decoder_cross": {nf: DecoderBlock(H, D_FF, cross_attention=True, norm_first=nf) for nf in (False, True)},
+        "decoder_cross": {nf: DecoderBlock(H, D_FF, use_cross_attention=True, norm_first=nf) for nf in (False, True)},
     }
 
 

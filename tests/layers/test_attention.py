@@ -535,7 +535,7 @@ def test_cached_attention_equals_full_causal_pass(index_as_tensor):
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("cross_attention", [False, True])
 def test_cached_decoder_block_equals_full_pass(norm_first, cross_attention):
-    block = DecoderBlock(H, intermediate_dim=16, cross_attention=cross_attention, norm_first=norm_first)
+    block = DecoderBlock(H, intermediate_dim=16, use_cross_attention=cross_attention, norm_first=norm_first)
     x = randn(B, T, D)
     extra = {}
     if cross_attention:
@@ -566,7 +566,7 @@ def test_each_cached_call_fits_its_kind_of_attention():
         make_mha(H)(x, cache=_empty_cache(B, T, H, D), cache_index=0, return_attention_scores=True)
     with pytest.raises(ValueError, match="takes no `key_value`"):
         make_mha(H)(x, randn(B, S, D))
-    block = DecoderBlock(H, intermediate_dim=16, cross_attention=True)
+    block = DecoderBlock(H, intermediate_dim=16, use_cross_attention=True)
     with pytest.raises(ValueError, match="has cross-attention: pass `encoder_output`"):
         block(x[:, :1], self_attention_cache=_empty_cache(B, T, H, D), cache_index=0)
 

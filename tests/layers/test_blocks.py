@@ -89,7 +89,7 @@ def np_decoder_block(block, x, self_mask, encoder_output=None, cross_mask=None):
     x = np_sublayer(
         block.self_attention_add_norm, x, lambda h: np_mha(block.self_attention, h, mask=self_mask)[0]
     )
-    if block.cross_attention:
+    if block.use_cross_attention:
         x = np_sublayer(
             block.cross_attention_add_norm,
             x,
@@ -274,7 +274,7 @@ def test_padding_mask_propagates_to_the_next_block(mode):
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_block_matches_reference(norm_first):
-    block = DecoderBlock(H, F, cross_attention=True, activation="gelu_approximate", norm_first=norm_first)
+    block = DecoderBlock(H, F, use_cross_attention=True, activation="gelu_approximate", norm_first=norm_first)
     x, memory = randn(B, T, D), randn(B, S, D)
     pad, memory_pad = padding([4, 5], T), padding([3, 6], S)
     block(x, memory)
@@ -301,7 +301,7 @@ def test_gpt_block_matches_reference(use_bias):
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 @pytest.mark.parametrize("cross_attention", [False, True])
 def test_decoder_no_future_leak(cross_attention, dropout):
-    block = DecoderBlock(H, F, cross_attention=cross_attention, dropout=dropout)
+    block = DecoderBlock(H, F, use_cross_attention=cross_attention, dropout=dropout)
     x = randn(B, T, D)
     extra = {"encoder_output": randn(B, S, D)} if cross_attention else {}
     block(x, **extra)
@@ -323,7 +323,7 @@ def test_decoder_no_future_leak(cross_attention, dropout):
 
 
 def test_decoder_cross_attention_padding_invariance():
-    block = DecoderBlock(H, F, cross_attention=True)
+    block = DecoderBlock(H, F, use_cross_attention=True)
     x, memory = randn(B, T, D), randn(B, S, D)
     lengths = [3, 6]
     memory_pad = padding(lengths, S)
@@ -336,7 +336,7 @@ def test_decoder_cross_attention_padding_invariance():
 
 def test_decoder_reads_the_encoder_keras_mask():
     encoder = EncoderBlock(H, F)
-    decoder = DecoderBlock(H, F, cross_attention=True)
+    decoder = DecoderBlock(H, F, use_cross_attention=True)
     source, target = randn(B, S, D), randn(B, T, D)
     source_pad = padding([3, 6], S)
     memory = encoder(source, padding_mask=source_pad)  # carries the mask
@@ -347,14 +347,14 @@ def test_decoder_reads_the_encoder_keras_mask():
 
 
 def test_decoder_batch_mismatch_is_rejected():
-    block = DecoderBlock(H, F, cross_attention=True)
+    block = DecoderBlock(H, F, use_cross_attention=True)
     with pytest.raises(ValueError, match="batch size 2 differs from encoder batch size 3"):
         block(randn(2, T, D), randn(3, S, D))
 
 
 def test_decoder_cross_attention_arguments_are_checked():
     with pytest.raises(ValueError, match="`encoder_output`"):
-        DecoderBlock(H, F, cross_attention=True)(randn(B, T, D))
+        DecoderBlock(H, F, use_cross_attention=True)(randn(B, T, D))
     with pytest.raises(ValueError, match="`encoder_output`"):
         DecoderBlock(H, F)(randn(B, T, D), randn(B, S, D))
 
@@ -375,7 +375,7 @@ def test_attention_scores_are_the_blocks_own(norm_first):
     expected = np_mha(encoder.self_attention, h, mask=np.broadcast_to(pad[:, None, :], (B, T, T)))[1]
     np.testing.assert_allclose(scores, expected, atol=ATOL)
 
-    decoder = DecoderBlock(H, F, cross_attention=True, norm_first=norm_first)
+    decoder = DecoderBlock(H, F, use_cross_attention=True, norm_first=norm_first)
     decoder(x, memory)
     randomize(decoder)
     scores = decoder.attention_scores(x, memory, padding_mask=pad, encoder_padding_mask=memory_pad)
@@ -437,7 +437,7 @@ def test_encoder_block_harness(norm_first, tmp_path):
     [
         ({"norm_first": True, "activation": "gelu_approximate"}, {"x": randn(B, T, D)}, 12),
         (
-            {"cross_attention": True},
+            {"use_cross_attention": True},
             {
                 "x": randn(B, T, D),
                 "encoder_output": randn(B, S, D),

@@ -25,8 +25,8 @@ VARIANTS = {
     "mha-tied": dict(num_key_value_heads=4),
     "gqa-llama3-scaling": dict(num_key_value_heads=2, rope_theta=500000.0, rope_scaling=LLAMA3_SCALING),
     "mqa-untied": dict(num_key_value_heads=1, tie_word_embeddings=False),
-    "qwen2-bias": dict(num_key_value_heads=2, attention_bias=True, rope_theta=1e6, layer_norm_epsilon=1e-6),
-    "qwen3-norm-head-dim": dict(num_key_value_heads=2, head_dim=16, query_key_norm=True, layer_norm_epsilon=1e-6),
+    "qwen2-bias": dict(num_key_value_heads=2, attention_bias=True, rope_theta=1e6, rms_norm_epsilon=1e-6),
+    "qwen3-norm-head-dim": dict(num_key_value_heads=2, head_dim=16, query_key_norm=True, rms_norm_epsilon=1e-6),
 }
 
 
@@ -79,7 +79,7 @@ def reference_logits(lm, token_ids):
     h, d = config["num_heads"], config["hidden_dim"]
     g = config["num_key_value_heads"] or h
     k = config["head_dim"] or d // h
-    eps = config["layer_norm_epsilon"]
+    eps = config["rms_norm_epsilon"]
     inv_freq = np_inverse_frequencies(k, config["rope_theta"], config["rope_scaling"])
     b, t = token_ids.shape
     positions = np.arange(t, dtype=np.float64)

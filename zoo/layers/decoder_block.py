@@ -10,6 +10,9 @@ from zoo.layers._block_utils import check_block_args, input_keras_mask, output_k
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import FeedForward
 from zoo.layers.multi_head_attention import MultiHeadAttention
+from zoo.renamed import current_names
+
+FORMER_NAMES = {"layer_norm_epsilon": "norm_epsilon", "cross_attention": "use_cross_attention"}
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -30,10 +33,12 @@ class DecoderBlock(keras.layers.Layer):
     Args:
         num_heads: h.
         intermediate_dim: d_ff, 4 * d by default.
-        cross_attention: whether the block attends to an encoder output.
+        use_cross_attention: whether the block attends to an encoder output
+            (its `cross_attention_layer`).
         dropout, attention_dropout, activation, norm_first,
-        layer_norm_epsilon, kernel_initializer, output_kernel_initializer:
-            as in `EncoderBlock`.
+        kernel_initializer, output_kernel_initializer: as in `EncoderBlock`.
+        norm_epsilon: the epsilon of every LayerNorm or RMSNorm of the
+            block (the query/key norm's too).
         use_bias: whether the projections and LayerNorms have biases
             (False is nanoGPT's `bias=False`).
         normalization: "layer_norm", "rms_norm" or "gemma_rms_norm" (see
@@ -80,7 +85,7 @@ class DecoderBlock(keras.layers.Layer):
     Example:
 
     ```python
-    block = DecoderBlock(num_heads=2, intermediate_dim=32, cross_attention=True)
+    block = DecoderBlock(num_heads=2, intermediate_dim=32, use_cross_attention=True)
     x = np.random.rand(2, 5, 8).astype("float32")  # (B, T, d) target
     memory = np.random.rand(2, 7, 8).astype("float32")  # (B, S, d) encoder output
     y = block(x, memory)  # (2, 5, 8), causal self-attention then cross-attention
@@ -102,12 +107,12 @@ class DecoderBlock(keras.layers.Layer):
         self,
         num_heads,
         intermediate_dim=None,
-        cross_attention=False,
+        use_cross_attention=False,
         dropout=0.0,
         attention_dropout=None,
         activation="relu",
         norm_first=False,
-        layer_norm_epsilon=1e-5,
+        norm_epsilon=1e-5,
         kernel_initializer="glorot_uniform",
         output_kernel_initializer=None,
         use_bias=True,
@@ -117,16 +122,19 @@ class DecoderBlock(keras.layers.Layer):
         self_attention_options=None,
         **kwargs,
     ):
+        kwargs = current_names(kwargs, FORMER_NAMES, "DecoderBlock")
+        norm_epsilon = kwargs.pop("norm_epsilon", norm_epsilon)
+        use_cross_attention = kwargs.pop("use_cross_attention", use_cross_attention)
         super().__init__(**kwargs)
         check_block_args(num_heads, intermediate_dim, dropout)
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
-        self.cross_attention = cross_attention
+        self.use_cross_attention = use_cross_attention
         self.dropout = dropout
         self.attention_dropout = dropout if attention_dropout is None else attention_dropout
         self.activation = activation
         self.norm_first = norm_first
-        self.layer_norm_epsilon = layer_norm_epsilon
+        self.norm_epsilon = norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.output_kernel_initializer = keras.initializers.get(
             output_kernel_initializer or kernel_initializer
@@ -148,7 +156,7 @@ class DecoderBlock(keras.layers.Layer):
                 use_output_bias=use_bias,
                 kernel_initializer=self.kernel_initializer,
                 output_kernel_initializer=self.output_kernel_initializer,
-                norm_epsilon=layer_norm_epsilon,
+                norm_epsilon=norm_epsilon,
                 normalization="gemma_rms_norm" if normalization == "gemma_rms_norm" else "rms_norm",
                 dtype=policy,
                 name=name,
@@ -157,13 +165,13 @@ class DecoderBlock(keras.layers.Layer):
 
         def add_norm(name):
             return AddNorm(
-                norm_first, dropout, layer_norm_epsilon, use_bias=use_bias, normalization=normalization,
+                norm_first, dropout, norm_epsilon, use_bias=use_bias, normalization=normalization,
                 sandwich_norm=sandwich_norm, dtype=policy, name=name,
             )
 
         self.self_attention = attention(False, "self_attention", **self.self_attention_options)
         self.self_attention_add_norm = add_norm("self_attention_add_norm")
-        if cross_attention:
+        if use_cross_attention:
             self.cross_attention_layer = attention(True, "cross_attention")
             self.cross_attention_add_norm = add_norm("cross_attention_add_norm")
         self.feed_forward = FeedForward(
@@ -182,7 +190,7 @@ class DecoderBlock(keras.layers.Layer):
         input_shape = x_shape
         self.self_attention.build(input_shape)
         self.self_attention_add_norm.build(input_shape)
-        if self.cross_attention:
+        if self.use_cross_attention:
             self.cross_attention_layer.build(input_shape, encoder_output_shape or input_shape)
             self.cross_attention_add_norm.build(input_shape)
         self.feed_forward.build(input_shape)
@@ -194,14 +202,14 @@ class DecoderBlock(keras.layers.Layer):
         return super().__call__(x, *args, padding_mask=padding_mask, **kwargs)
 
     def _check_encoder_output(self, x, encoder_output, has_cross_cache=False):
-        if self.cross_attention and encoder_output is None and not has_cross_cache:
+        if self.use_cross_attention and encoder_output is None and not has_cross_cache:
             raise ValueError(
                 "This DecoderBlock has cross-attention: pass `encoder_output` (B, S, d)."
             )
-        if not self.cross_attention and (encoder_output is not None or has_cross_cache):
+        if not self.use_cross_attention and (encoder_output is not None or has_cross_cache):
             raise ValueError(
                 "This DecoderBlock has no cross-attention and takes no `encoder_output`; "
-                "build it with `cross_attention=True`."
+                "build it with `use_cross_attention=True`."
             )
         if encoder_output is not None and x.shape[0] is not None and encoder_output.shape[0] is not None:
             if x.shape[0] != encoder_output.shape[0]:
@@ -255,7 +263,7 @@ class DecoderBlock(keras.layers.Layer):
             attended, scores["self"] = attended
         x = self.self_attention_add_norm(x, attended, training=training)
 
-        if self.cross_attention:
+        if self.use_cross_attention:
             h = self.cross_attention_add_norm.sublayer_input(x)
             attended = self.cross_attention_layer.call(
                 h,
@@ -312,12 +320,12 @@ class DecoderBlock(keras.layers.Layer):
             {
                 "num_heads": self.num_heads,
                 "intermediate_dim": self.intermediate_dim,
-                "cross_attention": self.cross_attention,
+                "use_cross_attention": self.use_cross_attention,
                 "dropout": self.dropout,
                 "attention_dropout": self.attention_dropout,
                 "activation": self.activation,
                 "norm_first": self.norm_first,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "norm_epsilon": self.norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "output_kernel_initializer": keras.initializers.serialize(self.output_kernel_initializer),
                 "use_bias": self.use_bias,

@@ -9,6 +9,7 @@ from zoo.layers._block_utils import check_block_args, input_keras_mask, output_k
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import FeedForward
 from zoo.layers.multi_head_attention import MultiHeadAttention
+from zoo.renamed import current_names
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -24,7 +25,7 @@ class EncoderBlock(keras.layers.Layer):
             default.
         activation: "relu", "gelu" or "gelu_approximate".
         norm_first: False (post-LN, the paper and BERT) or True (pre-LN).
-        layer_norm_epsilon: LayerNorm epsilon.
+        norm_epsilon: the LayerNorms' epsilon.
         kernel_initializer: of every projection.
         output_kernel_initializer: of the two projections that feed the
             residual stream; `kernel_initializer` by default.
@@ -62,11 +63,13 @@ class EncoderBlock(keras.layers.Layer):
         attention_dropout=None,
         activation="relu",
         norm_first=False,
-        layer_norm_epsilon=1e-5,
+        norm_epsilon=1e-5,
         kernel_initializer="glorot_uniform",
         output_kernel_initializer=None,
         **kwargs,
     ):
+        kwargs = current_names(kwargs, {"layer_norm_epsilon": "norm_epsilon"}, "EncoderBlock")
+        norm_epsilon = kwargs.pop("norm_epsilon", norm_epsilon)
         super().__init__(**kwargs)
         check_block_args(num_heads, intermediate_dim, dropout)
         self.num_heads = num_heads
@@ -75,7 +78,7 @@ class EncoderBlock(keras.layers.Layer):
         self.attention_dropout = dropout if attention_dropout is None else attention_dropout
         self.activation = activation
         self.norm_first = norm_first
-        self.layer_norm_epsilon = layer_norm_epsilon
+        self.norm_epsilon = norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.output_kernel_initializer = keras.initializers.get(
             output_kernel_initializer or kernel_initializer
@@ -92,7 +95,7 @@ class EncoderBlock(keras.layers.Layer):
             name="self_attention",
         )
         self.self_attention_add_norm = AddNorm(
-            norm_first, dropout, layer_norm_epsilon, dtype=policy, name="self_attention_add_norm"
+            norm_first, dropout, norm_epsilon, dtype=policy, name="self_attention_add_norm"
         )
         self.feed_forward = FeedForward(
             intermediate_dim,
@@ -103,7 +106,7 @@ class EncoderBlock(keras.layers.Layer):
             name="feed_forward",
         )
         self.feed_forward_add_norm = AddNorm(
-            norm_first, dropout, layer_norm_epsilon, dtype=policy, name="feed_forward_add_norm"
+            norm_first, dropout, norm_epsilon, dtype=policy, name="feed_forward_add_norm"
         )
 
     def build(self, input_shape):
@@ -165,7 +168,7 @@ class EncoderBlock(keras.layers.Layer):
                 "attention_dropout": self.attention_dropout,
                 "activation": self.activation,
                 "norm_first": self.norm_first,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "norm_epsilon": self.norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "output_kernel_initializer": keras.initializers.serialize(self.output_kernel_initializer),
             }

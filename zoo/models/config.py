@@ -18,6 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
+from zoo.renamed import current_names
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -31,6 +33,7 @@ class ModelConfig:
     """
 
     positive: ClassVar[tuple] = ()
+    former_names: ClassVar[dict] = {}  # {former field name: current}, accepted with a warning for one release
 
     def __post_init__(self):
         resolved = {name: value for name, value in self.resolve().items() if value != getattr(self, name)}
@@ -69,6 +72,7 @@ class ModelConfig:
             if not isinstance(given, cls):
                 raise TypeError(f"`config` must be a {cls.__name__}; got {type(given).__name__}.")
             return given, kwargs
+        kwargs = cls.current_names(kwargs)
         names = cls.argument_names()
         if len(args) > len(names):
             raise TypeError(f"{cls.__name__} takes at most {len(names)} positional arguments; got {len(args)}.")
@@ -83,8 +87,15 @@ class ModelConfig:
             raise TypeError(f"{cls.__name__} needs {', '.join(map(repr, missing))}.")
         return cls(**values), kwargs
 
+    @classmethod
+    def current_names(cls, values):
+        """`values` ({field: value}) with the former names of fields
+        replaced by their current ones, each with a DeprecationWarning."""
+        return current_names(values, cls.former_names, cls.__name__)
+
     def replace(self, **changes):
         """A copy with `changes` (field names; another name is a ValueError)."""
+        changes = self.current_names(changes)
         unknown = sorted(set(changes) - set(self.argument_names()))
         if unknown:
             expected = ", ".join(self.argument_names())
@@ -135,6 +146,7 @@ class RotaryDecoderConfig(ModelConfig):
 
     positive = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
                 "num_key_value_heads", "max_sequence_length")
+    former_names = {"layer_norm_epsilon": "rms_norm_epsilon"}
 
     def resolve(self):
         return {"num_key_value_heads": self.num_key_value_heads or self.num_heads}

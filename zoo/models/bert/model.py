@@ -134,7 +134,7 @@ class BertBackbone(ZooModel):
                 dropout=config.dropout,
                 activation=config.activation,
                 norm_first=False,
-                layer_norm_epsilon=config.layer_norm_epsilon,
+                norm_epsilon=config.layer_norm_epsilon,
                 kernel_initializer=init,
                 dtype=dtype,
                 name=f"block_{i}",

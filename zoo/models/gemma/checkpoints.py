@@ -103,7 +103,7 @@ def from_huggingface_config(config, config_file):
         sliding_window=get("sliding_window", 4096),
         layer_types=list(layer_types),
         query_pre_attention_scalar=get("query_pre_attn_scalar", 256),
-        layer_norm_epsilon=float(get("rms_norm_eps", 1e-6)),
+        rms_norm_epsilon=float(get("rms_norm_eps", 1e-6)),
         dropout=float(get("attention_dropout", 0.0)),
         initializer_range=float(get("initializer_range", 0.02)),
     )
@@ -131,7 +131,7 @@ def to_huggingface_config(model):
         "sliding_window": config["sliding_window"],
         "layer_types": list(backbone.layer_types),
         "query_pre_attn_scalar": config["query_pre_attention_scalar"] or backbone.head_dim,
-        "rms_norm_eps": config["layer_norm_epsilon"],
+        "rms_norm_eps": config["rms_norm_epsilon"],
         "final_logit_softcapping": None,
         "attn_logit_softcapping": None,
         "attention_bias": False,

@@ -51,7 +51,7 @@ class Gemma3Config(RotaryDecoderConfig):
             local layers then one global.
         query_pre_attention_scalar: the logits are scaled by its inverse
             square root (transformers' `query_pre_attn_scalar`); None for k.
-        layer_norm_epsilon: the RMSNorms' epsilon (`rms_norm_eps`).
+        rms_norm_epsilon: the RMSNorms' epsilon (`rms_norm_eps`).
         dropout: residual and attention dropout (0 in the checkpoints).
         initializer_range: std of the normal initialisation of every
             kernel and embedding (0.02).
@@ -74,7 +74,7 @@ class Gemma3Config(RotaryDecoderConfig):
     sliding_window: int = 512
     layer_types: list = None
     query_pre_attention_scalar: float = None
-    layer_norm_epsilon: float = 1e-6
+    rms_norm_epsilon: float = 1e-6
     dropout: float = 0.0
     initializer_range: float = 0.02
 
@@ -147,7 +147,7 @@ class Gemma3Backbone(DecoderStack, ZooModel):
                 dropout=config.dropout,
                 activation="gelu_approximate",
                 norm_first=True,
-                layer_norm_epsilon=config.layer_norm_epsilon,
+                norm_epsilon=config.rms_norm_epsilon,
                 kernel_initializer=initializer,
                 use_bias=False,
                 normalization="gemma_rms_norm",
@@ -166,7 +166,7 @@ class Gemma3Backbone(DecoderStack, ZooModel):
             )
             for i, kind in enumerate(config.layer_types)
         ]
-        self.final_norm = RMSNorm(config.layer_norm_epsilon, unit_offset=True, dtype=dtype, name="final_norm")
+        self.final_norm = RMSNorm(config.rms_norm_epsilon, unit_offset=True, dtype=dtype, name="final_norm")
 
         # === Functional model ===
         inputs, x = self._functional_graph()

@@ -128,7 +128,7 @@ class GPTBackbone(DecoderStack, ZooModel):
                 dropout=config.dropout,
                 activation=config.activation,
                 norm_first=config.norm_first,
-                layer_norm_epsilon=config.layer_norm_epsilon,
+                norm_epsilon=config.layer_norm_epsilon,
                 kernel_initializer=gpt_initializer(config.initializer_range),
                 output_kernel_initializer=residual_initializer,
                 use_bias=config.use_bias,

@@ -161,7 +161,7 @@ def from_huggingface_config(config, config_file):
         max_sequence_length=max_sequence_length,
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,
-        layer_norm_epsilon=float(get("rms_norm_eps", 1e-6)),
+        rms_norm_epsilon=float(get("rms_norm_eps", 1e-6)),
         tie_word_embeddings=bool(get("tie_word_embeddings", False)),
         attention_bias=kind == "qwen2",  # Qwen2's q, k and v projections always have biases
         query_key_norm=kind == "qwen3",
@@ -209,7 +209,7 @@ def to_huggingface_config(model):
         "hidden_act": "silu",
         "rope_theta": config["rope_theta"],
         "rope_scaling": config["rope_scaling"],
-        "rms_norm_eps": config["layer_norm_epsilon"],
+        "rms_norm_eps": config["rms_norm_epsilon"],
         "tie_word_embeddings": config["tie_word_embeddings"],
         "attention_dropout": config["dropout"],
         "initializer_range": config["initializer_range"],
@@ -425,7 +425,7 @@ def _hub_config(hub):
         num_key_value_heads=hub.num_key_value_heads,
         max_sequence_length=DEFAULT_CONTEXT,
         rope_theta=float(hub.rope_max_wavelength),
-        layer_norm_epsilon=float(hub.layer_norm_epsilon),
+        rms_norm_epsilon=float(hub.layer_norm_epsilon),
         tie_word_embeddings=bool(getattr(hub, "tie_word_embeddings", False)),
         dropout=float(hub.dropout),
     )
@@ -507,7 +507,7 @@ def to_keras_hub(backbone):
         hidden_dim=config["hidden_dim"],
         intermediate_dim=config["intermediate_dim"],
         rope_max_wavelength=config["rope_theta"],
-        layer_norm_epsilon=config["layer_norm_epsilon"],
+        layer_norm_epsilon=config["rms_norm_epsilon"],  # keras-hub's name for it
         dropout=config["dropout"],
         tie_word_embeddings=config["tie_word_embeddings"],
         dtype=backbone.dtype_policy.name,

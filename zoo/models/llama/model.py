@@ -31,7 +31,7 @@ class LlamaConfig(RotaryDecoderConfig):
         max_sequence_length, rope_theta: see `RotaryDecoderConfig`
             (Qwen3 sets `head_dim`).
         rope_scaling: None or a Hugging Face "llama3" scaling dict.
-        layer_norm_epsilon: the RMSNorms' epsilon (`rms_norm_eps`).
+        rms_norm_epsilon: the RMSNorms' epsilon (`rms_norm_eps`).
         tie_word_embeddings: the logits through the token embedding (True)
             or through their own (d, V) head (False, as TinyLlama).
         attention_bias: biases on the Q, K and V projections (Qwen2).
@@ -54,7 +54,7 @@ class LlamaConfig(RotaryDecoderConfig):
     """
 
     rope_scaling: dict = None
-    layer_norm_epsilon: float = 1e-5
+    rms_norm_epsilon: float = 1e-5
     tie_word_embeddings: bool = True
     attention_bias: bool = False
     query_key_norm: bool = False
@@ -113,7 +113,7 @@ class LlamaBackbone(DecoderStack, ZooModel):
                 dropout=config.dropout,
                 activation="silu",
                 norm_first=True,
-                layer_norm_epsilon=config.layer_norm_epsilon,
+                norm_epsilon=config.rms_norm_epsilon,
                 kernel_initializer=initializer,
                 use_bias=False,
                 normalization="rms_norm",
@@ -131,7 +131,7 @@ class LlamaBackbone(DecoderStack, ZooModel):
             )
             for i in range(config.num_layers)
         ]
-        self.final_norm = RMSNorm(config.layer_norm_epsilon, dtype=dtype, name="final_norm")
+        self.final_norm = RMSNorm(config.rms_norm_epsilon, dtype=dtype, name="final_norm")
         self.lm_head = None
         if not config.tie_word_embeddings:
             self.lm_head = keras.layers.Dense(

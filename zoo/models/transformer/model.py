@@ -155,7 +155,7 @@ class EncoderDecoder(ZooModel):
             dropout=config.dropout,
             activation=config.activation,
             norm_first=config.norm_first,
-            layer_norm_epsilon=config.layer_norm_epsilon,
+            norm_epsilon=config.layer_norm_epsilon,
             dtype=dtype,
         )
         self.encoder_blocks = [
@@ -164,7 +164,7 @@ class EncoderDecoder(ZooModel):
         ]
         self.decoder_blocks = [
             DecoderBlock(
-                config.num_heads, config.intermediate_dim, cross_attention=True, name=f"decoder_block_{i}", **block_args
+                config.num_heads, config.intermediate_dim, use_cross_attention=True, name=f"decoder_block_{i}", **block_args
             )
             for i in range(config.num_layers)
         ]
