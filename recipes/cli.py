@@ -91,7 +91,7 @@ def parser():
     translate.add_argument("run", metavar="RUN", help="the run folder of translate or demo")
     translate.add_argument("sentences", nargs="+", metavar="SENTENCE", help="sentences to translate")
     translate.add_argument("--beam-size", type=int, default=None,
-                           help="beams (1: greedy); default: the run's own --beam-size (4; demo: 1)")
+                           help="beams (1: greedy); default: the run's own --beam-size (6; demo: 1)")
     translate.add_argument("--length-penalty", type=float, default=None,
                            help="beam score log_prob / length ** L; default: the run's own")
     _add_quantize(translate)
