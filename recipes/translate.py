@@ -5,7 +5,8 @@
 Vaswani et al. (2017) at CPU size: one cased subword vocabulary trained on
 both sides of the train split (SentencePiece's scheme, a unigram model by
 default; so the source and target embeddings and the output projection
-share one table, section 3.4), the paper's learning-rate schedule (eq. 3)
+share one table, section 3.4; trained once per data and settings and kept
+in `~/.cache/zoo/vocabularies`, `$ZOO_HOME`), the paper's learning-rate schedule (eq. 3)
 and Adam(0.9, 0.98, 1e-9), label smoothing 0.1, an average of the recent
 weights (Polyak averaging, the paper's checkpoint averaging done as an
 exponential moving average), and beam search for the validation
@@ -245,6 +246,7 @@ def read_data(args):
     before the output folder is touched: a dict of tokenizer, vocabulary,
     ids (token -> id), val_src_ids, train, steps, val, val_steps."""
     from zoo.data import DataError, HuggingFaceTokenizer, read_parallel, token_id_lists, train_sentence_piece
+    from zoo.data.registry import zoo_home
 
     train_src, train_tgt = read_parallel(args.data, "train", args.source_lang, args.target_lang)
     val_src, val_tgt = read_parallel(args.data, "val", args.source_lang, args.target_lang)
@@ -253,7 +255,10 @@ def read_data(args):
         tokenizer = HuggingFaceTokenizer.from_file(saved, bos_token=START, eos_token=END, pad_token="[PAD]",
                                                    add_bos=False)
     else:
-        tokenizer = train_sentence_piece(train_src + train_tgt, args.vocabulary_size, args.subword)
+        # Trained once per data and settings, then read from the cache:
+        # the same command, the same vocabulary.
+        tokenizer = train_sentence_piece(train_src + train_tgt, args.vocabulary_size, args.subword,
+                                         cache=zoo_home() / "vocabularies")
     vocabulary = tokenizer.get_vocabulary()
     ids = {token: i for i, token in enumerate(vocabulary)}
     train_src_ids, train_tgt_ids = token_id_lists(tokenizer, train_src), token_id_lists(tokenizer, train_tgt)

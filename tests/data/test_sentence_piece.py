@@ -6,6 +6,7 @@ are refused in one line, and the tokenizer travels inside a `.keras` file
 and gives `zoo.translate` cased, detokenized text."""
 
 import functools
+import json
 
 import pytest
 
@@ -75,3 +76,23 @@ def test_an_encoder_decoder_carries_it_and_translates_to_detokenized_text(tmp_pa
     (translation,) = zoo.translate(loaded, ["Ein Mann fährt Fahrrad."], num_beams=2, max_length=8)
     assert isinstance(translation, str) and "▁" not in translation  # the pieces' space marks are decoded
     assert translation == zoo.translate(model, ["Ein Mann fährt Fahrrad."], num_beams=2, max_length=8)[0]
+
+
+def test_a_cached_vocabulary_is_read_back_and_new_texts_or_settings_train_again(tmp_path):
+    first = train_sentence_piece(CORPUS, 120, cache=tmp_path)
+    (kept,) = tmp_path.glob("*.json")
+    assert json.loads(kept.read_text(encoding="utf-8"))["model"]["vocab"] == json.loads(first._json)["model"]["vocab"]
+    # The second call reads the file rather than training: a piece's score
+    # changed in the file is the score the tokenizer gets.
+    saved = json.loads(kept.read_text(encoding="utf-8"))
+    saved["model"]["vocab"][10][1] = -0.125
+    kept.write_text(json.dumps(saved), encoding="utf-8")
+    again = train_sentence_piece(CORPUS, 120, cache=tmp_path)
+    assert json.loads(again._json)["model"]["vocab"][10][1] == -0.125
+    assert again.get_vocabulary() == first.get_vocabulary()
+    assert (again.pad_token_id, again.start_token_id, again.end_token_id) == (0, 2, 3)
+    # Other texts, another size or another algorithm: a vocabulary of its own.
+    train_sentence_piece(CORPUS[:-1], 120, cache=tmp_path)
+    train_sentence_piece(CORPUS, 110, cache=tmp_path)
+    train_sentence_piece(CORPUS, 120, "bpe", cache=tmp_path)
+    assert len(list(tmp_path.glob("*.json"))) == 4

@@ -21,13 +21,14 @@ GPT_CHAR = dict(
 )
 
 # The encoder-decoder on Multi30k de -> en: sacrebleu's default, cased BLEU
-# on all 1,014 validation sentences, beam search with 4 beams, after 8 epochs
-# (1,800 steps), bfloat16 compute on the 2-core machine's CPU (37.04 in
-# float32). No time budget, so that the figure does not depend on the
-# machine's speed.
+# on all 1,014 validation sentences, beam search with 6 beams and length
+# penalty 1.0 (the defaults), after 8 epochs (1,800 steps), float32 compute
+# on a 2-core CPU without bfloat16 instructions (with 4 beams and 0.6:
+# 37.15 in bfloat16, 37.04 in float32). No time budget, so that the figure
+# does not depend on the machine's speed.
 TRANSLATE = dict(
     command=["--epochs", "8"],
-    reached=37.15,
+    reached=37.56,
     val_bleu_at_least=36.5,
 )
 

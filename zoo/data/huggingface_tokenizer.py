@@ -472,7 +472,8 @@ SENTENCE_PIECE_RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
 SENTENCE_PIECE_ALGORITHMS = ("unigram", "bpe")
 
 
-def train_sentence_piece(texts, vocabulary_size, algorithm="unigram", reserved_tokens=SENTENCE_PIECE_RESERVED_TOKENS):
+def train_sentence_piece(texts, vocabulary_size, algorithm="unigram", reserved_tokens=SENTENCE_PIECE_RESERVED_TOKENS,
+                         cache=None):
     """Trains a cased subword vocabulary in SentencePiece's scheme with the
     `tokenizers` package and returns it as a `HuggingFaceTokenizer`.
 
@@ -492,6 +493,13 @@ def train_sentence_piece(texts, vocabulary_size, algorithm="unigram", reserved_t
         algorithm: "unigram" or "bpe".
         reserved_tokens: a sequence of str starting with "[PAD]" and holding
             "[UNK]", "[START]" and "[END]".
+        cache: None, or a folder where the trained vocabulary is kept as
+            `<sha256 of the texts and settings>.json` and read back by
+            every later call with the same texts and settings. The
+            `tokenizers` unigram trainer's scores differ slightly from one
+            process to the next (by up to 1e-3 on Multi30k), which reorders
+            pieces of near-equal score; with a cache, the same call gives
+            the same vocabulary every time on that machine.
 
     Returns:
         A `HuggingFaceTokenizer`.
@@ -518,6 +526,11 @@ def train_sentence_piece(texts, vocabulary_size, algorithm="unigram", reserved_t
             f"vocabulary_size: expected an int above the {len(reserved_tokens)} reserved tokens; got {vocabulary_size!r}."
         )
     texts = _strings(texts)
+    cached = None
+    if cache is not None:
+        cached = Path(cache) / f"{_training_digest(texts, vocabulary_size, algorithm, reserved_tokens)}.json"
+        if cached.is_file():
+            return _sentence_piece_tokenizer(cached.read_text(encoding="utf-8"))
     if algorithm == "unigram":
         backend = tokenizers.Tokenizer(models.Unigram())
         trainer = trainers.UnigramTrainer(
@@ -530,6 +543,31 @@ def train_sentence_piece(texts, vocabulary_size, algorithm="unigram", reserved_t
     backend.pre_tokenizer = pre_tokenizers.Metaspace()
     backend.decoder = decoders.Metaspace()
     backend.train_from_iterator(texts, trainer)
-    return HuggingFaceTokenizer.from_file(
-        backend, bos_token="[START]", eos_token="[END]", pad_token="[PAD]", add_bos=False
-    )
+    tokenizer = _sentence_piece_tokenizer(backend)
+    if cached is not None:
+        write_text(cached, backend.to_str())
+    return tokenizer
+
+
+def _sentence_piece_tokenizer(backend):
+    """A `HuggingFaceTokenizer` of `train_sentence_piece`'s special tokens
+    from a `tokenizers.Tokenizer` or its JSON."""
+    return HuggingFaceTokenizer.from_file(backend, bos_token="[START]", eos_token="[END]", pad_token="[PAD]",
+                                          add_bos=False)
+
+
+def _training_digest(texts, vocabulary_size, algorithm, reserved_tokens):
+    """The sha256 (hex) of a subword vocabulary's training texts, its
+    settings and the `tokenizers` version that trains it."""
+    import hashlib
+
+    import tokenizers
+
+    digest = hashlib.sha256()
+    settings = dict(algorithm=algorithm, vocabulary_size=vocabulary_size, reserved_tokens=list(reserved_tokens),
+                    normalizer="NFKC", pre_tokenizer="Metaspace", tokenizers=tokenizers.__version__)
+    digest.update(json.dumps(settings, sort_keys=True).encode("utf-8"))
+    for text in texts:
+        digest.update(text.encode("utf-8"))
+        digest.update(b"\0")
+    return digest.hexdigest()
