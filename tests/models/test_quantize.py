@@ -4,7 +4,6 @@ reloads to the same outputs with its tokenizer, generates with its cache
 as greedy decoding does without it, writes a file smaller by the expected
 factor, and prints no warning; a float model's config is as before."""
 
-import json
 import string
 import warnings
 import zipfile

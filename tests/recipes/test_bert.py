@@ -9,6 +9,7 @@ import pytest
 
 from recipes import bert_classify, bert_pretrain
 from tests.recipes.figures import BERT
+from tests.recipes.same_seed import assert_equal_weights, run_printing
 from tests.shared_data import needs
 from zoo.data import DataError
 
@@ -65,6 +66,11 @@ def test_pretraining_writes_the_backbone_and_prints_val_loss_last(pretrained, ca
     assert config["hidden_dim"] == 32 and config["max_sequence_length"] == 16
 
 
+def test_pretraining_again_trains_the_same_weights(sst2, pretrained, tmp_path):
+    run_printing(bert_pretrain.main, ["--data", str(sst2), "--output", str(tmp_path / "again"), *PRETRAIN])
+    assert_equal_weights(pretrained[0], tmp_path / "again")
+
+
 def test_fine_tuning_starts_from_the_pretrained_backbone(sst2, pretrained, tmp_path, capsys, monkeypatch):
     import zoo
 
@@ -91,14 +97,16 @@ def test_fine_tuning_starts_from_the_pretrained_backbone(sst2, pretrained, tmp_p
     assert (output / "vocabulary.txt").read_text() == (folder / "vocabulary.txt").read_text()
 
 
-def test_from_scratch_runs_and_refuses_to_overwrite(sst2, tmp_path, capsys):
+def test_from_scratch_runs_refuses_to_overwrite_and_trains_the_same_weights_again(sst2, tmp_path):
     output = tmp_path / "run"
-    accuracy = bert_classify.main(["--data", str(sst2), "--output", str(output), *CLASSIFY])
-    assert capsys.readouterr().out.strip().splitlines()[-1] == f"val_accuracy={accuracy:.4f}"
+    accuracy, lines = run_printing(bert_classify.main, ["--data", str(sst2), "--output", str(output), *CLASSIFY])
+    assert lines[-1] == f"val_accuracy={accuracy:.4f}"
     before = (output / "model.keras").stat().st_mtime_ns
     with pytest.raises(FileExistsError, match="--overwrite"):
         bert_classify.main(["--data", str(sst2), "--output", str(output), *CLASSIFY])
     assert (output / "model.keras").stat().st_mtime_ns == before
+    run_printing(bert_classify.main, ["--data", str(sst2), "--output", str(tmp_path / "again"), *CLASSIFY])
+    assert_equal_weights(output, tmp_path / "again")
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from recipes import errors, lm_data, plots, run_folder, startup
 
 def test_a_finished_run_is_kept_an_unfinished_one_resumes_and_overwrite_starts_afresh(tmp_path):
     path = tmp_path / "run"
-    folder = run_folder.OutputFolder(path, config={"recipe": "mine", "args": {"seed": 1}})
+    run_folder.OutputFolder(path, config={"recipe": "mine", "args": {"seed": 1}})
     (path / "model.keras").write_bytes(b"weights")
     again = run_folder.OutputFolder(path, config={"recipe": "mine", "args": {"seed": 1}})  # unfinished: resumes
     assert (path / "model.keras").read_bytes() == b"weights"

@@ -1,12 +1,11 @@
 """The gpt_char recipe: a smoke run on a tiny text, its refusals, and (slow)
 nanoGPT's CPU baby GPT on Tiny Shakespeare."""
 
-from pathlib import Path
-
 import pytest
 
 from recipes import gpt_char
 from tests.recipes.figures import GPT_CHAR
+from tests.recipes.same_seed import assert_equal_weights, differ, run_printing
 from tests.shared_data import needs
 from zoo.data import DataError
 
@@ -22,13 +21,12 @@ def finished_run(tmp_path_factory):
     data = folder / "input.txt"
     data.write_text(TEXT, encoding="utf-8")
     output = folder / "run"
-    return data, output
+    val_loss, lines = run_printing(gpt_char.main, ["--data", str(data), "--output", str(output), *FAST])
+    return data, output, val_loss, lines
 
 
-def test_smoke_run_writes_everything_and_prints_val_loss_last(finished_run, capsys):
-    data, output = finished_run
-    val_loss = gpt_char.main(["--data", str(data), "--output", str(output), *FAST])
-    lines = capsys.readouterr().out.strip().splitlines()
+def test_smoke_run_writes_everything_and_prints_val_loss_last(finished_run):
+    data, output, val_loss, lines = finished_run
     assert lines[-1] == f"val_loss={val_loss:.4f}"
     assert 0.0 < val_loss < 10.0
     for name in FILES:
@@ -36,8 +34,16 @@ def test_smoke_run_writes_everything_and_prints_val_loss_last(finished_run, caps
     assert not (output / "backup").exists()  # removed once the run finished
 
 
+def test_the_same_command_trains_the_same_weights_and_another_seed_others(finished_run, tmp_path):
+    data, output, _, _ = finished_run
+    for folder, seed in ((tmp_path / "again", []), (tmp_path / "seed8", ["--seed", "8"])):
+        run_printing(gpt_char.main, ["--data", str(data), "--output", str(folder), *FAST, *seed])
+    assert_equal_weights(output, tmp_path / "again")
+    assert differ(output, tmp_path / "seed8"), "--seed 8 trained the default seed's weights"
+
+
 def test_refuses_to_overwrite_a_finished_run(finished_run):
-    data, output = finished_run
+    data, output, _, _ = finished_run
     model = output / "model.keras"
     before = model.stat().st_mtime_ns
     with pytest.raises(FileExistsError, match="--overwrite"):

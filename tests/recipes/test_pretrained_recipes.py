@@ -10,6 +10,7 @@ import pytest
 import zoo
 from recipes import bert_classify, gpt_finetune
 from tests.pretrained import checkpoints as ck
+from tests.recipes.same_seed import assert_equal_weights, run_printing
 from tests.recipes.test_bert import sentiment_rows, write_tsv
 
 TEXT = "".join(f"{s}\n\n" for s in ck.SENTENCES) * 25  # about 3,500 byte-level tokens
@@ -26,6 +27,13 @@ def finetuned(tmp_path_factory):
     val_loss = gpt_finetune.main(["--pretrained", str(checkpoint), "--data", str(root / "text.txt"),
                                   "--output", str(output), "--prompt", "the cat", *FINETUNE])
     return checkpoint, output, val_loss
+
+
+def test_gpt_finetune_again_trains_the_same_weights(finetuned, tmp_path):
+    checkpoint, output, _ = finetuned
+    run_printing(gpt_finetune.main, ["--pretrained", str(checkpoint), "--data", str(output.parent / "text.txt"),
+                                     "--output", str(tmp_path / "again"), "--prompt", "the cat", *FINETUNE])
+    assert_equal_weights(output, tmp_path / "again")
 
 
 def test_gpt_finetune_trains_the_checkpoint_and_prints_val_loss_last(finetuned, capsys):

@@ -10,6 +10,7 @@ import pytest
 
 from recipes import translate
 from tests.recipes.figures import TRANSLATE
+from tests.recipes.same_seed import assert_equal_weights, run_printing
 from tests.shared_data import needs
 from zoo.data import DataError
 from zoo.training.bleu import corpus_bleu, detokenize, translation_scores
@@ -45,10 +46,14 @@ def data(tmp_path_factory):
     return folder
 
 
-def test_smoke_run_writes_everything_and_prints_val_bleu_last(data, tmp_path, capsys):
-    output = tmp_path / "run"
-    bleu = translate.main(["--data", str(data), "--output", str(output), *FAST])
-    lines = capsys.readouterr().out.strip().splitlines()
+@pytest.fixture(scope="module")
+def finished_run(data, tmp_path_factory):
+    output = tmp_path_factory.mktemp("translate") / "run"
+    return (output, *run_printing(translate.main, ["--data", str(data), "--output", str(output), *FAST]))
+
+
+def test_smoke_run_writes_everything_and_prints_val_bleu_last(data, finished_run):
+    output, bleu, lines = finished_run
     assert lines[-1] == f"val_bleu={round(bleu, 2):.4f}"
     assert lines[-4].startswith("val_bleu_lowercase=") and lines[-3].startswith("val_chrf=")
     assert "stopped by --epochs 1" in lines  # the default is a fixed length: no time budget
@@ -63,6 +68,11 @@ def test_smoke_run_writes_everything_and_prints_val_bleu_last(data, tmp_path, ca
     assert [piece for piece, _ in vocabulary[:4]] == ["[PAD]", "[UNK]", "[START]", "[END]"]
     with pytest.raises(FileExistsError, match="--overwrite"):  # a finished run stays as it is
         translate.main(["--data", str(data), "--output", str(output), *FAST])
+
+
+def test_the_same_command_trains_the_same_weights(data, finished_run, tmp_path):
+    run_printing(translate.main, ["--data", str(data), "--output", str(tmp_path / "again"), *FAST])
+    assert_equal_weights(finished_run[0], tmp_path / "again")
 
 
 def test_a_time_budget_stops_at_an_epoch_end_and_says_so(data, tmp_path, capsys):
