@@ -1,6 +1,7 @@
 """One train step of each family on 4 virtual CPU devices under JAX, against
 the same step on one device: `python -m tests.training.jax_devices_script
-{data-parallel,model-parallel}` prints one `RESULT {json}` line.
+STRATEGY...` (data-parallel, model-parallel) prints one `RESULT {json}`
+line, the results by strategy.
 
 JAX fixes its device count when it starts, so this runs in a fresh
 interpreter (tests/training/test_jax_devices.py starts it). Every family
@@ -113,31 +114,37 @@ def sharding(variable):
     }
 
 
-def main(strategy):
+def main(strategies):
+    """One step of every family on one device, then under each strategy in
+    turn (each sets the distribution for what follows, as `fit` needs)."""
     result = {"devices": len(keras.distribution.list_devices())}
     references = {}
     for family in FAMILIES:  # one device: no distribution set yet
         model, loss, weights, _ = one_step(family)
         references[family] = (loss, weights, generated(model) if family != "bert" else None)
-    with distribution_scope(strategy, mesh="2x2", layout_map=get_layout_map):
-        pass  # sets the distribution for the rest of the process, as `fit` needs
-    for family in FAMILIES:
-        model, loss, weights, update = one_step(family)
-        reference_loss, reference_weights, reference_generated = references[family]
-        differences = {path: float(np.max(np.abs(weights[path] - reference_weights[path]))) for path in weights}
-        kernels = {v.path: sharding(v) for v in model.weights if v.path.endswith("kernel") or "embeddings" in v.path}
-        result[family] = {
-            "loss": loss,
-            "reference_loss": reference_loss,
-            "largest_weight_difference": max(differences.values()),
-            "largest_update": update,
-            "weights": len(weights),
-            "sharding": kernels,
-            "generated": generated(model) if reference_generated is not None else None,
-            "reference_generated": reference_generated,
-        }
+    for strategy in strategies:
+        with distribution_scope(strategy, mesh="2x2", layout_map=get_layout_map):
+            pass
+        result[strategy] = {family: step_under_strategy(family, references[family]) for family in FAMILIES}
     print("RESULT " + json.dumps(result))
 
 
+def step_under_strategy(family, reference):
+    model, loss, weights, update = one_step(family)
+    reference_loss, reference_weights, reference_generated = reference
+    differences = {path: float(np.max(np.abs(weights[path] - reference_weights[path]))) for path in weights}
+    kernels = {v.path: sharding(v) for v in model.weights if v.path.endswith("kernel") or "embeddings" in v.path}
+    return {
+        "loss": loss,
+        "reference_loss": reference_loss,
+        "largest_weight_difference": max(differences.values()),
+        "largest_update": update,
+        "weights": len(weights),
+        "sharding": kernels,
+        "generated": generated(model) if reference_generated is not None else None,
+        "reference_generated": reference_generated,
+    }
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -26,10 +26,10 @@ FAMILIES = ("gpt", "llama", "gemma", "bert", "transformer")
 pytest.importorskip("jax", reason="the multi-device tests run on JAX")
 
 
-def run_script(strategy):
+def run_script(*strategies):
     env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND",)}
     result = subprocess.run(
-        [sys.executable, "-m", "tests.training.jax_devices_script", strategy],
+        [sys.executable, "-m", "tests.training.jax_devices_script", *strategies],
         cwd=ROOT, env=dict(env, TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True, text=True, timeout=600,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
@@ -38,13 +38,19 @@ def run_script(strategy):
 
 
 @pytest.fixture(scope="module")
-def data_parallel():
-    return run_script("data-parallel")
+def both_strategies():
+    """One process: the one-device references once, then data parallel, then model parallel."""
+    return run_script("data-parallel", "model-parallel")
 
 
 @pytest.fixture(scope="module")
-def model_parallel():
-    return run_script("model-parallel")
+def data_parallel(both_strategies):
+    return dict(both_strategies["data-parallel"], devices=both_strategies["devices"])
+
+
+@pytest.fixture(scope="module")
+def model_parallel(both_strategies):
+    return dict(both_strategies["model-parallel"], devices=both_strategies["devices"])
 
 
 def _check_same_step(family_result):
