@@ -32,11 +32,13 @@ browser:
 # JAX backend, then the whole default suite on
 # TensorFlow. Offline. Two pytest workers (pytest-xdist; a test file stays on
 # one worker, so its module fixtures are built once): most tests keep one
-# core busy with Python, so two of them use both cores of a small machine.
+# core busy with Python, so two of them use both cores of a small machine;
+# WORKERS=N for a larger one.
+WORKERS ?= 2
 test: $(STAMP) browser
-	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 --dist loadfile tests/layers tests/generation tests/models/test_training_mode.py tests/models/test_llama.py tests/models/test_gemma.py tests/models/test_finetune.py \
+	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests/layers tests/generation tests/models/test_training_mode.py tests/models/test_llama.py tests/models/test_gemma.py tests/models/test_finetune.py \
 		tests/deployment/test_other_backends.py tests/test_error_messages.py
-	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 --dist loadfile
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
 
 # The same layer, model and generation tests on torch, Keras' third backend,
 # in an environment of its own without TensorFlow (keras-hub without its
