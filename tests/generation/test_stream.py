@@ -17,6 +17,7 @@ from zoo.generation import compiled
 
 TEXT = "ROMEO: But soft, what light through yonder window breaks?\nJULIET: Ay me!\n"
 CONTEXT = 16
+NEW_TOKENS = 40  # the first 10 inside the window of 16, the rest past it
 SAMPLERS = [
     dict(),
     dict(sampler="temperature", temperature=1.3, seed=5),
@@ -34,8 +35,7 @@ def lm(request):
 
 
 # Every sampler on GPT; greedy and one sampler on the other two families, whose
-# caches plug into the same loop. 40 new tokens: the first 10 inside the
-# window of 16, the rest past it.
+# caches plug into the same loop.
 CASES = [("gpt-nano", options) for options in SAMPLERS] + [
     (name, options) for name in ("llama-nano", "gemma3-nano") for options in (SAMPLERS[0], SAMPLERS[3])
 ]
@@ -43,12 +43,12 @@ CASES = [("gpt-nano", options) for options in SAMPLERS] + [
 
 @pytest.mark.parametrize("lm, options", CASES, indirect=["lm"],
                          ids=[f"{name}-{options.get('sampler', 'greedy')}" for name, options in CASES])
-def test_the_pieces_join_to_zoo_generates_text(lm, options, new_tokens=40):
-    text = zoo.generate(lm, "ROMEO:", max_new_tokens=new_tokens, **options)
-    pieces = list(zoo.stream(lm, "ROMEO:", max_new_tokens=new_tokens, **options))
+def test_the_pieces_join_to_zoo_generates_text(lm, options):
+    text = zoo.generate(lm, "ROMEO:", max_new_tokens=NEW_TOKENS, **options)
+    pieces = list(zoo.stream(lm, "ROMEO:", max_new_tokens=NEW_TOKENS, **options))
     assert "".join(pieces) == text
-    assert pieces[0] == "ROMEO:" and len(pieces) == 1 + new_tokens  # the prompt, then one character a token
-    assert "".join(zoo.stream(lm, "ROMEO:", max_new_tokens=new_tokens, skip_prompt=True, **options)) == text[6:]
+    assert pieces[0] == "ROMEO:" and len(pieces) == 1 + NEW_TOKENS  # the prompt, then one character a token
+    assert "".join(zoo.stream(lm, "ROMEO:", max_new_tokens=NEW_TOKENS, skip_prompt=True, **options)) == text[6:]
 
 
 def test_the_same_seed_gives_the_same_stream_and_another_seed_another(lm):
@@ -62,8 +62,8 @@ def test_max_length_counts_the_prompt_as_in_zoo_generate(lm):
     assert "".join(zoo.stream(lm, "ROMEO:", max_length=25)) == zoo.generate(lm, "ROMEO:", max_length=25)
 
 
-def test_a_stop_string_cuts_the_text_where_zoo_generate_cuts_it(lm, new_tokens=40):
-    options = dict(max_new_tokens=new_tokens, sampler="top_k", k=4, seed=7)
+def test_a_stop_string_cuts_the_text_where_zoo_generate_cuts_it(lm):
+    options = dict(max_new_tokens=NEW_TOKENS, sampler="top_k", k=4, seed=7)
     free = zoo.generate(lm, "ROMEO:", **options)[6:]
     stop = free[4:6]
     cut = free.index(stop)
