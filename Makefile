@@ -9,7 +9,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 # repository where it is there (a user's own machine fetches and caches them).
 export ZOO_DATA ?= $(abspath ../shared/data)
 
-.PHONY: install browser test test-tf test-jax test-torch test-slow mutate demo bench clean
+.PHONY: install browser test test-integration test-tf test-jax test-torch test-slow mutate demo bench clean
 
 install: $(STAMP)
 
@@ -27,18 +27,25 @@ browser:
 		  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || \
 		  echo "chromium not installed: the explorer's browser test will skip"; }
 
-# The layer, generation, training-mode, Llama-family, Gemma and fine-tuning (LoRA reload) tests, the
-# export for runtimes from JAX, and the error messages (with their JAX-only strict xfail) on the
-# JAX backend, then the whole default suite on
-# TensorFlow. Offline. Two pytest workers (pytest-xdist; a test file stays on
-# one worker, so its module fixtures are built once): most tests keep one
-# core busy with Python, so two of them use both cores of a small machine;
-# WORKERS=N for a larger one.
+# The quick suite: the layer, generation, training-mode, Llama-family, Gemma,
+# fine-tuning (LoRA reload) and error-message tests and the export from JAX
+# on the JAX backend, then everything but the end-to-end runs on
+# TensorFlow. Offline. Two pytest workers (pytest-xdist; a test file stays
+# on one worker, so its module fixtures are built once): most tests keep
+# one core busy with Python, so two of them use both cores of a small
+# machine; WORKERS=N for a larger one.
 WORKERS ?= 2
 test: $(STAMP) browser
 	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests/layers tests/generation tests/models/test_training_mode.py tests/models/test_llama.py tests/models/test_gemma.py tests/models/test_finetune.py \
-		tests/deployment/test_other_backends.py tests/test_error_messages.py
+		tests/deployment/test_other_backends.py tests/test_error_messages.py --ignore=tests/layers/test_docstrings.py
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
+
+# The end-to-end runs (`integration` in pyproject.toml): every recipe's
+# smallest run and its re-run, on TensorFlow and on JAX, training across
+# devices and processes, a fresh clone's first run, a killed run resumed,
+# the exports for runtimes. Offline; .ci/run runs it after `make test`.
+test-integration: $(STAMP)
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m integration
 
 # The same layer, model and generation tests on torch, Keras' third backend,
 # in an environment of its own without TensorFlow (keras-hub without its
@@ -56,8 +63,9 @@ test-torch:
 	KERAS_BACKEND=torch $(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 		tests/layers tests/models tests/generation tests/fuzz tests/test_error_messages.py
 
-# The recipes' headline figures (tests/recipes/figures.py): hours of CPU.
-test-slow: $(STAMP)
+# The end-to-end runs, then the recipes' headline figures
+# (tests/recipes/figures.py): hours of CPU.
+test-slow: test-integration
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -m slow
 
 # Each mask broken on purpose (tests/mutations) must make the fuzz and

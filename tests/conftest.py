@@ -38,7 +38,7 @@ def pytest_configure(config):
 
 def _selects_slow_tests(expression):
     """Whether `-m EXPRESSION` runs the slow tests (`-m slow`, not the
-    default `-m 'not slow'`)."""
+    default `-m 'not slow and not integration'`)."""
     return "slow" in expression and "not slow" not in expression
 
 

@@ -178,6 +178,7 @@ def test_offline_with_nothing_cached_the_recipe_refuses_in_one_line(tmp_path, mo
     assert not (tmp_path / "run").exists() and _cache_is_empty("tinyshakespeare")
 
 
+@pytest.mark.integration
 def test_a_fresh_clone_downloads_caches_and_trains_and_the_next_run_does_not_download(mirror, tmp_path):
     """The newcomer's path: the repository's files alone (no `../shared`
     beside them, no network), data from the mirror, `zoo train gpt_char`;

@@ -12,9 +12,10 @@ import zoo
 from tests.models.conftest import bert_inputs, gpt_inputs, seq2seq_inputs
 from zoo.deployment import ExportError
 
-pytestmark = pytest.mark.skipif(
-    keras.backend.backend() != "tensorflow", reason="exports for runtimes run on the TensorFlow backend"
-)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="exports for runtimes run on the TensorFlow backend"),
+]
 FORMATS = ("tf_saved_model", "onnx", "litert")
 ATOL = 1e-4
 

@@ -53,6 +53,7 @@ def files_of(run):
     return {path.name: path.read_bytes() for path in run.iterdir()}
 
 
+@pytest.mark.integration
 def test_sample_quantized_is_the_quantized_models_sample_and_leaves_the_run_as_it_was(runs, capsys):
     run = runs["gpt_char"]
     before = files_of(run)
@@ -62,6 +63,7 @@ def test_sample_quantized_is_the_quantized_models_sample_and_leaves_the_run_as_i
     assert files_of(run) == before
 
 
+@pytest.mark.integration
 def test_eval_quantized_prints_the_quantized_models_loss(runs, capsys):
     run = runs["gpt_char"]
     assert cli.main(["eval", str(run), "--quantize", "int4"]) == 0
@@ -71,6 +73,7 @@ def test_eval_quantized_prints_the_quantized_models_loss(runs, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"val_loss={loss:.4f}"
 
 
+@pytest.mark.integration
 def test_translate_and_classify_quantized_are_the_quantized_models(runs, capsys):
     assert cli.main(["translate", str(runs["translate"]), *SENTENCES[:2], "--quantize", "int8"]) == 0
     expected = zoo.translate(quantized(runs["translate"], "int8"), SENTENCES[:2], num_beams=2, length_penalty=0.6)

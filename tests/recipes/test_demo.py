@@ -15,6 +15,7 @@ def finished_run(tmp_path_factory):
     return (output, *run_printing(demo.main, ["--output", str(output), *FAST]))
 
 
+@pytest.mark.integration
 def test_smoke_run_translates_unseen_sentences_and_prints_val_accuracy_last(finished_run):
     output, accuracy, lines = finished_run
     assert lines[-2:] == [f"run folder: {output}", f"val_accuracy={accuracy:.4f}"]
@@ -25,6 +26,7 @@ def test_smoke_run_translates_unseen_sentences_and_prints_val_accuracy_last(fini
     assert (output / "logs").is_dir() and not (output / "backup").exists()
 
 
+@pytest.mark.integration
 def test_the_same_command_trains_the_same_weights(finished_run, tmp_path):
     run_printing(demo.main, ["--output", str(tmp_path / "again"), *FAST])
     assert_equal_weights(finished_run[0], tmp_path / "again")

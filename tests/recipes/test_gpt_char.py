@@ -25,6 +25,7 @@ def finished_run(tmp_path_factory):
     return data, output, val_loss, lines
 
 
+@pytest.mark.integration
 def test_smoke_run_writes_everything_and_prints_val_loss_last(finished_run):
     data, output, val_loss, lines = finished_run
     assert lines[-1] == f"val_loss={val_loss:.4f}"
@@ -34,6 +35,7 @@ def test_smoke_run_writes_everything_and_prints_val_loss_last(finished_run):
     assert not (output / "backup").exists()  # removed once the run finished
 
 
+@pytest.mark.integration
 def test_the_same_command_trains_the_same_weights_and_another_seed_others(finished_run, tmp_path):
     data, output, _, _ = finished_run
     for folder, seed in ((tmp_path / "again", []), (tmp_path / "seed8", ["--seed", "8"])):
@@ -42,6 +44,7 @@ def test_the_same_command_trains_the_same_weights_and_another_seed_others(finish
     assert differ(output, tmp_path / "seed8"), "--seed 8 trained the default seed's weights"
 
 
+@pytest.mark.integration
 def test_refuses_to_overwrite_a_finished_run(finished_run):
     data, output, _, _ = finished_run
     model = output / "model.keras"

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
 FINAL_LINE = re.compile(r"^val_(loss|accuracy|bleu)=-?\d+\.\d{4}$")
 # Runs the recipe's main, then reports the distribution it trained under.
 RUN = (

@@ -22,6 +22,7 @@ import pytest
 from zoo.training.distribution import is_chief, start_distribution, worker_output
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
 SCRIPT = "tests.recipes.multi_worker_script"
 DEADLINE_S = 150  # for all the processes of one test together
 

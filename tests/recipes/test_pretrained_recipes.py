@@ -29,6 +29,7 @@ def finetuned(tmp_path_factory):
     return checkpoint, output, val_loss
 
 
+@pytest.mark.integration
 def test_gpt_finetune_again_trains_the_same_weights(finetuned, tmp_path):
     checkpoint, output, _ = finetuned
     run_printing(gpt_finetune.main, ["--pretrained", str(checkpoint), "--data", str(output.parent / "text.txt"),
@@ -36,6 +37,7 @@ def test_gpt_finetune_again_trains_the_same_weights(finetuned, tmp_path):
     assert_equal_weights(output, tmp_path / "again")
 
 
+@pytest.mark.integration
 def test_gpt_finetune_trains_the_checkpoint_and_prints_val_loss_last(finetuned, capsys):
     checkpoint, output, val_loss = finetuned
     for name in ("model.keras", "history.csv", "curves.png", "logs", "samples.txt", "run.json"):
@@ -56,6 +58,7 @@ def test_gpt_finetune_trains_the_checkpoint_and_prints_val_loss_last(finetuned, 
     assert name == "val_loss" and value == pytest.approx(val_loss, rel=1e-6)
 
 
+@pytest.mark.integration
 def test_gpt_finetune_output_exports_as_a_checkpoint_again(finetuned, tmp_path):
     _, output, _ = finetuned
     tuned = zoo.load(output / "model.keras")
@@ -80,6 +83,7 @@ def test_gpt_finetune_refuses_before_writing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.integration
 def test_bert_classify_fine_tunes_a_keras_hub_preset(tmp_path, capsys, monkeypatch):
     preset = tmp_path / "bert_preset"
     hub = ck.keras_hub_bert_preset(preset, task=None)
@@ -107,6 +111,7 @@ def test_bert_classify_fine_tunes_a_keras_hub_preset(tmp_path, capsys, monkeypat
     assert model.tokenizer.get_vocabulary() == ck.bert_vocabulary()
 
 
+@pytest.mark.integration
 def test_gpt_finetune_with_lora_trains_only_adapters_of_a_llama_family_checkpoint(tmp_path, capsys):
     from tests.pretrained import llama_checkpoints as lk
 

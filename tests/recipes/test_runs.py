@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
 RECIPES = ("gpt_char", "demo", "translate", "bert_pretrain", "bert_classify")
 LAYOUT = ("model.keras", "history.csv", "curves.png", "logs", "run.json")
 METRIC = {"gpt_char": "val_loss", "demo": "val_accuracy", "translate": "val_bleu", "bert_pretrain": "val_loss",

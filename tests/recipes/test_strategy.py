@@ -12,8 +12,10 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
 
 TWO_CPUS = textwrap.dedent(
     """

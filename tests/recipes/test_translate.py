@@ -52,6 +52,7 @@ def finished_run(data, tmp_path_factory):
     return (output, *run_printing(translate.main, ["--data", str(data), "--output", str(output), *FAST]))
 
 
+@pytest.mark.integration
 def test_smoke_run_writes_everything_and_prints_val_bleu_last(data, finished_run):
     output, bleu, lines = finished_run
     assert lines[-1] == f"val_bleu={round(bleu, 2):.4f}"
@@ -70,11 +71,13 @@ def test_smoke_run_writes_everything_and_prints_val_bleu_last(data, finished_run
         translate.main(["--data", str(data), "--output", str(output), *FAST])
 
 
+@pytest.mark.integration
 def test_the_same_command_trains_the_same_weights(data, finished_run, tmp_path):
     run_printing(translate.main, ["--data", str(data), "--output", str(tmp_path / "again"), *FAST])
     assert_equal_weights(finished_run[0], tmp_path / "again")
 
 
+@pytest.mark.integration
 def test_a_time_budget_stops_at_an_epoch_end_and_says_so(data, tmp_path, capsys):
     translate.main(["--data", str(data), "--output", str(tmp_path / "run"), *FAST, "--epochs", "3",
                     "--time-budget", "0.001"])
@@ -139,6 +142,7 @@ def write_cased_pairs(folder, split, count, seed=0):
     (folder / f"{split}.en").write_text("\n".join(en) + "\n", encoding="utf-8")
 
 
+@pytest.mark.integration
 def test_zoo_translate_gives_cased_detokenized_text_and_eval_names_the_split(tmp_path, capsys):
     from recipes import cli
 

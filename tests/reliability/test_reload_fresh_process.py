@@ -21,6 +21,7 @@ from zoo.data.tokenizers import token_id_lists
 from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule, WarmupCosineDecay, adamw
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
 TEXT = "ROMEO: But soft, what light through yonder window breaks?\nJULIET: Ay me!\n"
 SENTENCES = ["a dog runs in the park", "zwei hunde laufen über die straße", "the cat sat", "ein hund läuft"]
 PROBES = ["the dog runs", "über die straße läuft", "naïve"]

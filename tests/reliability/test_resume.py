@@ -125,10 +125,12 @@ def runs(tmp_path_factory):
                 resumed_count=resumed_count, reference_loss=reference_loss, resumed_loss=resumed_loss)
 
 
+@pytest.mark.integration
 def test_the_kill_came_before_the_end(runs):
     assert 2 <= runs["killed_at"] < STEPS // PER_EPOCH
 
 
+@pytest.mark.integration
 def test_the_resumed_process_trains_exactly_the_remaining_batches(runs):
     reference, resumed = runs["reference_count"], runs["resumed_count"]
     assert (reference.first_step, reference.batches, reference.last_step) == (0, STEPS, STEPS)
@@ -138,12 +140,14 @@ def test_the_resumed_process_trains_exactly_the_remaining_batches(runs):
     assert resumed.last_step == STEPS
 
 
+@pytest.mark.integration
 def test_resumed_run_ends_with_the_same_step_count(runs):
     for name in ("reference", "killed"):
         model = load(runs["root"] / name / "model.keras")
         assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == STEPS, name
 
 
+@pytest.mark.integration
 def test_rows_written_before_the_kill_are_kept_byte_for_byte(runs):
     lines = runs["history_at_kill"].splitlines(keepends=True)
     # The header and the rows of the epochs the backup holds; a row of the
@@ -153,6 +157,7 @@ def test_rows_written_before_the_kill_are_kept_byte_for_byte(runs):
     assert (runs["root"] / "killed" / "history.csv").read_bytes().startswith(kept)
 
 
+@pytest.mark.integration
 def test_loss_curve_continues_where_it_stopped(runs):
     reference, resumed = history(runs["root"] / "reference"), history(runs["root"] / "killed")
     assert [r["epoch"] for r in resumed] == [str(e) for e in range(STEPS // PER_EPOCH)]  # each epoch once
@@ -165,6 +170,7 @@ def test_loss_curve_continues_where_it_stopped(runs):
     assert runs["resumed_loss"] == pytest.approx(runs["reference_loss"], rel=1e-5)
 
 
+@pytest.mark.integration
 def test_resumed_weights_equal_the_uninterrupted_weights(runs):
     a = load(runs["root"] / "reference" / "model.keras").get_weights()
     b = load(runs["root"] / "killed" / "model.keras").get_weights()

@@ -21,6 +21,7 @@ from zoo.models.layout import get_layout_map
 from zoo.training import distribution as distribution_lib
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
 FAMILIES = ("gpt", "llama", "gemma", "bert", "transformer")
 
 pytest.importorskip("jax", reason="the multi-device tests run on JAX")

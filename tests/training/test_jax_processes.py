@@ -23,6 +23,7 @@ import pytest
 from zoo.training import distribution as distribution_lib
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
 DEADLINE_S = 300
 
 pytest.importorskip("jax", reason="several JAX processes need JAX")
