@@ -28,8 +28,8 @@ browser:
 		  echo "chromium not installed: the explorer's browser test will skip"; }
 
 # The quick suite: the layer, generation, training-mode, Llama-family, Gemma,
-# fine-tuning (LoRA reload) and error-message tests and the export from JAX
-# on the JAX backend, then everything but the end-to-end runs on
+# fine-tuning (LoRA reload), loss-precision and error-message tests and the
+# export from JAX on the JAX backend, then everything but the end-to-end runs on
 # TensorFlow. Offline. Two pytest workers (pytest-xdist; a test file stays
 # on one worker, so its module fixtures are built once): most tests keep
 # one core busy with Python, so two of them use both cores of a small
@@ -37,7 +37,7 @@ browser:
 WORKERS ?= 2
 test: $(STAMP) browser
 	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests/layers tests/generation tests/models/test_training_mode.py tests/models/test_llama.py tests/models/test_gemma.py tests/models/test_finetune.py \
-		tests/deployment/test_other_backends.py tests/test_error_messages.py --ignore=tests/layers/test_docstrings.py
+		tests/training/test_loss_dtype.py tests/deployment/test_other_backends.py tests/test_error_messages.py --ignore=tests/layers/test_docstrings.py
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
 
 # The end-to-end runs (`integration` in pyproject.toml): every recipe's
