@@ -12,10 +12,9 @@ import zoo
 from tests.models.conftest import bert_inputs, gpt_inputs, seq2seq_inputs
 from zoo.deployment import ExportError
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="exports for runtimes run on the TensorFlow backend"),
-]
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="exports for runtimes run on the TensorFlow backend"
+)
 FORMATS = ("tf_saved_model", "onnx", "litert")
 ATOL = 1e-4
 
@@ -107,6 +106,7 @@ def exported(tmp_path_factory):
     return get
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("format", FORMATS)
 @pytest.mark.parametrize("task", TASKS)
 def test_the_runtime_gives_keras_outputs_at_two_lengths(task, format, exported):
@@ -120,6 +120,7 @@ def test_the_runtime_gives_keras_outputs_at_two_lengths(task, format, exported):
         np.testing.assert_allclose(got, expected, atol=ATOL)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("preset", ["gpt-nano", "llama-nano"])
 def test_greedy_decoding_on_onnxruntime_gives_zoo_generate_tokens(preset, tmp_path):
     import onnxruntime
@@ -147,6 +148,7 @@ def _word_piece_classifier():
                      tokenizer=tokenizer)
 
 
+@pytest.mark.integration
 def test_the_savedmodel_classifies_text_as_zoo_classify_does(tmp_path):
     import tensorflow as tf
 
@@ -162,6 +164,7 @@ def test_the_savedmodel_classifies_text_as_zoo_classify_does(tmp_path):
     assert (folder / "assets.extra" / "vocab.txt").is_file()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("format", ["onnx", "litert"])
 def test_formats_without_the_tokenizer_get_its_files_beside(format, tmp_path):
     classifier = _word_piece_classifier()
@@ -171,6 +174,7 @@ def test_formats_without_the_tokenizer_get_its_files_beside(format, tmp_path):
     assert (folder / "tokenizer_config.json").is_file()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("format", ["tf_saved_model", "onnx"])
 def test_an_int8_model_exports_with_its_outputs(format, tmp_path):
     keras.utils.set_random_seed(11)
@@ -203,6 +207,7 @@ def test_bad_format_and_existing_folder_are_refused_before_any_work(tmp_path):
     assert (tmp_path / "b" / "keep.txt").read_text() == "mine"
 
 
+@pytest.mark.integration
 def test_zoo_export_writes_a_keras_file_for_onnxruntime(tmp_path):
     import onnxruntime
 

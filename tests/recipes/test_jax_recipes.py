@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.integration
 FINAL_LINE = re.compile(r"^val_(loss|accuracy|bleu)=-?\d+\.\d{4}$")
 # Runs the recipe's main, then reports the distribution it trained under.
 RUN = (
@@ -92,6 +91,7 @@ def finished(tmp_path_factory):
         return {name: future.result() for name, future in futures.items()}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["demo", "gpt_char", "translate", "bert_pretrain", "bert_classify"])
 def test_recipe_runs_on_jax(finished, name):
     result = finished[name]

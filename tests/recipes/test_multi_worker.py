@@ -22,7 +22,6 @@ import pytest
 from zoo.training.distribution import is_chief, start_distribution, worker_output
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.integration
 SCRIPT = "tests.recipes.multi_worker_script"
 DEADLINE_S = 150  # for all the processes of one test together
 
@@ -81,6 +80,7 @@ def run_together(runs, folder):
     return results
 
 
+@pytest.mark.integration
 def test_two_workers_end_with_one_process_weights_and_loss_on_the_global_batch(tmp_path):
     ports = free_ports(2)
     runs = [(["fit", "multi-worker"], tf_config(ports, i)) for i in range(2)] + [(["fit", "default"], None)]
@@ -110,6 +110,7 @@ def test_two_workers_end_with_one_process_weights_and_loss_on_the_global_batch(t
     assert largest > 0.05  # the updates are large enough for the comparison to mean something
 
 
+@pytest.mark.integration
 def test_the_demo_recipe_trains_on_two_workers_and_only_the_chief_writes_its_folder(tmp_path):
     ports = free_ports(2)
     output = tmp_path / "demo"

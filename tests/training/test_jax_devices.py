@@ -21,7 +21,6 @@ from zoo.models.layout import get_layout_map
 from zoo.training import distribution as distribution_lib
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.integration
 FAMILIES = ("gpt", "llama", "gemma", "bert", "transformer")
 
 pytest.importorskip("jax", reason="the multi-device tests run on JAX")
@@ -62,6 +61,7 @@ def _check_same_step(family_result):
     assert family_result["largest_weight_difference"] < 1e-5
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", FAMILIES)
 def test_data_parallel_step_equals_one_device(data_parallel, family):
     assert data_parallel["devices"] == 4
@@ -70,6 +70,7 @@ def test_data_parallel_step_equals_one_device(data_parallel, family):
         assert layout["devices"] == 4 and layout["shard_shape"] == layout["shape"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", FAMILIES)
 def test_model_parallel_step_equals_one_device_with_the_kernels_split(model_parallel, family):
     _check_same_step(model_parallel[family])
@@ -88,6 +89,7 @@ def test_model_parallel_step_equals_one_device_with_the_kernels_split(model_para
     assert len(split) >= 1 + 2 * per_block
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", ["gpt", "llama", "transformer"])
 def test_model_parallel_generation_equals_one_device(model_parallel, family):
     result = model_parallel[family]

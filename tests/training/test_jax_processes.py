@@ -23,7 +23,6 @@ import pytest
 from zoo.training import distribution as distribution_lib
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.integration
 DEADLINE_S = 300
 
 pytest.importorskip("jax", reason="several JAX processes need JAX")
@@ -56,6 +55,7 @@ def cluster(index):
     return {"KERAS_DISTRIBUTION_NUM_PROCESSES": "2", "KERAS_DISTRIBUTION_PROCESS_ID": str(index)}
 
 
+@pytest.mark.integration
 def test_two_processes_end_with_one_process_weights_on_the_global_batch(tmp_path):
     address = f"127.0.0.1:{free_port()}"
     cluster = {"KERAS_DISTRIBUTION_JOB_ADDRESSES": address, "KERAS_DISTRIBUTION_NUM_PROCESSES": "2"}
@@ -122,6 +122,7 @@ def test_an_incomplete_cluster_is_one_line_before_anything_starts(jax_process, m
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.integration
 def test_a_run_killed_on_one_process_resumes_on_both(tmp_path):
     """Process 1 dies after the second of three epochs (its backup committed); process 0, whose peer
     is gone, stops too, as a scheduler would stop it. Both restarted, each resumes from its own backup
