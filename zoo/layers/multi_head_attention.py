@@ -218,6 +218,7 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             self.query_key_value_dense = self._dense(query_width + 2 * key_width, "query_key_value")
             self.query_key_value_dense.build(query_shape)
+        self.query_norm = self.key_norm = None
         if self.query_key_norm:
             unit_offset = self.normalization == "gemma_rms_norm"
             self.query_norm = RMSNorm(self.norm_epsilon, unit_offset, dtype=self.dtype_policy, name="query_norm")

@@ -115,50 +115,6 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class RotaryDecoderConfig(ModelConfig):
-    """The sizes every rotary grouped-query decoder shares (the Llama
-    family's and Gemma 3's configs start with them, in this order).
-
-    Attributes:
-        vocabulary_size: V.
-        num_layers: N.
-        num_heads: h, the query heads.
-        hidden_dim: d.
-        intermediate_dim: d_ff, the width of the gate and up projections.
-        num_key_value_heads: g (dividing h): h is multi-head attention, 1
-            multi-query; None for h.
-        head_dim: k; None for d / h.
-        max_sequence_length: the context the checkpoint was trained for
-            (rotary positions have no table; generation slides its window
-            past it).
-        rope_theta: the rotary frequency base.
-    """
-
-    vocabulary_size: int
-    num_layers: int
-    num_heads: int
-    hidden_dim: int
-    intermediate_dim: int
-    num_key_value_heads: int = None
-    head_dim: int = None
-    max_sequence_length: int = 2048
-    rope_theta: float = 10000.0
-
-    positive = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-                "num_key_value_heads", "max_sequence_length")
-    former_names = {"layer_norm_epsilon": "rms_norm_epsilon"}
-
-    def resolve(self):
-        return {"num_key_value_heads": self.num_key_value_heads or self.num_heads}
-
-    def check(self):
-        if self.head_dim is None and self.hidden_dim % self.num_heads:
-            raise ValueError(
-                f"hidden_dim={self.hidden_dim} must be divisible by num_heads={self.num_heads}, or pass `head_dim`."
-            )
-
-
-@dataclass(frozen=True)
 class Preset:
     """A named configuration of a family: one line for listings, and the
     config (`ModelConfig` subclass instance) that `zoo.build` builds."""

@@ -19,8 +19,9 @@ keras-hub's Gemma 3 presets are not read or written.
 
 import functools
 
-from zoo.checkpoints.common import CheckpointError, TensorName, fused_linear, read_architecture, refuse_config_value
-from zoo.models.llama.checkpoints import _prefix, checkpoint_name, huggingface_sizes, read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
+from zoo.checkpoints.common import CheckpointError, read_architecture, refuse_config_value
+from zoo.models.llama.checkpoints import _prefix, checkpoint_name, read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
+from zoo.models.rotary_decoder import fields_from_huggingface, huggingface_fields, huggingface_tensor_names
 
 NAME = "Gemma 3"
 MODEL_TYPES = ("gemma3_text",)
@@ -82,30 +83,18 @@ def from_huggingface_config(config, config_file):
     if not get("tie_word_embeddings", True):
         refuse("tie_word_embeddings", "expected the head tied to the token embedding")
     rope_theta, local_rope_theta = _rope_thetas(config, get, config_file)
-    num_layers, num_heads = get("num_hidden_layers"), get("num_attention_heads")
+    zoo_config = fields_from_huggingface(get, head_dim=256, max_sequence_length=32768)
     layer_types = config.get("layer_types")
     if layer_types is None:
         from zoo.models.gemma.model import default_layer_types
 
-        layer_types = default_layer_types(num_layers, get("sliding_window_pattern", 6))
-    hidden_dim, head_dim = get("hidden_size"), get("head_dim", 256)
-    zoo_config = dict(
-        vocabulary_size=get("vocab_size"),
-        num_layers=num_layers,
-        num_heads=num_heads,
-        hidden_dim=hidden_dim,
-        intermediate_dim=get("intermediate_size"),
-        num_key_value_heads=get("num_key_value_heads", num_heads),
-        head_dim=None if head_dim == hidden_dim // num_heads else head_dim,
-        max_sequence_length=get("max_position_embeddings", 32768),
+        layer_types = default_layer_types(zoo_config["num_layers"], get("sliding_window_pattern", 6))
+    zoo_config.update(
         rope_theta=rope_theta,
         local_rope_theta=local_rope_theta,
         sliding_window=get("sliding_window", 4096),
         layer_types=list(layer_types),
         query_pre_attention_scalar=get("query_pre_attn_scalar", 256),
-        rms_norm_epsilon=float(get("rms_norm_eps", 1e-6)),
-        dropout=float(get("attention_dropout", 0.0)),
-        initializer_range=float(get("initializer_range", 0.02)),
     )
     return architecture, "causal_lm" if architecture.endswith("ForCausalLM") else None, zoo_config
 
@@ -123,20 +112,16 @@ def to_huggingface_config(model):
     hf_config = {
         "architectures": ["Gemma3ForCausalLM"],
         "model_type": "gemma3_text",
-        **huggingface_sizes(backbone),
+        **huggingface_fields(backbone),
         "hidden_activation": "gelu_pytorch_tanh",
-        "rope_theta": config["rope_theta"],
         "rope_local_base_freq": config["local_rope_theta"],
         "rope_scaling": None,
         "sliding_window": config["sliding_window"],
         "layer_types": list(backbone.layer_types),
         "query_pre_attn_scalar": config["query_pre_attention_scalar"] or backbone.head_dim,
-        "rms_norm_eps": config["rms_norm_epsilon"],
         "final_logit_softcapping": None,
         "attn_logit_softcapping": None,
         "attention_bias": False,
-        "attention_dropout": config["dropout"],
-        "initializer_range": config["initializer_range"],
         "tie_word_embeddings": True,
         "use_cache": True,
         "torch_dtype": "float32",
@@ -150,41 +135,14 @@ def to_huggingface_config(model):
 # --- Hugging Face: tensor names ------------------------------------------------------------
 
 
-def backbone_names(backbone, prefix="model."):
-    p = prefix
-    query_width = backbone.num_heads * backbone.head_dim  # h k
-    key_width = backbone.num_key_value_heads * backbone.head_dim  # g k
-    names = [TensorName(f"{p}embed_tokens.weight", backbone.embedding.embeddings)]
-    for i, block in enumerate(backbone.blocks):
-        layer = f"{p}layers.{i}."
-        attention, ff = block.self_attention, block.feed_forward
-        attention_norms, feed_forward_norms = block.self_attention_add_norm, block.feed_forward_add_norm
-        parts = [f"{layer}self_attn.{part}_proj" for part in "qkv"]
-        names += fused_linear(parts, attention.query_key_value_dense, (query_width, key_width, key_width), bias=False)
-        names += [
-            TensorName(f"{layer}self_attn.o_proj.weight", attention.output_dense.kernel, transpose=True),
-            TensorName(f"{layer}self_attn.q_norm.weight", attention.query_norm.scale),
-            TensorName(f"{layer}self_attn.k_norm.weight", attention.key_norm.scale),
-            TensorName(f"{layer}mlp.gate_proj.weight", ff.gate_dense.kernel, transpose=True),
-            TensorName(f"{layer}mlp.up_proj.weight", ff.intermediate_dense.kernel, transpose=True),
-            TensorName(f"{layer}mlp.down_proj.weight", ff.output_dense.kernel, transpose=True),
-            TensorName(f"{layer}input_layernorm.weight", attention_norms.layer_norm.scale),
-            TensorName(f"{layer}post_attention_layernorm.weight", attention_norms.output_norm.scale),
-            TensorName(f"{layer}pre_feedforward_layernorm.weight", feed_forward_norms.layer_norm.scale),
-            TensorName(f"{layer}post_feedforward_layernorm.weight", feed_forward_norms.output_norm.scale),
-        ]
-    names.append(TensorName(f"{p}norm.weight", backbone.final_norm.scale))
-    return names
-
-
 def huggingface_names(model):
     """(architecture, table) of the export: `Gemma3ForCausalLM`, with transformers' `model.` prefix."""
-    return "Gemma3ForCausalLM", backbone_names(getattr(model, "backbone", model))
+    return "Gemma3ForCausalLM", huggingface_tensor_names(getattr(model, "backbone", model))
 
 
 def import_names(model, checkpoint_names, with_head):
     """The table in the checkpoint's layout (`Gemma3TextModel` files have no `model.` prefix)."""
-    return backbone_names(getattr(model, "backbone", model), prefix=_prefix(checkpoint_names))
+    return huggingface_tensor_names(getattr(model, "backbone", model), prefix=_prefix(checkpoint_names))
 
 
 def ignorable(name):

@@ -15,11 +15,8 @@ from dataclasses import dataclass
 import keras
 from keras import ops
 
-from zoo.layers import DecoderBlock, RMSNorm, TokenEmbedding
-from zoo.models.base import ZooModel, gpt_initializer
 from zoo.models.causal_lm import CausalLM
-from zoo.models.config import RotaryDecoderConfig
-from zoo.models.decoder_stack import DecoderStack
+from zoo.models.rotary_decoder import RotaryDecoder, RotaryDecoderConfig
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
 
@@ -37,10 +34,9 @@ class Gemma3Config(RotaryDecoderConfig):
     and its presets.
 
     Attributes:
-        vocabulary_size, num_layers, num_heads, hidden_dim,
-        intermediate_dim, num_key_value_heads, head_dim,
-        max_sequence_length: see `RotaryDecoderConfig` (Gemma 3 sets
-            `head_dim` 256).
+        The fields of `RotaryDecoderConfig` (sizes, context, rotary base,
+        norm epsilon, dropout, initialisation), with Gemma 3's defaults
+        (`head_dim` is 256 in the checkpoints), then:
         rope_theta: the rotary base of the global layers (1,000,000).
         local_rope_theta: the rotary base of the local layers (10,000;
             transformers' `rope_local_base_freq`).
@@ -51,10 +47,6 @@ class Gemma3Config(RotaryDecoderConfig):
             local layers then one global.
         query_pre_attention_scalar: the logits are scaled by its inverse
             square root (transformers' `query_pre_attn_scalar`); None for k.
-        rms_norm_epsilon: the RMSNorms' epsilon (`rms_norm_eps`).
-        dropout: residual and attention dropout (0 in the checkpoints).
-        initializer_range: std of the normal initialisation of every
-            kernel and embedding (0.02).
 
     Example:
 
@@ -74,9 +66,6 @@ class Gemma3Config(RotaryDecoderConfig):
     sliding_window: int = 512
     layer_types: list = None
     query_pre_attention_scalar: float = None
-    rms_norm_epsilon: float = 1e-6
-    dropout: float = 0.0
-    initializer_range: float = 0.02
 
     positive = (*RotaryDecoderConfig.positive, "sliding_window")
 
@@ -95,7 +84,7 @@ class Gemma3Config(RotaryDecoderConfig):
 
 
 @keras.saving.register_keras_serializable(package="zoo")
-class Gemma3Backbone(DecoderStack, ZooModel):
+class Gemma3Backbone(RotaryDecoder):
     """Token embeddings times sqrt(d), N pre-norm blocks with sandwich norms
     ((1 + g) RMSNorm, rotary grouped-query self-attention with query/key
     norms, GeGLU), local and global by `layer_types`, and a final norm.
@@ -125,55 +114,20 @@ class Gemma3Backbone(DecoderStack, ZooModel):
         2020 (sliding-window attention).
     """
 
-    is_encoder_decoder = False
-    optional_inputs = ("padding_mask",)
     config_class = Gemma3Config
+    activation = "gelu_approximate"
+    normalization = "gemma_rms_norm"
+    sandwich_norm = True
 
-    def __init__(self, *args, dtype=None, **kwargs):
-        config, kwargs = Gemma3Config.take(args, kwargs)
+    def attention_options(self, config, i):
+        local = config.layer_types[i] == "sliding_attention"
         key_width = config.head_dim or config.hidden_dim // config.num_heads
-        scalar = config.query_pre_attention_scalar or key_width
-        initializer = gpt_initializer(config.initializer_range)
-        # === Layers ===
-        self.embedding = TokenEmbedding(
-            config.vocabulary_size, config.hidden_dim, embeddings_initializer=initializer, dtype=dtype,
-            name="token_embedding",
+        return dict(
+            rope_theta=config.local_rope_theta if local else config.rope_theta,
+            query_key_norm=True,
+            sliding_window=config.sliding_window if local else None,
+            attention_scale=1.0 / math.sqrt(config.query_pre_attention_scalar or key_width),
         )
-        self.embeddings_dropout = keras.layers.Dropout(config.dropout, dtype=dtype, name="embeddings_dropout")
-        self.blocks = [
-            DecoderBlock(
-                config.num_heads,
-                config.intermediate_dim,
-                dropout=config.dropout,
-                activation="gelu_approximate",
-                norm_first=True,
-                norm_epsilon=config.rms_norm_epsilon,
-                kernel_initializer=initializer,
-                use_bias=False,
-                normalization="gemma_rms_norm",
-                sandwich_norm=True,
-                gated_feed_forward=True,
-                self_attention_options=dict(
-                    num_key_value_heads=config.num_key_value_heads,
-                    head_dim=config.head_dim,
-                    rope_theta=config.local_rope_theta if kind == "sliding_attention" else config.rope_theta,
-                    query_key_norm=True,
-                    sliding_window=config.sliding_window if kind == "sliding_attention" else None,
-                    attention_scale=1.0 / math.sqrt(scalar),
-                ),
-                dtype=dtype,
-                name=f"block_{i}",
-            )
-            for i, kind in enumerate(config.layer_types)
-        ]
-        self.final_norm = RMSNorm(config.rms_norm_epsilon, unit_offset=True, dtype=dtype, name="final_norm")
-
-        # === Functional model ===
-        inputs, x = self._functional_graph()
-        super().__init__(inputs=inputs, outputs=x, dtype=dtype, **kwargs)
-
-        # === Config ===
-        self._set_config(config, head_dim=key_width)
 
     def embed(self, token_ids, start_index=0, training=None):
         """(B, T) token ids -> (B, T, d) embeddings times sqrt(d), the

@@ -10,8 +10,7 @@ PRESETS = {
         "to 1 global, vocabulary 262,144, tied.",
         Gemma3Config(vocabulary_size=262144, num_layers=18, num_heads=4, hidden_dim=640, intermediate_dim=2048,
                      num_key_value_heads=1, head_dim=256, max_sequence_length=32768, rope_theta=1000000.0,
-                     local_rope_theta=10000.0, sliding_window=512, query_pre_attention_scalar=256,
-                     rms_norm_epsilon=1e-6),
+                     local_rope_theta=10000.0, sliding_window=512, query_pre_attention_scalar=256),
     ),
     "gemma3-nano": Preset(
         "Tests: 6 layers (5 local with window 8, 1 global), d=32, 4 heads of 16, 1 key/value head.",

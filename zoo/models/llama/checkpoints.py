@@ -32,15 +32,14 @@ import numpy as np
 
 from zoo.checkpoints.common import (
     CheckpointError,
-    TensorName,
     check_vocabulary,
-    fused_linear,
     read_architecture,
     refuse_config_value,
     require_files,
     to_numpy,
     write_text,
 )
+from zoo.models.rotary_decoder import fields_from_huggingface, huggingface_fields, huggingface_tensor_names
 
 NAME = "Llama-family"
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -143,30 +142,17 @@ def from_huggingface_config(config, config_file):
         refuse("attention_bias", "it puts a bias on o_proj too, which the zoo's attention does not have")
     if kind in ("qwen2", "qwen3") and get("use_sliding_window", False):
         refuse("use_sliding_window", "expected full attention in every layer")
-    num_heads, hidden_dim = get("num_attention_heads"), get("hidden_size")
     rope_theta, rope_scaling = _rope(config, config_file)
-    max_sequence_length = get("max_position_embeddings", 2048)
+    zoo_config = fields_from_huggingface(get, head_dim=128 if kind == "qwen3" else None)
     window = config.get("sliding_window") if kind == "mistral" else None
-    if window and window < max_sequence_length:
-        max_sequence_length = window  # no position may attend past the window
-    head_dim = get("head_dim", 128 if kind == "qwen3" else None)
-    zoo_config = dict(
-        vocabulary_size=get("vocab_size"),
-        num_layers=get("num_hidden_layers"),
-        num_heads=num_heads,
-        hidden_dim=hidden_dim,
-        intermediate_dim=get("intermediate_size"),
-        num_key_value_heads=get("num_key_value_heads", num_heads),
-        head_dim=None if head_dim == hidden_dim // num_heads else head_dim,
-        max_sequence_length=max_sequence_length,
+    if window and window < zoo_config["max_sequence_length"]:
+        zoo_config["max_sequence_length"] = window  # no position may attend past the window
+    zoo_config.update(
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,
-        rms_norm_epsilon=float(get("rms_norm_eps", 1e-6)),
         tie_word_embeddings=bool(get("tie_word_embeddings", False)),
         attention_bias=kind == "qwen2",  # Qwen2's q, k and v projections always have biases
         query_key_norm=kind == "qwen3",
-        dropout=float(get("attention_dropout", 0.0)),
-        initializer_range=float(get("initializer_range", 0.02)),
     )
     return architecture, "causal_lm" if architecture.endswith("ForCausalLM") else None, zoo_config
 
@@ -180,22 +166,6 @@ def check_huggingface_export(backbone):
         )
 
 
-def huggingface_sizes(backbone):
-    """A decoder backbone's sizes under transformers' config keys (the
-    Llama family's and Gemma 3's alike)."""
-    config = backbone.config
-    return {
-        "vocab_size": config.vocabulary_size,
-        "hidden_size": config.hidden_dim,
-        "intermediate_size": config.intermediate_dim,
-        "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.num_heads,
-        "num_key_value_heads": config.num_key_value_heads,
-        "head_dim": backbone.head_dim,
-        "max_position_embeddings": config.max_sequence_length,
-    }
-
-
 def to_huggingface_config(model):
     from zoo.data import HuggingFaceTokenizer
 
@@ -205,14 +175,10 @@ def to_huggingface_config(model):
     hf_config = {
         "architectures": [f"{CLASS_PREFIXES[kind]}ForCausalLM"],
         "model_type": kind,
-        **huggingface_sizes(backbone),
+        **huggingface_fields(backbone),
         "hidden_act": "silu",
-        "rope_theta": config["rope_theta"],
         "rope_scaling": config["rope_scaling"],
-        "rms_norm_eps": config["rms_norm_epsilon"],
         "tie_word_embeddings": config["tie_word_embeddings"],
-        "attention_dropout": config["dropout"],
-        "initializer_range": config["initializer_range"],
         "use_cache": True,
         "torch_dtype": "float32",
     }
@@ -239,42 +205,11 @@ def special_ids(tokenizer):
 # --- Hugging Face: tensor names ------------------------------------------------------------
 
 
-def backbone_names(backbone, prefix="model."):
-    p = prefix
-    config = backbone.get_config()
-    query_width = backbone.num_heads * backbone.head_dim  # h k
-    key_width = backbone.num_key_value_heads * backbone.head_dim  # g k
-    names = [TensorName(f"{p}embed_tokens.weight", backbone.embedding.embeddings)]
-    for i, block in enumerate(backbone.blocks):
-        layer = f"{p}layers.{i}."
-        attention, ff = block.self_attention, block.feed_forward
-        parts = [f"{layer}self_attn.{part}_proj" for part in "qkv"]
-        names += fused_linear(parts, attention.query_key_value_dense, (query_width, key_width, key_width),
-                              bias=config["attention_bias"])
-        names.append(TensorName(f"{layer}self_attn.o_proj.weight", attention.output_dense.kernel, transpose=True))
-        if config["query_key_norm"]:
-            names += [
-                TensorName(f"{layer}self_attn.q_norm.weight", attention.query_norm.scale),
-                TensorName(f"{layer}self_attn.k_norm.weight", attention.key_norm.scale),
-            ]
-        names += [
-            TensorName(f"{layer}mlp.gate_proj.weight", ff.gate_dense.kernel, transpose=True),
-            TensorName(f"{layer}mlp.up_proj.weight", ff.intermediate_dense.kernel, transpose=True),
-            TensorName(f"{layer}mlp.down_proj.weight", ff.output_dense.kernel, transpose=True),
-            TensorName(f"{layer}input_layernorm.weight", block.self_attention_add_norm.layer_norm.scale),
-            TensorName(f"{layer}post_attention_layernorm.weight", block.feed_forward_add_norm.layer_norm.scale),
-        ]
-    names.append(TensorName(f"{p}norm.weight", backbone.final_norm.scale))
-    if backbone.lm_head is not None:
-        names.append(TensorName("lm_head.weight", backbone.lm_head.kernel, transpose=True))
-    return names
-
-
 def huggingface_names(model):
     """(architecture, table) of the export: always `*ForCausalLM` (an untied
     head lives in the backbone), with transformers' `model.` prefix."""
     backbone = getattr(model, "backbone", model)
-    return f"{CLASS_PREFIXES[model_type(backbone)]}ForCausalLM", backbone_names(backbone)
+    return f"{CLASS_PREFIXES[model_type(backbone)]}ForCausalLM", huggingface_tensor_names(backbone)
 
 
 def _prefix(checkpoint_names):
@@ -287,7 +222,7 @@ def checkpoint_name(name):
 
 def import_names(model, checkpoint_names, with_head):
     """The table in the checkpoint's layout (`*Model` files have no `model.` prefix)."""
-    return backbone_names(getattr(model, "backbone", model), prefix=_prefix(checkpoint_names))
+    return huggingface_tensor_names(getattr(model, "backbone", model), prefix=_prefix(checkpoint_names))
 
 
 def ignorable(name):

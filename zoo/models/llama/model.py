@@ -13,11 +13,8 @@ from dataclasses import dataclass
 
 import keras
 
-from zoo.layers import DecoderBlock, RMSNorm, TokenEmbedding
-from zoo.models.base import ZooModel, gpt_initializer
 from zoo.models.causal_lm import CausalLM
-from zoo.models.config import RotaryDecoderConfig
-from zoo.models.decoder_stack import DecoderStack
+from zoo.models.rotary_decoder import RotaryDecoder, RotaryDecoderConfig
 
 
 @dataclass(frozen=True)
@@ -28,17 +25,14 @@ class LlamaConfig(RotaryDecoderConfig):
     Attributes:
         vocabulary_size, num_layers, num_heads, hidden_dim,
         intermediate_dim, num_key_value_heads, head_dim,
-        max_sequence_length, rope_theta: see `RotaryDecoderConfig`
-            (Qwen3 sets `head_dim`).
+        max_sequence_length, rope_theta, rms_norm_epsilon, dropout,
+        initializer_range: see `RotaryDecoderConfig` (Qwen3 sets
+            `head_dim`; the RMSNorms' epsilon is 1e-5 unless given).
         rope_scaling: None or a Hugging Face "llama3" scaling dict.
-        rms_norm_epsilon: the RMSNorms' epsilon (`rms_norm_eps`).
         tie_word_embeddings: the logits through the token embedding (True)
             or through their own (d, V) head (False, as TinyLlama).
         attention_bias: biases on the Q, K and V projections (Qwen2).
         query_key_norm: an RMSNorm on each query and key head (Qwen3).
-        dropout: residual and attention dropout (0 in the checkpoints).
-        initializer_range: std of the normal initialisation of every
-            kernel and embedding (0.02).
 
     Example:
 
@@ -53,17 +47,15 @@ class LlamaConfig(RotaryDecoderConfig):
         `Qwen3Config`, under the zoo's names (see `zoo.models.llama.checkpoints`).
     """
 
-    rope_scaling: dict = None
     rms_norm_epsilon: float = 1e-5
+    rope_scaling: dict = None
     tie_word_embeddings: bool = True
     attention_bias: bool = False
     query_key_norm: bool = False
-    dropout: float = 0.0
-    initializer_range: float = 0.02
 
 
 @keras.saving.register_keras_serializable(package="zoo")
-class LlamaBackbone(DecoderStack, ZooModel):
+class LlamaBackbone(RotaryDecoder):
     """Token embeddings, N pre-norm blocks (RMSNorm, rotary grouped-query
     self-attention, SwiGLU) and a final RMSNorm. Outputs the (B, T, d)
     hidden states.
@@ -93,71 +85,22 @@ class LlamaBackbone(DecoderStack, ZooModel):
         technical reports (Q, K, V biases; query/key norm).
     """
 
-    is_encoder_decoder = False
-    optional_inputs = ("padding_mask",)
     config_class = LlamaConfig
 
-    def __init__(self, *args, dtype=None, **kwargs):
-        config, kwargs = LlamaConfig.take(args, kwargs)
-        initializer = gpt_initializer(config.initializer_range)
-        # === Layers ===
-        self.embedding = TokenEmbedding(
-            config.vocabulary_size, config.hidden_dim, embeddings_initializer=initializer, dtype=dtype,
-            name="token_embedding",
+    def attention_options(self, config, i):
+        return dict(
+            rope_theta=config.rope_theta,
+            rope_scaling=config.rope_scaling,
+            query_key_norm=config.query_key_norm,
+            use_bias=config.attention_bias,
         )
-        self.embeddings_dropout = keras.layers.Dropout(config.dropout, dtype=dtype, name="embeddings_dropout")
-        self.blocks = [
-            DecoderBlock(
-                config.num_heads,
-                config.intermediate_dim,
-                dropout=config.dropout,
-                activation="silu",
-                norm_first=True,
-                norm_epsilon=config.rms_norm_epsilon,
-                kernel_initializer=initializer,
-                use_bias=False,
-                normalization="rms_norm",
-                gated_feed_forward=True,
-                self_attention_options=dict(
-                    num_key_value_heads=config.num_key_value_heads,
-                    head_dim=config.head_dim,
-                    rope_theta=config.rope_theta,
-                    rope_scaling=config.rope_scaling,
-                    query_key_norm=config.query_key_norm,
-                    use_bias=config.attention_bias,
-                ),
-                dtype=dtype,
-                name=f"block_{i}",
-            )
-            for i in range(config.num_layers)
-        ]
-        self.final_norm = RMSNorm(config.rms_norm_epsilon, dtype=dtype, name="final_norm")
-        self.lm_head = None
-        if not config.tie_word_embeddings:
-            self.lm_head = keras.layers.Dense(
-                config.vocabulary_size, use_bias=False, kernel_initializer=initializer, dtype=dtype, name="lm_head"
-            )
 
-        # === Functional model ===
-        inputs, x = self._functional_graph()
-        if self.lm_head is not None:
-            self.lm_head.build(x.shape)
-        super().__init__(inputs=inputs, outputs=x, dtype=dtype, **kwargs)
-
-        # === Config ===
-        self._set_config(config, head_dim=config.head_dim or config.hidden_dim // config.num_heads)
-
-    def embed(self, token_ids, start_index=0, training=None):
-        """(B, T) token ids -> (B, T, d). Positions enter in each
-        attention layer's rotation, so `start_index` is not read here."""
-        return self.embeddings_dropout(self.embedding(token_ids), training=training)
-
-    def logits(self, hidden):
-        """(B, T, d) final hidden states -> (B, T, V) logits: the tied token
-        embedding, or the untied head."""
-        if self.lm_head is None:
-            return self.embedding(hidden, reverse=True)
-        return self.lm_head(hidden)
+    def untied_head(self, config, initializer, dtype):
+        if config.tie_word_embeddings:
+            return None
+        return keras.layers.Dense(
+            config.vocabulary_size, use_bias=False, kernel_initializer=initializer, dtype=dtype, name="lm_head"
+        )
 
 
 @keras.saving.register_keras_serializable(package="zoo")
