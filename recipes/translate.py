@@ -6,7 +6,8 @@ Vaswani et al. (2017) at CPU size: one cased subword vocabulary trained on
 both sides of the train split (SentencePiece's scheme, a unigram model by
 default; so the source and target embeddings and the output projection
 share one table, section 3.4; trained once per data and settings and kept
-in `~/.cache/zoo/vocabularies`, `$ZOO_HOME`), the paper's learning-rate schedule (eq. 3)
+in `~/.cache/zoo/vocabularies`, `$ZOO_HOME`), the paper's learning-rate schedule (eq. 3;
+`--schedule cosine` decays to zero at the last step instead)
 and Adam(0.9, 0.98, 1e-9), label smoothing 0.1, an average of the recent
 weights (Polyak averaging, the paper's checkpoint averaging done as an
 exponential moving average), and beam search for the validation
@@ -50,6 +51,7 @@ DEFAULTS = dict(
     batch_size=128,  # sentence pairs per step
     learning_rate=1e-3,  # the schedule's peak, reached at the end of warm-up
     warmup_steps=400,
+    schedule="inverse_sqrt",  # after warm-up: the paper's step^-0.5 decay, or "cosine" to zero at the last step
     label_smoothing=0.1,
     vocabulary_size=16000,  # one cased subword vocabulary for German and English (docs/results.md)
     subword="unigram",  # the vocabulary's pieces: "unigram" or "bpe"
@@ -76,6 +78,9 @@ def make_parser():
                         help="also stop before an epoch that would end past this many minutes of training")
     parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"],
                         help="steps of the schedule's linear warm-up")
+    parser.add_argument("--schedule", choices=("inverse_sqrt", "cosine"), default=DEFAULTS["schedule"],
+                        help="after the warm-up: the paper's decay as step^-0.5 (eq. 3), or a cosine decay "
+                             "that reaches zero at the last step of --epochs")
     parser.add_argument("--label-smoothing", type=float, default=DEFAULTS["label_smoothing"],
                         help="label smoothing of the loss")
     parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"],
@@ -290,15 +295,26 @@ def open_folder(args, data):
     return folder
 
 
+def learning_rate_schedule(args, hidden_dim, steps_per_epoch):
+    """--schedule with its peak --learning-rate at the end of
+    --warmup-steps: the paper's eq. 3 (scale * d^-0.5 * warmup^-0.5 = peak),
+    or a cosine decay to zero at the last step of --epochs."""
+    from zoo.training import TransformerSchedule, WarmupCosineDecay
+
+    if args.schedule == "cosine":
+        return WarmupCosineDecay(args.learning_rate, args.warmup_steps, steps_per_epoch * args.epochs, 0.0)
+    scale = args.learning_rate * (hidden_dim * args.warmup_steps) ** 0.5
+    return TransformerSchedule(hidden_dim, args.warmup_steps, scale)
+
+
 def make_model(args, data):
-    """The compiled encoder-decoder: the paper's schedule with its peak at
+    """The compiled encoder-decoder: --schedule with its peak at
     --learning-rate, Adam(0.9, 0.98, 1e-9) keeping a moving average of the
     weights (--ema-momentum, warmed up by --ema-warmup), label-smoothed
     masked loss."""
     import zoo
     from zoo.models.layout import get_layout_map
-    from zoo.training import (AdamEMAWarmup, MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule,
-                              distribution_scope)
+    from zoo.training import AdamEMAWarmup, MaskedAccuracy, MaskedSparseCrossentropy, distribution_scope
 
     from recipes.flags import jit_compile_flag, size_overrides
 
@@ -310,14 +326,10 @@ def make_model(args, data):
             tokenizer=data["tokenizer"],
             **size_overrides(args),
         )
-        hidden_dim = model.hidden_dim
-        # --learning-rate is the peak, reached at step `warmup`:
-        # scale * d^-0.5 * warmup^-0.5 = peak.
-        scale = args.learning_rate * (hidden_dim * args.warmup_steps) ** 0.5
-        schedule = TransformerSchedule(hidden_dim, args.warmup_steps, scale)
         model.compile(
             optimizer=AdamEMAWarmup(
-                schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
+                learning_rate_schedule(args, model.hidden_dim, data["steps"]),
+                beta_1=0.9, beta_2=0.98, epsilon=1e-9,
                 use_ema=args.ema_momentum > 0, ema_momentum=args.ema_momentum, ema_warmup=args.ema_warmup,
             ),
             loss=MaskedSparseCrossentropy(pad_id=0, label_smoothing=args.label_smoothing),

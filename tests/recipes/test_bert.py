@@ -67,7 +67,6 @@ def test_pretraining_writes_the_backbone_and_prints_val_loss_last(pretrained, ca
     assert config["hidden_dim"] == 32 and config["max_sequence_length"] == 16
 
 
-@pytest.mark.integration
 def test_pretraining_again_trains_the_same_weights(sst2, pretrained, tmp_path):
     run_printing(bert_pretrain.main, ["--data", str(sst2), "--output", str(tmp_path / "again"), *PRETRAIN])
     assert_equal_weights(pretrained[0], tmp_path / "again")
@@ -100,7 +99,6 @@ def test_fine_tuning_starts_from_the_pretrained_backbone(sst2, pretrained, tmp_p
     assert (output / "vocabulary.txt").read_text() == (folder / "vocabulary.txt").read_text()
 
 
-@pytest.mark.integration
 def test_from_scratch_runs_refuses_to_overwrite_and_trains_the_same_weights_again(sst2, tmp_path):
     output = tmp_path / "run"
     accuracy, lines = run_printing(bert_classify.main, ["--data", str(sst2), "--output", str(output), *CLASSIFY])

@@ -35,7 +35,6 @@ def test_smoke_run_writes_everything_and_prints_val_loss_last(finished_run):
     assert not (output / "backup").exists()  # removed once the run finished
 
 
-@pytest.mark.integration
 def test_the_same_command_trains_the_same_weights_and_another_seed_others(finished_run, tmp_path):
     data, output, _, _ = finished_run
     for folder, seed in ((tmp_path / "again", []), (tmp_path / "seed8", ["--seed", "8"])):

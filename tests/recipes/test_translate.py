@@ -6,6 +6,7 @@ README's BLEU."""
 import json
 import re
 
+import numpy as np
 import pytest
 
 from recipes import translate
@@ -71,7 +72,6 @@ def test_smoke_run_writes_everything_and_prints_val_bleu_last(data, finished_run
         translate.main(["--data", str(data), "--output", str(output), *FAST])
 
 
-@pytest.mark.integration
 def test_the_same_command_trains_the_same_weights(data, finished_run, tmp_path):
     run_printing(translate.main, ["--data", str(data), "--output", str(tmp_path / "again"), *FAST])
     assert_equal_weights(finished_run[0], tmp_path / "again")
@@ -94,6 +94,33 @@ def test_a_negative_ema_warmup_is_refused_in_one_line(capsys):
         translate.parse(["--ema-warmup", "-1"])
     assert "--ema-warmup -1.0: expected a power >= 0" in capsys.readouterr().err
     assert translate.parse(["--ema-warmup", "0.75"]).ema_warmup == 0.75
+
+
+@pytest.mark.parametrize("schedule", ["inverse_sqrt", "cosine"])
+def test_the_schedules_peak_at_the_end_of_warm_up_and_follow_their_formula(schedule):
+    """Both schedules against float64 formulas: eq. 3 of Vaswani et al. with
+    its peak at --learning-rate, and the cosine decay that reaches zero at
+    the last step of --epochs (90 steps an epoch here)."""
+    import math
+
+    args = translate.parse(["--schedule", schedule, "--learning-rate", "2e-3", "--warmup-steps", "40",
+                            "--epochs", "3"])
+    rate = translate.learning_rate_schedule(args, hidden_dim=64, steps_per_epoch=90)
+    peak, warmup, total = 2e-3, 40, 270
+
+    def reference(t):  # t counts from 0, as the optimizer's iterations do
+        if schedule == "inverse_sqrt":
+            n = t + 1
+            return peak * math.sqrt(64 * warmup) * 64**-0.5 * min(n**-0.5, n * warmup**-1.5)
+        if t < warmup:
+            return peak * (t + 1) / warmup
+        return peak * 0.5 * (1 + math.cos(math.pi * min((t - warmup) / (total - warmup), 1.0)))  # zero after
+
+    steps = [0, 9, 39, 40, 100, 200, 269, 270, 400]
+    np.testing.assert_allclose([float(rate(t)) for t in steps], [reference(t) for t in steps], rtol=1e-5, atol=1e-9)
+    assert float(rate(warmup - 1)) == pytest.approx(peak, rel=1e-5)
+    assert (float(rate(total)) == 0.0) == (schedule == "cosine")
+    assert translate.parse([]).schedule == "inverse_sqrt"
 
 
 def test_files_of_different_line_counts_name_both_files(data, tmp_path):
