@@ -29,11 +29,12 @@ browser:
 
 # The quick suite: the layer, generation, training-mode, Llama-family, Gemma,
 # fine-tuning (LoRA reload), loss-precision and error-message tests and the
-# export from JAX on the JAX backend, then everything but the end-to-end runs on
-# TensorFlow. Offline. Two pytest workers (pytest-xdist; a test file stays
-# on one worker, so its module fixtures are built once): most tests keep
-# one core busy with Python, so two of them use both cores of a small
-# machine; WORKERS=N for a larger one.
+# export from JAX on the JAX backend, then everything but the end-to-end runs
+# on TensorFlow, each recipe's smallest command run twice (equal weights)
+# included. Offline. Two pytest workers (pytest-xdist; a test file stays on
+# one worker, so its module fixtures are built once): most tests keep one core
+# busy with Python, so two of them use both cores of a small machine;
+# WORKERS=N for a larger one.
 WORKERS ?= 2
 test: $(STAMP) browser
 	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests/layers tests/generation tests/models/test_training_mode.py tests/models/test_llama.py tests/models/test_gemma.py tests/models/test_finetune.py \
@@ -41,7 +42,7 @@ test: $(STAMP) browser
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
 
 # The end-to-end runs (`integration` in pyproject.toml): every recipe's
-# smallest run and its re-run, on TensorFlow and on JAX, training across
+# smallest run, reloaded and used, on TensorFlow and on JAX, training across
 # devices and processes, a fresh clone's first run, a killed run resumed,
 # the exports for runtimes. Offline; .ci/run runs it after `make test`.
 test-integration: $(STAMP)
