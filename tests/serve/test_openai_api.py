@@ -159,6 +159,7 @@ def test_an_api_key_is_required_when_set(lm):
 # --- Concurrency ---------------------------------------------------------------------------------
 
 
+@pytest.mark.integration  # eight clients at once: an end-to-end run of the server
 def test_eight_concurrent_clients_with_different_seeds_each_get_their_answer_alone(served, lm):
     prompts = ["ROMEO: ", "JULIET: ", "But soft, ", "Ay me", "what light ", "window ", "R", "yonder "]
 
@@ -173,6 +174,7 @@ def test_eight_concurrent_clients_with_different_seeds_each_get_their_answer_alo
         assert text == expected(lm, prompts[i], max_tokens=10 + i, seed=100 + i, sampler="temperature")
 
 
+@pytest.mark.integration  # eight clients at once: an end-to-end run of the server
 def test_concurrent_greedy_requests_are_batched_and_each_equals_zoo_generate(lm):
     server = Server(lm)
     server.service.scheduler.gather_seconds = 0.3  # all eight arrive before the batch starts
