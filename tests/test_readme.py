@@ -15,7 +15,9 @@ the rendered page, that names what to lay out first:
 - `data`: the registered data sets, read from the offline copy in
   `$ZOO_DATA` (the block is skipped, with the reason, where it is absent);
 - `server`: `zoo serve runs/gpt_char` on 127.0.0.1:8000, as the block's
-  reader would have started it (skipped where that port is taken).
+  reader would have started it (skipped where that port is taken);
+- `integration`: the block is an end-to-end run (the exports for
+  runtimes), so it runs with `make test-integration`, not `make test`.
 """
 
 import re
@@ -37,7 +39,8 @@ def python_blocks(pages=PAGES):
         for match in BLOCK.finditer(text):
             line = text.count("\n", 0, match.start("code")) + 1
             needs = tuple(match.group("needs").replace(",", " ").split()) if match.group("needs") else ()
-            yield pytest.param(match.group("code"), needs, id=f"{page.relative_to(ROOT)}:{line}")
+            marks = [pytest.mark.integration] if INTEGRATION in needs else []
+            yield pytest.param(match.group("code"), needs, id=f"{page.relative_to(ROOT)}:{line}", marks=marks)
 
 
 def lay_out_checkpoints(folder):
@@ -78,6 +81,7 @@ def lay_out_runs(folder):
 SETUPS = {"checkpoints": lay_out_checkpoints, "runs": lay_out_runs}
 DATA = "data"
 SERVER = "server"
+INTEGRATION = "integration"
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +95,9 @@ def laid_out(tmp_path_factory):
 
 @pytest.mark.parametrize("code, needs", list(python_blocks()))
 def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
-    unknown = sorted(set(needs) - set(SETUPS) - {DATA, SERVER})
-    assert not unknown, f"unknown readme-test setup {unknown}; expected some of {sorted([*SETUPS, DATA, SERVER])}"
+    unknown = sorted(set(needs) - set(SETUPS) - {DATA, SERVER, INTEGRATION})
+    assert not unknown, \
+        f"unknown readme-test setup {unknown}; expected some of {sorted([*SETUPS, DATA, SERVER, INTEGRATION])}"
     if DATA in needs:
         from tests.shared_data import SHARED_DATA, has
         from zoo.data import list_datasets

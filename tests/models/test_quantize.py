@@ -93,6 +93,7 @@ def test_a_quantized_model_reloads_with_the_same_outputs_and_tokenizer(name, tas
     assert any(not np.array_equal(a, b) for a, b in zip(keras.tree.flatten(float_outputs), keras.tree.flatten(outputs)))
 
 
+@pytest.mark.integration  # generate, classify and translate, each before and after a reload
 def test_text_functions_give_the_same_text_after_reloading(tokenizers, tmp_path, mode="int8"):
     lm, classifier, translator = (build("gpt-nano", "causal_lm", tokenizers),
                                   build("bert-tiny", "classifier", tokenizers), build("transformer-tiny", None, tokenizers))
