@@ -2,9 +2,9 @@
 fields they share, the backbone that builds their blocks from it, and
 those fields under transformers' config keys.
 
-A family subclasses `RotaryDecoderConfig` with its own flags and
-`RotaryDecoder` with its block's choices (activation, norm, each layer's
-attention options) and, where it differs, its `embed`. Shape letters:
+A family subclasses `RotaryDecoderConfig` with its own flags and each
+layer's attention options, and `RotaryDecoder` with its block's choices
+(activation, norm) and, where it differs, its `embed`. Shape letters:
 B batch, T length, d width, V vocabulary, h heads, g key/value heads,
 k head width.
 """
@@ -63,6 +63,10 @@ class RotaryDecoderConfig(ModelConfig):
     def resolve(self):
         return {"num_key_value_heads": self.num_key_value_heads or self.num_heads}
 
+    def attention_options(self, i):
+        """Layer i's self-attention flags beyond g and k (`MultiHeadAttention`'s arguments)."""
+        return {"rope_theta": self.rope_theta}
+
     def check(self):
         if self.head_dim is None and self.hidden_dim % self.num_heads:
             raise ValueError(
@@ -76,9 +80,9 @@ class RotaryDecoder(DecoderStack, ZooModel):
     where the family has one, an untied head. Outputs the (B, T, d) hidden
     states; `DecoderStack` adds the cached step and the attention scores.
 
-    A family sets `config_class`, its block's `activation`,
-    `normalization` and `sandwich_norm`, and `attention_options(config,
-    i)`, layer i's self-attention flags; it overrides `embed` or
+    A family sets `config_class` and its block's `activation`,
+    `normalization` and `sandwich_norm`; layer i's self-attention flags
+    are its config's `attention_options(i)`. It overrides `embed` or
     `untied_head` where it differs.
 
     Inputs: `token_ids` (B, T) int32 and, optionally, `padding_mask`
@@ -117,7 +121,7 @@ class RotaryDecoder(DecoderStack, ZooModel):
                 self_attention_options=dict(
                     num_key_value_heads=config.num_key_value_heads,
                     head_dim=config.head_dim,
-                    **self.attention_options(config, i),
+                    **config.attention_options(i),
                 ),
                 dtype=dtype,
                 name=f"block_{i}",
@@ -138,10 +142,6 @@ class RotaryDecoder(DecoderStack, ZooModel):
 
         # === Config ===
         self._set_config(config, head_dim=config.head_dim or config.hidden_dim // config.num_heads)
-
-    def attention_options(self, config, i):
-        """Layer i's self-attention flags beyond g and k (`MultiHeadAttention`'s arguments)."""
-        return {"rope_theta": config.rope_theta}
 
     def untied_head(self, config, initializer, dtype):
         """The (d, V) head, or None when the logits go through the token embedding."""

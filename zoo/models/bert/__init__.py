@@ -2,7 +2,7 @@
 
 from zoo.families import Family, Task, register
 from zoo.models.bert.model import BertBackbone, BertClassifier, BertConfig, BertMaskedLM, BertSentenceEncoder
-from zoo.models.bert.presets import PRESETS
+from zoo.models.bert.config import PRESETS
 
 __all__ = ['BertBackbone', 'BertClassifier', 'BertConfig', 'BertMaskedLM', 'BertSentenceEncoder', 'PRESETS']
 

@@ -3,13 +3,11 @@
 Shape letters: B batch, T length, P masked positions, d width, V vocabulary.
 """
 
-from dataclasses import dataclass
-
 import keras
 
 from zoo.layers import EncoderBlock, L2Normalize, MaskedLMTransform, MeanPooling, OutputBias, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel, check_index_range
-from zoo.models.config import ModelConfig
+from zoo.models.bert.config import BertConfig
 
 
 def bert_initializer(stddev=0.02):
@@ -22,53 +20,6 @@ def _bert_inputs():
         "segment_ids": keras.Input(shape=(None,), dtype="int32", name="segment_ids"),
         "padding_mask": keras.Input(shape=(None,), dtype="int32", name="padding_mask"),
     }
-
-
-@dataclass(frozen=True)
-class BertConfig(ModelConfig):
-    """BERT's sizes and flags: `BertBackbone`'s constructor arguments, and
-    its presets.
-
-    Attributes:
-        vocabulary_size, num_layers, num_heads, hidden_dim: V, N, h, d.
-        intermediate_dim: d_ff (4 * d in BERT).
-        max_sequence_length: 512 in BERT.
-        num_segments: 2 (sentence A / B).
-        dropout: 0.1 in BERT.
-        activation: "gelu" (exact, the paper) or "gelu_approximate"
-            (what keras-hub's BERT uses).
-        layer_norm_epsilon: 1e-12 as BERT.
-
-    Example:
-
-    ```python
-    config = BertConfig(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16)
-    config.replace(num_layers=4).num_layers  # 4
-    ```
-
-    References:
-        Devlin et al. 2019 (BERT), section 3; the released code's
-        `bert_config.json`.
-    """
-
-    vocabulary_size: int
-    num_layers: int
-    num_heads: int
-    hidden_dim: int
-    intermediate_dim: int = None
-    max_sequence_length: int = 512
-    num_segments: int = 2
-    dropout: float = 0.1
-    activation: str = "gelu"
-    layer_norm_epsilon: float = 1e-12
-    initializer_range: float = 0.02
-
-    positive = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "max_sequence_length", "num_segments")
-
-    def resolve(self):
-        return {
-            "intermediate_dim": self.intermediate_dim or 4 * self.hidden_dim,
-        }
 
 
 @keras.saving.register_keras_serializable(package="zoo")

@@ -2,7 +2,7 @@
 
 from zoo.families import Family, Task, register
 from zoo.models.gemma.model import Gemma3Backbone, Gemma3CausalLM, Gemma3Config
-from zoo.models.gemma.presets import PRESETS
+from zoo.models.gemma.config import PRESETS
 
 __all__ = ['Gemma3Backbone', 'Gemma3CausalLM', 'Gemma3Config', 'PRESETS']
 

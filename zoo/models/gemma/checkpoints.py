@@ -86,7 +86,7 @@ def from_huggingface_config(config, config_file):
     zoo_config = fields_from_huggingface(get, head_dim=256, max_sequence_length=32768)
     layer_types = config.get("layer_types")
     if layer_types is None:
-        from zoo.models.gemma.model import default_layer_types
+        from zoo.models.gemma.config import default_layer_types
 
         layer_types = default_layer_types(zoo_config["num_layers"], get("sliding_window_pattern", 6))
     zoo_config.update(

@@ -2,7 +2,7 @@
 
 from zoo.families import Family, Task, register
 from zoo.models.gpt.model import GPTBackbone, GPTCausalLM, GPTConfig
-from zoo.models.gpt.presets import PRESETS
+from zoo.models.gpt.config import PRESETS
 
 __all__ = ['GPTBackbone', 'GPTCausalLM', 'GPTConfig', 'PRESETS']
 

@@ -5,7 +5,6 @@ V vocabulary.
 """
 
 import math
-from dataclasses import dataclass
 
 import keras
 
@@ -13,64 +12,7 @@ from zoo.layers import DecoderBlock, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel, gpt_initializer
 from zoo.models.causal_lm import CausalLM
 from zoo.models.decoder_stack import DecoderStack
-from zoo.models.config import ModelConfig
-
-
-@dataclass(frozen=True)
-class GPTConfig(ModelConfig):
-    """GPT's sizes and flags: `GPTBackbone`'s constructor arguments, and its
-    presets.
-
-    Attributes:
-        vocabulary_size: V.
-        num_layers: N.
-        num_heads: h.
-        hidden_dim: d.
-        intermediate_dim: d_ff (4 * d in GPT).
-        max_sequence_length: the context length (learned positions).
-        dropout: residual, attention and embedding dropout.
-        norm_first: True for GPT-2 (pre-LN + final LayerNorm), False for
-            GPT-1 (post-LN, no final LayerNorm).
-        activation: "gelu_approximate" (GPT-2) by default.
-        layer_norm_epsilon: 1e-5 as GPT-2.
-        initializer_range: std of the normal initialisation (0.02); the
-            projections into the residual stream use
-            initializer_range / sqrt(2 * num_layers), GPT-2's scaled init.
-        use_bias: whether the projections and LayerNorms have biases; True
-            for GPT-2, False for nanoGPT's `bias=False`.
-
-    Example:
-
-    ```python
-    config = GPTConfig(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16)
-    config.intermediate_dim  # 64: None is 4 d
-    GPTBackbone(config=config).count_params() == GPTBackbone(**config.to_dict()).count_params()  # True
-    ```
-
-    References:
-        Radford et al. 2018 (GPT-1) and 2019 (GPT-2); nanoGPT's
-        `GPTConfig` (`bias=False`).
-    """
-
-    vocabulary_size: int
-    num_layers: int
-    num_heads: int
-    hidden_dim: int
-    intermediate_dim: int = None
-    max_sequence_length: int = 1024
-    dropout: float = 0.0
-    norm_first: bool = True
-    activation: str = "gelu_approximate"
-    layer_norm_epsilon: float = 1e-5
-    initializer_range: float = 0.02
-    use_bias: bool = True
-
-    positive = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "max_sequence_length")
-
-    def resolve(self):
-        return {
-            "intermediate_dim": self.intermediate_dim or 4 * self.hidden_dim,
-        }
+from zoo.models.gpt.config import GPTConfig
 
 
 @keras.saving.register_keras_serializable(package="zoo")

@@ -2,7 +2,7 @@
 
 from zoo.families import Family, Task, register
 from zoo.models.llama.model import LlamaBackbone, LlamaCausalLM, LlamaConfig
-from zoo.models.llama.presets import PRESETS
+from zoo.models.llama.config import PRESETS
 
 __all__ = ['LlamaBackbone', 'LlamaCausalLM', 'LlamaConfig', 'PRESETS']
 

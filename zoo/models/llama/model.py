@@ -9,49 +9,11 @@ query/key norm. Shape letters: B batch, T length, d width, V vocabulary,
 h heads, g key/value heads, k head width.
 """
 
-from dataclasses import dataclass
-
 import keras
 
 from zoo.models.causal_lm import CausalLM
-from zoo.models.rotary_decoder import RotaryDecoder, RotaryDecoderConfig
-
-
-@dataclass(frozen=True)
-class LlamaConfig(RotaryDecoderConfig):
-    """The Llama family's sizes and variant flags: `LlamaBackbone`'s
-    constructor arguments, and its presets.
-
-    Attributes:
-        vocabulary_size, num_layers, num_heads, hidden_dim,
-        intermediate_dim, num_key_value_heads, head_dim,
-        max_sequence_length, rope_theta, rms_norm_epsilon, dropout,
-        initializer_range: see `RotaryDecoderConfig` (Qwen3 sets
-            `head_dim`; the RMSNorms' epsilon is 1e-5 unless given).
-        rope_scaling: None or a Hugging Face "llama3" scaling dict.
-        tie_word_embeddings: the logits through the token embedding (True)
-            or through their own (d, V) head (False, as TinyLlama).
-        attention_bias: biases on the Q, K and V projections (Qwen2).
-        query_key_norm: an RMSNorm on each query and key head (Qwen3).
-
-    Example:
-
-    ```python
-    config = LlamaConfig(vocabulary_size=50, num_layers=2, num_heads=4, hidden_dim=16, intermediate_dim=32,
-                         num_key_value_heads=2, query_key_norm=True)
-    LlamaBackbone(config=config).config == config  # True
-    ```
-
-    References:
-        The fields of transformers' `LlamaConfig`, `Qwen2Config` and
-        `Qwen3Config`, under the zoo's names (see `zoo.models.llama.checkpoints`).
-    """
-
-    rms_norm_epsilon: float = 1e-5
-    rope_scaling: dict = None
-    tie_word_embeddings: bool = True
-    attention_bias: bool = False
-    query_key_norm: bool = False
+from zoo.models.llama.config import LlamaConfig
+from zoo.models.rotary_decoder import RotaryDecoder
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -86,14 +48,6 @@ class LlamaBackbone(RotaryDecoder):
     """
 
     config_class = LlamaConfig
-
-    def attention_options(self, config, i):
-        return dict(
-            rope_theta=config.rope_theta,
-            rope_scaling=config.rope_scaling,
-            query_key_norm=config.query_key_norm,
-            use_bias=config.attention_bias,
-        )
 
     def untied_head(self, config, initializer, dtype):
         if config.tie_word_embeddings:

@@ -2,7 +2,7 @@
 
 from zoo.families import Family, Task, register
 from zoo.models.transformer.model import EncoderDecoder, EncoderDecoderConfig
-from zoo.models.transformer.presets import PRESETS
+from zoo.models.transformer.config import PRESETS
 
 __all__ = ['EncoderDecoder', 'EncoderDecoderConfig', 'PRESETS']
 

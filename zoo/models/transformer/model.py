@@ -4,81 +4,11 @@ Shape letters: B batch, S source length, T target length, d width,
 V vocabulary.
 """
 
-from dataclasses import dataclass
-
 import keras
 
 from zoo.layers import DecoderBlock, EncoderBlock, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel
-from zoo.models.config import ModelConfig
-
-
-@dataclass(frozen=True)
-class EncoderDecoderConfig(ModelConfig):
-    """The encoder-decoder's sizes and flags: `EncoderDecoder`'s constructor
-    arguments, and its presets.
-
-    Attributes:
-        vocabulary_size: target V (and source V when shared).
-        source_vocabulary_size: source V when embeddings are not shared;
-            defaults to `vocabulary_size`.
-        num_layers: N for the encoder and the decoder (6 in the paper).
-        num_heads, hidden_dim, intermediate_dim: h, d_model, d_ff.
-        max_sequence_length: longest source or target sequence.
-        dropout: P_drop, applied to sub-layer outputs and to the sums of
-            embeddings and positions (0.1 in the paper).
-        position: "sinusoidal" (the paper) or "learned".
-        share_embeddings: one embedding table for source and target (the
-            paper shares them over a joint BPE vocabulary).
-        tie_output: the pre-softmax projection reuses the target embedding
-            table (the paper, section 3.4).
-        norm_first: False (post-LN, the paper) or True (pre-LN, with final
-            LayerNorms after each stack).
-        activation: "relu" (the paper).
-        layer_norm_epsilon: 1e-6 as the reference tensor2tensor code.
-
-    Example:
-
-    ```python
-    config = EncoderDecoderConfig(vocabulary_size=40, num_layers=2, num_heads=2, hidden_dim=16)
-    config.source_vocabulary_size  # 40: one shared vocabulary
-    config.replace(vocabulary_size=60).source_vocabulary_size  # 60
-    ```
-
-    References:
-        Vaswani et al. 2017, Table 3 (the base and big models' sizes).
-    """
-
-    vocabulary_size: int
-    num_layers: int
-    num_heads: int
-    hidden_dim: int
-    intermediate_dim: int = None
-    max_sequence_length: int = 256
-    source_vocabulary_size: int = None
-    dropout: float = 0.1
-    position: str = "sinusoidal"
-    share_embeddings: bool = True
-    tie_output: bool = True
-    norm_first: bool = False
-    activation: str = "relu"
-    layer_norm_epsilon: float = 1e-6
-
-    positive = ("vocabulary_size", "source_vocabulary_size", "num_layers", "num_heads", "hidden_dim",
-                "max_sequence_length")
-
-    def resolve(self):
-        return {
-            "source_vocabulary_size": self.source_vocabulary_size or self.vocabulary_size,
-            "intermediate_dim": self.intermediate_dim or 4 * self.hidden_dim,
-        }
-
-    def check(self):
-        if self.share_embeddings and self.source_vocabulary_size != self.vocabulary_size:
-            raise ValueError(
-                "`share_embeddings=True` needs one vocabulary: got source_vocabulary_size="
-                f"{self.source_vocabulary_size} and vocabulary_size={self.vocabulary_size}."
-            )
+from zoo.models.transformer.config import EncoderDecoderConfig
 
 
 @keras.saving.register_keras_serializable(package="zoo")

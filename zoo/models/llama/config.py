@@ -1,7 +1,56 @@
-"""The Llama family's presets: a description and a config each."""
+"""The Llama family's config, the one list of its sizes and flags, and its
+presets, instances of it."""
+
+from dataclasses import dataclass
 
 from zoo.models.config import Preset
-from zoo.models.llama.model import LlamaConfig
+from zoo.models.rotary_decoder import RotaryDecoderConfig
+
+
+@dataclass(frozen=True)
+class LlamaConfig(RotaryDecoderConfig):
+    """The Llama family's sizes and variant flags: `LlamaBackbone`'s
+    constructor arguments, and its presets.
+
+    Attributes:
+        vocabulary_size, num_layers, num_heads, hidden_dim,
+        intermediate_dim, num_key_value_heads, head_dim,
+        max_sequence_length, rope_theta, rms_norm_epsilon, dropout,
+        initializer_range: see `RotaryDecoderConfig` (Qwen3 sets
+            `head_dim`; the RMSNorms' epsilon is 1e-5 unless given).
+        rope_scaling: None or a Hugging Face "llama3" scaling dict.
+        tie_word_embeddings: the logits through the token embedding (True)
+            or through their own (d, V) head (False, as TinyLlama).
+        attention_bias: biases on the Q, K and V projections (Qwen2).
+        query_key_norm: an RMSNorm on each query and key head (Qwen3).
+
+    Example:
+
+    ```python
+    config = LlamaConfig(vocabulary_size=50, num_layers=2, num_heads=4, hidden_dim=16, intermediate_dim=32,
+                         num_key_value_heads=2, query_key_norm=True)
+    config.attention_options(0)["query_key_norm"]  # True: every layer's self-attention
+    ```
+
+    References:
+        The fields of transformers' `LlamaConfig`, `Qwen2Config` and
+        `Qwen3Config`, under the zoo's names (see `zoo.models.llama.checkpoints`).
+    """
+
+    rms_norm_epsilon: float = 1e-5
+    rope_scaling: dict = None
+    tie_word_embeddings: bool = True
+    attention_bias: bool = False
+    query_key_norm: bool = False
+
+    def attention_options(self, i):
+        return dict(
+            rope_theta=self.rope_theta,
+            rope_scaling=self.rope_scaling,
+            query_key_norm=self.query_key_norm,
+            use_bias=self.attention_bias,
+        )
+
 
 # The shapes of the published checkpoints' config.json (weights come from `zoo.from_pretrained`),
 # and small sizes for characters and tests.
