@@ -1,4 +1,4 @@
-"""The optimised XLA programs of GPT-2 and Llama training and cached
+"""The optimised XLA programs of the families' training and cached
 generation, written as text, so that a change to the code can show that
 the programs it compiles are the same.
 
@@ -8,11 +8,13 @@ the programs it compiles are the same.
     python benchmarks/xla_programs.py --compare /tmp/xla_before /tmp/xla_after
 
 On JAX (CPU is enough: the comparison is of programs, not of speed), each
-of `gpt-nano` and `llama-nano` (grouped-query attention, rotary positions,
-SwiGLU, RMSNorm) trains 2 steps with `model.fit` (AdamW, XLA) and
+of `gpt-nano`, `llama-nano` (grouped-query attention, rotary positions,
+SwiGLU, RMSNorm) and `gemma3-nano` (sliding-window and global layers, q/k
+norms, sandwich norms) trains 2 steps with `model.fit` (AdamW, XLA) and
 generates 6 tokens greedily with the cache, two prompts of different
 lengths; `transformer-tiny` (the encoder-decoder: cross-attention) trains
-2 steps and translates with greedy decoding and beam search. XLA writes every program it compiles after its optimisation
+2 steps and translates with greedy decoding and beam search; `bert-tiny`
+trains 2 steps as a masked LM and 2 as a classifier. XLA writes every program it compiles after its optimisation
 passes (`--xla_dump_to`); each is kept with its `metadata={...}` and its
 tables of stack frames (Python source lines and function names, which move
 with any edit) removed, under the name of the jitted function. `--compare` prints, per program, `same` or
@@ -46,7 +48,7 @@ def workload():
     from zoo.training import adamw
 
     keras.utils.set_random_seed(0)
-    for preset in ("gpt-nano", "llama-nano"):
+    for preset in ("gpt-nano", "llama-nano", "gemma3-nano"):
         model = zoo.build(preset, vocabulary_size=96, max_sequence_length=32)
         model.compile(optimizer=adamw(1e-3, model=model), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       jit_compile=True)
@@ -66,6 +68,14 @@ def workload():
                         source_padding_mask=np.ones_like(source[:2]))
     generation.beam_search(model, target[:2, :1], max_new_tokens=6, num_beams=3, source=source[:2],
                            source_padding_mask=np.ones_like(source[:2]))
+    ids = np.random.default_rng(3).integers(1, 96, size=(8, 16))
+    inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids)}
+    for task, extra, labels in (("masked_lm", {"mask_positions": ids[:, :3] % 16}, ids[:, 3:6]),
+                                ("classifier", {}, ids[:, 0] % 2)):
+        model = zoo.build("bert-tiny", task=task, vocabulary_size=96)
+        model.compile(optimizer=adamw(1e-3, model=model),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+        model.fit({**inputs, **extra}, labels, batch_size=4, epochs=1, verbose=0)
 
 
 def normalised(raw):

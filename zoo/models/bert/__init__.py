@@ -1,8 +1,8 @@
 """The BERT family: its config, models, presets and checkpoint mapping, registered once."""
 
 from zoo.families import Family, Task, register
-from zoo.models.bert.model import BertBackbone, BertClassifier, BertConfig, BertMaskedLM, BertSentenceEncoder
 from zoo.models.bert.config import PRESETS
+from zoo.models.bert.model import BertBackbone, BertClassifier, BertConfig, BertMaskedLM, BertSentenceEncoder
 
 __all__ = ['BertBackbone', 'BertClassifier', 'BertConfig', 'BertMaskedLM', 'BertSentenceEncoder', 'PRESETS']
 

@@ -1,8 +1,8 @@
 """The Gemma 3 family (the text models): its config, models, presets and checkpoint mapping, registered once."""
 
 from zoo.families import Family, Task, register
-from zoo.models.gemma.model import Gemma3Backbone, Gemma3CausalLM, Gemma3Config
 from zoo.models.gemma.config import PRESETS
+from zoo.models.gemma.model import Gemma3Backbone, Gemma3CausalLM, Gemma3Config
 
 __all__ = ['Gemma3Backbone', 'Gemma3CausalLM', 'Gemma3Config', 'PRESETS']
 

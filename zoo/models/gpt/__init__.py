@@ -1,8 +1,8 @@
 """The GPT family (GPT-1, GPT-2): its config, models, presets and checkpoint mapping, registered once."""
 
 from zoo.families import Family, Task, register
-from zoo.models.gpt.model import GPTBackbone, GPTCausalLM, GPTConfig
 from zoo.models.gpt.config import PRESETS
+from zoo.models.gpt.model import GPTBackbone, GPTCausalLM, GPTConfig
 
 __all__ = ['GPTBackbone', 'GPTCausalLM', 'GPTConfig', 'PRESETS']
 

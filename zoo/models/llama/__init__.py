@@ -1,8 +1,8 @@
 """The Llama family (Llama 3.2, Mistral, Qwen2.5/3, SmolLM2, TinyLlama): its config, models, presets and checkpoint mapping, registered once."""
 
 from zoo.families import Family, Task, register
-from zoo.models.llama.model import LlamaBackbone, LlamaCausalLM, LlamaConfig
 from zoo.models.llama.config import PRESETS
+from zoo.models.llama.model import LlamaBackbone, LlamaCausalLM, LlamaConfig
 
 __all__ = ['LlamaBackbone', 'LlamaCausalLM', 'LlamaConfig', 'PRESETS']
 

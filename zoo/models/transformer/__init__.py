@@ -1,8 +1,8 @@
 """The encoder-decoder Transformer family (Vaswani et al. 2017): its config, models, presets and checkpoint mapping, registered once."""
 
 from zoo.families import Family, Task, register
-from zoo.models.transformer.model import EncoderDecoder, EncoderDecoderConfig
 from zoo.models.transformer.config import PRESETS
+from zoo.models.transformer.model import EncoderDecoder, EncoderDecoderConfig
 
 __all__ = ['EncoderDecoder', 'EncoderDecoderConfig', 'PRESETS']
 
