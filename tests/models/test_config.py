@@ -8,7 +8,8 @@ import pytest
 
 import zoo
 from zoo.families import FAMILIES
-from zoo.models import EncoderDecoderConfig, GPTBackbone, GPTConfig, LlamaBackbone, LlamaConfig
+from zoo.models import (EncoderDecoderConfig, Gemma3Backbone, Gemma3Config, GPTBackbone, GPTConfig, LlamaBackbone,
+                        LlamaConfig)
 from zoo.models.config import ModelConfig, Preset
 from zoo.presets import PRESETS
 
@@ -91,3 +92,28 @@ def test_a_preset_added_to_a_family_is_listed_and_built():
     finally:
         del presets["llama-test-added"]
     assert "llama-test-added" not in PRESETS
+
+
+@pytest.mark.parametrize("config", [
+    LlamaConfig(**NANO, num_key_value_heads=2, query_key_norm=True, attention_bias=True,
+                rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                  original_max_position_embeddings=16)),
+    Gemma3Config(**{**NANO, "num_layers": 6}, num_key_value_heads=1, head_dim=8, sliding_window=3,
+                 query_pre_attention_scalar=16),
+], ids=["llama", "gemma"])
+def test_each_layer_attends_as_its_config_says(config):
+    """A rotary decoder's variant flags are read in its config
+    (`attention_options(i)`) and nowhere else: each block's self-attention
+    holds what the config gives for its layer."""
+    family = {LlamaConfig: LlamaBackbone, Gemma3Config: Gemma3Backbone}[type(config)]
+    backbone = family(config=config)
+    for i, block in enumerate(backbone.blocks):
+        options = config.attention_options(i)
+        attention = block.self_attention
+        assert {name: getattr(attention, name) for name in options} == options, i
+        assert attention.num_key_value_heads == config.num_key_value_heads
+    if isinstance(config, Gemma3Config):
+        windows = [block.self_attention.sliding_window for block in backbone.blocks]
+        assert windows == [3, 3, 3, 3, 3, None]  # five local layers, then a global one
+        assert {block.self_attention.attention_scale for block in backbone.blocks} == {16 ** -0.5}
+        assert all(block.self_attention.query_key_norm for block in backbone.blocks)
