@@ -120,7 +120,7 @@ def test_the_schedules_peak_at_the_end_of_warm_up_and_follow_their_formula(sched
     np.testing.assert_allclose([float(rate(t)) for t in steps], [reference(t) for t in steps], rtol=1e-5, atol=1e-9)
     assert float(rate(warmup - 1)) == pytest.approx(peak, rel=1e-5)
     assert (float(rate(total)) == 0.0) == (schedule == "cosine")
-    assert translate.parse([]).schedule == "inverse_sqrt"
+    assert translate.parse([]).schedule == "cosine"
 
 
 def test_files_of_different_line_counts_name_both_files(data, tmp_path):
