@@ -30,7 +30,7 @@ GPT_CHAR = dict(
 # time budget, so that the figure does not depend on the machine's speed.
 TRANSLATE = dict(
     command=[],
-    reached=41.06,
+    reached=41.02,
     val_bleu_at_least=40.5,
 )
 
