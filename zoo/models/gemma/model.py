@@ -19,7 +19,6 @@ from zoo.models.gemma.config import Gemma3Config
 from zoo.models.rotary_decoder import RotaryDecoder
 
 
-
 @keras.saving.register_keras_serializable(package="zoo")
 class Gemma3Backbone(RotaryDecoder):
     """Token embeddings times sqrt(d), N pre-norm blocks with sandwich norms
