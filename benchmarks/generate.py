@@ -22,14 +22,28 @@ machine falls on both alike. "Uncached" re-runs the whole model over the
 padded context for every new token (so fewer tokens are generated).
 Then the time per new token as the generated length grows, from an
 8-token prompt with a 1032-position context.
+
+`--profile` (JAX) then traces one more call of the zoo and of keras-hub at
+each setting and prints, per new token, the kernels the decoding loop
+launches and their time against the token's time (the rest is the device
+waiting on launches), and the 5 kernels with the most time
+(`benchmarks/kernel_profile.py`).
 """
 
 import argparse
 import os
 import statistics
+import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+DUMP_DIR = None
+if "--profile" in sys.argv:  # before JAX starts: the profile reads which kernels are the loop's from XLA's programs
+    from kernel_profile import dump_flags
+
+    DUMP_DIR = tempfile.mkdtemp(prefix="generate_hlo_")
+    os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), dump_flags(DUMP_DIR)]))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -153,7 +167,27 @@ def measure(runners, repeats):
     return first, {name: statistics.median(t) for name, t in times.items()}
 
 
-def run_settings(settings, repeats, keras_hub, uncached):
+def profile(runners, counts, median):
+    """One more traced call of each runner: its decoding loop's kernels per new token."""
+    from kernel_profile import loop_parts, trace_summary
+
+    for name in ("zoo", "keras-hub"):
+        if name not in runners:
+            continue
+        summary = trace_summary(runners[name], steps=counts[name], dump_dir=DUMP_DIR, parts=loop_parts)
+        loop_ms, loop_launches = summary["parts"].get("loop"), summary["part_launches"].get("loop")
+        token_ms = 1000 * median[name] / counts[name]
+        if loop_ms is None:
+            print(f"    {name}: {summary['launches']:.0f} kernels, {summary['busy_ms']:.3f} ms of kernel time per new "
+                  f"token (all of the call), of {token_ms:.3f} ms per token")
+        else:
+            print(f"    {name}: the loop launches {loop_launches:.0f} kernels per new token, {loop_ms:.3f} ms of kernel "
+                  f"time, of {token_ms:.3f} ms per token")
+        for ms, kernel in summary["top"]:
+            print(f"        {ms:8.4f} ms/token  {kernel[:100]}")
+
+
+def run_settings(settings, repeats, keras_hub, uncached, profiled=False):
     print(f"{'setting':<22}{'runner':<12}{'first call':>11}{'median':>10}{'new tok/s':>11}{'vs keras-hub':>14}")
     for context, batch in settings:
         new = context - PROMPT
@@ -176,6 +210,8 @@ def run_settings(settings, repeats, keras_hub, uncached):
                 f"{f'context {context}, batch {batch}':<22}{name:<12}{first[name]:>10.2f}s"
                 f"{median[name]:>9.3f}s{rates[name]:>11,.0f}{ratio:>14}"
             )
+        if profiled:
+            profile(runners, counts, median)
 
 
 def run_growth(lengths, repeats, keras_hub):
@@ -212,6 +248,8 @@ def main():
     parser.add_argument("--family", choices=("gpt", "llama"), default=FAMILY,
                         help="GPT-2's block against keras-hub's GPT2CausalLM, or the Llama block against its "
                              "LlamaCausalLM (default %(default)s)")
+    parser.add_argument("--profile", action="store_true",
+                        help="trace one more call per setting (JAX): kernels per new token and the 5 longest")
     parser.add_argument("--quick", action="store_true",
                         help="2 timed calls, context 256 at batch 1 only, growth up to 256")
     args = parser.parse_args()
@@ -226,7 +264,9 @@ def main():
           f"{FAMILY} block, {LAYERS} layers, width {WIDTH}, {HEADS} heads, vocabulary {VOCABULARY}, "
           f"prompt {PROMPT}, greedy; median of {repeats}")
     if not args.no_settings:
-        run_settings(settings, repeats, not args.no_keras_hub, not args.no_uncached)
+        if args.profile and keras.config.backend() != "jax":
+            parser.error("--profile reads a jax.profiler trace: run with KERAS_BACKEND=jax")
+        run_settings(settings, repeats, not args.no_keras_hub, not args.no_uncached, args.profile)
     if not args.no_growth:
         run_growth(growth, repeats, not args.no_keras_hub)
 

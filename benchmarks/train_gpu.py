@@ -36,11 +36,23 @@ in the same run (`--impl torch,zoo,zoo+pad,zoo+nocudnn`):
 - `lhs`: `XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true`;
 - `gradonly`: the forward and backward pass only (`jax.value_and_grad` of the
   model and loss, no optimizer update, JAX only), to split the step into the
-  model and the optimizer.
+  model and the optimizer;
+- `noclip`: AdamW without the global-norm clipping (what the clipping's
+  reductions over every gradient cost);
+- `nodecay`: Adam, no weight decay (the decay's pass over the weights);
+- `sgd`: plain SGD, the cheapest update Keras has (what Keras' optimizer
+  machinery costs apart from Adam's arithmetic);
+- `flat`: the same AdamW as one elementwise pass over all the weights at once
+  (`benchmarks/flat_adamw.py`), as PyTorch's fused AdamW does it, in place of
+  Keras' variable-by-variable update.
 
 `--profile` traces 3 more steps of each row after the timed ones and prints
-the 5 GPU kernels that take the most time, in ms per step (`jax.profiler`
-for the Keras rows, `torch.profiler` for nanoGPT).
+the kernels per step, their time per step (against the step's: the rest is
+the device waiting), the 5 kernels that take the most time, and for the
+Keras rows on JAX the kernel time split into the forward pass, the backward
+pass and the optimizer, read from the scopes of XLA's optimised program
+(`benchmarks/kernel_profile.py`; `jax.profiler` for the Keras rows,
+`torch.profiler` for nanoGPT, whose optimizer kernels are told by name).
 
 Each runs in a fresh process of its own (`KERAS_BACKEND=jax` by default for
 the Keras rows: `--backend`). After `--warmup` steps (compilation), `--steps`
@@ -60,10 +72,12 @@ import time
 
 import numpy as np
 
+from kernel_profile import describe
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = ("zoo", "hub", "torch")
 TITLES = {"zoo": "zoo", "hub": "keras-hub", "torch": "nanoGPT (PyTorch)"}
-LEVERS = ("pad", "flash", "nocudnn", "cublas", "lhs", "gradonly")
+LEVERS = ("pad", "flash", "nocudnn", "cublas", "lhs", "gradonly", "noclip", "nodecay", "sgd", "flat")
 XLA_FLAGS = {
     "cublas": "--xla_gpu_enable_triton_gemm=false",
     "lhs": "--xla_gpu_enable_latency_hiding_scheduler=true",
@@ -96,8 +110,11 @@ def parse(argv=None):
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation)")
     parser.add_argument("--peak", type=float, default=989.0, help="the device's dense bf16 TFLOP/s (H100/H200: 989)")
     parser.add_argument("--backend", default="jax", help="Keras backend of the zoo and keras-hub rows")
-    parser.add_argument("--profile", action="store_true", help="print the 5 GPU kernels that take the most time per row")
+    parser.add_argument("--profile", action="store_true",
+                        help="print each row's kernels per step, their time, the 5 with the most and (Keras rows) "
+                             "the split into forward, backward and optimizer")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--dump-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     impls = [name.strip() for name in args.impl.split(",") if name.strip()]
     if not impls:
@@ -135,6 +152,7 @@ def keras_model(impl, levers, args):
     import keras
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    keras.utils.set_random_seed(0)  # the same first weights in every row: the first losses agree
     if "flash" in levers or "nocudnn" in levers:
         import functools
 
@@ -161,9 +179,25 @@ def keras_model(impl, levers, args):
         )
         model = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    optimizer = keras.optimizers.AdamW(6e-4, weight_decay=0.1, beta_2=0.95, global_clipnorm=1.0)
+    optimizer = keras_optimizer(levers)
     keras.Model.compile(model, optimizer=optimizer, loss=loss, jit_compile=True)
     return model, loss
+
+
+def keras_optimizer(levers):
+    """nanoGPT's AdamW, or what the optimizer levers make of it."""
+    import keras
+
+    if "sgd" in levers:
+        return keras.optimizers.SGD(6e-4)
+    clipnorm = None if "noclip" in levers else 1.0
+    if "flat" in levers:
+        from flat_adamw import FlatAdamW
+
+        return FlatAdamW(6e-4, weight_decay=0.1, beta_2=0.95, global_clipnorm=clipnorm)
+    if "nodecay" in levers:
+        return keras.optimizers.Adam(6e-4, beta_2=0.95, global_clipnorm=clipnorm)
+    return keras.optimizers.AdamW(6e-4, weight_decay=0.1, beta_2=0.95, global_clipnorm=clipnorm)
 
 
 def grad_only_step(model, loss):
@@ -187,35 +221,6 @@ def grad_only_step(model, loss):
         return float(value)
 
     return fit
-
-
-def top_kernels(trace_dir, steps, count=5):
-    """The `count` GPU kernels with the most time in a `jax.profiler` trace: [(ms per step, name)]."""
-    import glob
-
-    from jax.profiler import ProfileData
-
-    paths = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
-    if not paths:
-        return []
-    totals, seen, lines = {}, set(), []
-    for plane in ProfileData.from_file(paths[-1]).planes:
-        if not plane.name.startswith("/device:GPU"):
-            continue
-        for line in plane.lines:
-            lines.append(line.name)
-            if "stream" not in line.name.lower():
-                continue
-            for event in line.events:
-                key = (event.name, event.start_ns)
-                if key in seen:
-                    continue
-                seen.add(key)
-                totals[event.name] = totals.get(event.name, 0.0) + event.duration_ns
-    if not totals:
-        return [(0.0, f"no kernel events in the trace's GPU planes (lines: {', '.join(lines) or 'none'})")]
-    ranked = sorted(totals.items(), key=lambda item: -item[1])[:count]
-    return [(ns / 1e6 / steps, name) for name, ns in ranked]
 
 
 def keras_run(row, args, tokens):
@@ -254,14 +259,12 @@ def keras_run(row, args, tokens):
     result = dict(seconds=time.perf_counter() - start, warmup_seconds=warmup_seconds, first_loss=float(first),
                   last_loss=float(last), params=int(model.count_params()))
     if args.profile and keras.backend.backend() == "jax":
-        import tempfile
+        import functools
 
-        import jax
+        from kernel_profile import train_parts, trace_summary
 
-        trace_dir = tempfile.mkdtemp()
-        with jax.profiler.trace(trace_dir):
-            fit(tokens[-3:])
-        result["kernels"] = top_kernels(trace_dir, steps=3)
+        parts = functools.partial(train_parts, optimizer_scope=model.optimizer.name)
+        result["profile"] = trace_summary(lambda: fit(tokens[-3:]), steps=3, dump_dir=args.dump_dir, parts=parts)
     return result
 
 
@@ -355,10 +358,24 @@ def torch_run(args, tokens):
             for i in range(3):
                 step(i)
             sync()
-        events = [e for e in prof.key_averages() if e.device_time_total > 0]
-        events.sort(key=lambda e: -e.device_time_total)
-        result["kernels"] = [(e.device_time_total / 1e3 / 3, e.key) for e in events[:5]]
+        result["profile"] = torch_summary(prof, steps=3)
     return result
+
+
+def torch_summary(prof, steps, count=5):
+    """`kernel_profile.summarize`'s dict for a `torch.profiler` run: its
+    CUDA kernels, the fused AdamW's and the clipping's told by name."""
+    from torch.autograd import DeviceType
+
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    totals, parts = {}, {}
+    for e in kernels:
+        totals[e.name] = totals.get(e.name, 0.0) + e.device_time
+        part = "optimizer" if any(word in e.name.lower() for word in ("adam", "multi_tensor")) else "model"
+        parts[part] = parts.get(part, 0.0) + e.device_time / 1e3 / steps
+    top = sorted(totals.items(), key=lambda item: -item[1])[:count]
+    return {"launches": len(kernels) / steps, "busy_ms": sum(e.device_time for e in kernels) / 1e3 / steps,
+            "top": [(us / 1e3 / steps, name) for name, us in top], "parts": parts}
 
 
 # --- The table -----------------------------------------------------------------
@@ -389,6 +406,14 @@ def run_child(row, args, argv):
     if flags:
         env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS"), *flags]))
     command = [sys.executable, os.path.abspath(__file__), *argv, "--child", row]
+    if args.profile and impl != "torch":
+        import tempfile
+
+        from kernel_profile import dump_flags
+
+        dump_dir = tempfile.mkdtemp(prefix="train_gpu_hlo_")  # names each kernel's part of the step
+        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS"), dump_flags(dump_dir)]))
+        command += ["--dump-dir", dump_dir]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -419,8 +444,12 @@ def main(argv=None):
         print(f"{title(row):28s} {result['params']:13,d} {result['warmup_seconds']:9.1f} {ms:9.1f} "
               f"{speed[row]:11,.0f} {100 * mfu:5.1f}%  {result['first_loss']:.3f} -> {result['last_loss']:.3f}",
               flush=True)
-        for ms_per_step, name in result.get("kernels", []):
-            print(f"    {ms_per_step:8.2f} ms/step  {name[:110]}", flush=True)
+        profile = result.get("profile")
+        if profile:
+            for line in describe(profile):
+                print(f"    {line}", flush=True)
+            for ms_per_step, name in profile["top"]:
+                print(f"    {ms_per_step:8.2f} ms/step  {name[:110]}", flush=True)
     if "torch" in speed:
         for row in speed:
             if row.startswith("zoo") and row != "zoo":
