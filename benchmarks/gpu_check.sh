@@ -16,7 +16,7 @@
 # Step generate-graphs repeats step 2 with XLA_FLAGS recording the whole decoding
 # loop as one CUDA graph (--xla_gpu_enable_command_buffer with WHILE), so the
 # device runs every token's step without the host.
-# Step levers is the short check to run first on a short lease (an estimated 6 minutes
+# Step levers is the short check to run first on a short lease (an estimated 7 minutes
 # on one H100): train_gpu.py with the optimizer levers and the profile, one row
 # each beside nanoGPT's (GPU_CHECK_LEVERS replaces the rows), then
 # generate.py --profile at batch 1, contexts 256 and 1024 (the decoding loop's
@@ -77,8 +77,8 @@ fi
 WORKERS=${GPU_CHECK_WORKERS:-6}
 SETTINGS=${GPU_CHECK_GENERATE_SETTINGS:-256x1,256x8,1024x1,1024x8}
 WHILE_GRAPHS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE"
-LEVER_ROWS=${GPU_CHECK_LEVERS:-torch,zoo,zoo+flat,zoo+noclip,zoo+nodecay,zoo+sgd,zoo+gradonly}
-LIMITS="train=220 generate=170 tests=480 levers=420 ${GPU_CHECK_LIMITS:-}"
+LEVER_ROWS=${GPU_CHECK_LEVERS:-torch,zoo,zoo+flat,zoo+noclip,zoo+nodecay,zoo+sgd,zoo+gradonly,zoo+gradonly+chunked}
+LIMITS="train=220 generate=170 tests=480 levers=480 ${GPU_CHECK_LIMITS:-}"
 
 limit() {  # limit NAME: the step's time limit in seconds (the last NAME=S in LIMITS)
     local seconds=600 entry

@@ -75,7 +75,7 @@ def _kernel_events(trace_dir):
             if gpu and "stream" not in line.name.lower():
                 continue
             for event in line.events:
-                stats = dict(event.stats)
+                stats = _annotated(dict(event.stats))
                 if not gpu and ("hlo_op" not in stats or _CONTROL.match(str(stats["hlo_op"]))):
                     continue  # a host event, or a CPU loop's or call's thunk around the kernels it runs
                 key = (event.name, event.start_ns, line.name if not gpu else None)
@@ -84,6 +84,22 @@ def _kernel_events(trace_dir):
                 seen.add(key)
                 events.append((event.name, event.duration_ns, stats.get("hlo_op"), stats.get("program_id")))
     return events
+
+
+def _annotated(stats):
+    """An event's stats, with the `hlo_op`, `hlo_module` and `program_id`
+    of XLA's kernel annotation ("name:#hlo_op=fusion.3,program_id=44#") where
+    the trace keeps them in one string stat instead."""
+    if "hlo_op" in stats:
+        return stats
+    for value in list(stats.values()):
+        if isinstance(value, str) and "hlo_op=" in value:
+            for pair in value.split("#")[1].split(",") if value.count("#") >= 2 else value.split(","):
+                key, _, item = pair.partition("=")
+                if key.strip() in ("hlo_op", "hlo_module", "program_id"):
+                    stats[key.strip()] = item.strip()
+            break
+    return stats
 
 
 def _op_names(dump_dir, program_id):

@@ -42,6 +42,10 @@ in the same run (`--impl torch,zoo,zoo+pad,zoo+nocudnn`):
 - `nodecay`: Adam, no weight decay (the decay's pass over the weights);
 - `sgd`: plain SGD, the cheapest update Keras has (what Keras' optimizer
   machinery costs apart from Adam's arithmetic);
+- `chunked` (with `gradonly`): the loss from the final hidden states in 8
+  slices of positions (128 each at GPT-2's 1024), each slice's logits made again in the backward pass
+  (`jax.checkpoint`), so that the (B, T, V) logits never exist whole, against
+  the bf16 logits with the float32 log-sum-exp of the other rows;
 - `flat`: the same AdamW as one elementwise pass over all the weights at once
   (`benchmarks/flat_adamw.py`), as PyTorch's fused AdamW does it, in place of
   Keras' variable-by-variable update.
@@ -77,7 +81,8 @@ from kernel_profile import describe
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = ("zoo", "hub", "torch")
 TITLES = {"zoo": "zoo", "hub": "keras-hub", "torch": "nanoGPT (PyTorch)"}
-LEVERS = ("pad", "flash", "nocudnn", "cublas", "lhs", "gradonly", "noclip", "nodecay", "sgd", "flat")
+LEVERS = ("pad", "flash", "nocudnn", "cublas", "lhs", "gradonly", "noclip", "nodecay", "sgd", "flat", "chunked")
+CHUNKS = 8  # the chunked lever's slices of the context (1024 -> 8 x 128 positions)
 XLA_FLAGS = {
     "cublas": "--xla_gpu_enable_triton_gemm=false",
     "lhs": "--xla_gpu_enable_latency_hiding_scheduler=true",
@@ -126,6 +131,8 @@ def parse(argv=None):
         unknown = [lever for lever in levers if lever not in LEVERS]
         if unknown or (levers and impl != "zoo"):
             parser.error(f"--impl: {row!r}: levers go on zoo rows and are {', '.join(LEVERS)}")
+        if "chunked" in levers and "gradonly" not in levers:
+            parser.error(f"--impl: {row!r}: the chunked loss is measured without the optimizer: zoo+gradonly+chunked")
     for name in ("layers", "width", "heads", "vocab", "seq", "batch", "steps", "warmup"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             parser.error(f"--{name} {getattr(args, name)}: expected a positive number")
@@ -184,6 +191,29 @@ def keras_model(impl, levers, args):
     return model, loss
 
 
+def chunked_loss(model, hidden, labels, chunks):
+    """The mean next-token cross-entropy of (B, T, d) final hidden states,
+    its logits made `chunks` slices of positions at a time and made again
+    in the backward pass (`jax.checkpoint`), so that the (B, T, V) logits
+    never exist whole: float32 log-sum-exp minus the label's logit."""
+    import jax
+    import keras
+
+    length = labels.shape[1]
+    if length % chunks:
+        raise SystemExit(f"the chunked lever splits --seq {length} into {chunks} equal slices: pick another --seq")
+    size = length // chunks
+
+    @jax.checkpoint
+    def piece(h, y):  # (B, size, d), (B, size) -> the summed loss
+        logits = keras.ops.cast(model.logits(h), "float32")  # (B, size, V)
+        picked = keras.ops.take_along_axis(logits, keras.ops.expand_dims(y, -1), axis=-1)[..., 0]
+        return keras.ops.sum(keras.ops.logsumexp(logits, axis=-1) - picked)
+
+    total = sum(piece(hidden[:, i * size:(i + 1) * size], labels[:, i * size:(i + 1) * size]) for i in range(chunks))
+    return total / (labels.shape[0] * length)
+
+
 def keras_optimizer(levers):
     """nanoGPT's AdamW, or what the optimizer levers make of it."""
     import keras
@@ -200,15 +230,21 @@ def keras_optimizer(levers):
     return keras.optimizers.AdamW(6e-4, weight_decay=0.1, beta_2=0.95, global_clipnorm=clipnorm)
 
 
-def grad_only_step(model, loss):
-    """A jitted forward and backward pass (JAX): the step without the optimizer."""
+def grad_only_step(model, loss, chunks=1):
+    """A jitted forward and backward pass (JAX): the step without the
+    optimizer; with `chunks` > 1, the loss of `chunked_loss`."""
     import jax
+    import keras
 
     non_trainable = [v.value for v in model.non_trainable_variables]
 
     def loss_of(trainable, x, y):
-        logits, _ = model.stateless_call(trainable, non_trainable, x, training=True)
-        return loss(y, logits)
+        if chunks == 1:
+            logits, _ = model.stateless_call(trainable, non_trainable, x, training=True)
+            return loss(y, logits)
+        mapping = [*zip(model.trainable_variables, trainable), *zip(model.non_trainable_variables, non_trainable)]
+        with keras.StatelessScope(state_mapping=mapping):
+            return chunked_loss(model, model.backbone(x, training=True), y, chunks)
 
     step = jax.jit(jax.value_and_grad(loss_of))
     state = {"trainable": [v.value for v in model.trainable_variables]}
@@ -239,7 +275,7 @@ def keras_run(row, args, tokens):
     if "gradonly" in levers:
         if keras.backend.backend() != "jax":
             raise SystemExit("the gradonly lever needs KERAS_BACKEND=jax")
-        step = grad_only_step(model, loss)
+        step = grad_only_step(model, loss, chunks=CHUNKS if "chunked" in levers else 1)
 
         def fit(chunk):
             return step(*inputs_of(chunk), args.batch)

@@ -59,6 +59,8 @@ def test_each_kernel_is_named_by_its_scope(tmp_path):
     assert summary["top"][0] == (3.0, "mul")
     assert summary["parts"] == {"optimizer": 3.0, "forward": 1.0, "backward": 0.5, "unnamed": 0.5}
     assert summary["part_launches"]["optimizer"] == 1.0
+    annotated = kernel_profile._annotated({"annotation": "mul:#hlo_op=multiply_fusion,hlo_module=jit_train_step,program_id=12#"})
+    assert (annotated["hlo_op"], annotated["program_id"]) == ("multiply_fusion", "12")  # a GPU trace may keep them so
     line = kernel_profile.describe(summary)[0]
     assert line.startswith("2 kernels per step, 5.00 ms of kernel time per step; optimizer 3.00 ms")
 

@@ -35,7 +35,8 @@ def test_rows_with_levers_are_parsed():
 
 @pytest.mark.parametrize(
     "impl, expected",
-    [("zoo+bogus", "levers go on zoo rows"), ("hub+pad", "levers go on zoo rows"), ("gpt", "unknown row 'gpt'")],
+    [("zoo+bogus", "levers go on zoo rows"), ("hub+pad", "levers go on zoo rows"), ("gpt", "unknown row 'gpt'"),
+     ("zoo+chunked", "measured without the optimizer: zoo+gradonly+chunked")],
 )
 def test_a_bad_row_is_refused_in_one_line(impl, expected, capsys):
     with pytest.raises(SystemExit):
@@ -47,7 +48,7 @@ def test_a_bad_row_is_refused_in_one_line(impl, expected, capsys):
 def test_tiny_lever_rows_train_and_split_their_kernels():
     """The rows run on JAX whatever the suite's backend (`--backend jax`)."""
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--impl", "zoo,zoo+flat,zoo+pad+gradonly", "--layers", "1", "--seq", "16",
+        [sys.executable, str(SCRIPT), "--impl", "zoo,zoo+flat,zoo+pad+gradonly,zoo+gradonly,zoo+gradonly+chunked", "--layers", "1", "--seq", "16",
          "--batch", "2", "--steps", "2", "--warmup", "1", "--width", "32", "--heads", "2", "--vocab", "130",
          "--profile"],
         capture_output=True, text=True, timeout=600,
@@ -55,7 +56,7 @@ def test_tiny_lever_rows_train_and_split_their_kernels():
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     rows = {title: next(i for i, line in enumerate(lines) if line.startswith(title + " "))
-            for title in ("zoo", "zoo + flat", "zoo + pad + gradonly")}
+            for title in ("zoo", "zoo + flat", "zoo + pad + gradonly", "zoo + gradonly", "zoo + gradonly + chunked")}
     for title, i in rows.items():
         assert "failed" not in lines[i] and "->" in lines[i], lines[i]
         profile = lines[i + 1]
@@ -63,6 +64,8 @@ def test_tiny_lever_rows_train_and_split_their_kernels():
         assert ("optimizer" in profile) == ("gradonly" not in title), profile
     first_losses = {title: lines[i].split()[-3] for title, i in rows.items()}
     assert first_losses["zoo"] == first_losses["zoo + flat"]  # the same first weights, the same first loss
+    losses = {title: lines[i].split()[-3:] for title, i in rows.items()}
+    assert losses["zoo + gradonly + chunked"] == losses["zoo + gradonly"]  # the chunked loss is the same loss
     params = int(lines[rows["zoo + pad + gradonly"]].split()[5].replace(",", ""))
     import zoo
 
