@@ -100,12 +100,12 @@ Quantization
                                       and eval, before the run is read
     here: `export` of a quantized model, in both formats.
 
-The `xfail(strict=True)` tests are error paths with an unclear error
-today; each says what happens instead and names that error (`raises=`), so
-that any other outcome - no error at all, or a different crash - fails the
-run. When one is fixed its test passes, strict xfail turns that into a
-failure, and the marker goes. `make test` runs this file on JAX and on
-TensorFlow, so the xfail of each backend is checked.
+An error path whose error is still unclear is marked `xfail(strict=True)`,
+saying what happens instead and naming that error (`raises=`), so that any
+other outcome - no error at all, or a different crash - fails the run; when
+it is fixed, strict xfail turns its passing into a failure and the marker
+goes. `make test` runs this file on JAX and on TensorFlow, so each backend's
+errors are checked.
 """
 
 import keras
@@ -116,18 +116,6 @@ import zoo
 from tests.models.conftest import bert_inputs, gpt_inputs, seq2seq_inputs
 from zoo import generate
 from zoo.generation import beam_search
-
-BACKEND = keras.backend.backend()
-
-
-def _tensorflow_graph_error():
-    """The error TensorFlow raises from inside a graph (only looked up on
-    TensorFlow: the other backends never import it)."""
-    if BACKEND != "tensorflow":
-        return RuntimeError  # unused: the xfail applies on TensorFlow only
-    import tensorflow as tf
-
-    return tf.errors.InvalidArgumentError
 
 
 @pytest.fixture(scope="module")
@@ -201,19 +189,25 @@ def test_input_longer_than_the_maximum_names_both_lengths(models, family, kwargs
         models[family](inputs_of(family, **kwargs))
 
 
-@pytest.mark.xfail(
-    BACKEND == "tensorflow",
-    strict=True,
-    raises=_tensorflow_graph_error(),
-    reason="after two lengths `predict` retraces with a length of None, the static length check is "
-    "skipped, and TensorFlow fails in the position Slice with 'Graph execution error'",
-)
 def test_predict_longer_than_the_maximum_names_the_maximum_after_a_retrace():
+    """TensorFlow retraces `predict` for a second length with the length
+    unknown, where the static check cannot run: the model checks the
+    arrays' shapes itself first."""
     model = zoo.build("gpt-nano", task="causal_lm")
     model.predict(gpt_inputs(length=8), verbose=0)
     model.predict(gpt_inputs(length=9), verbose=0)
     with pytest.raises(ValueError, match="maximum sequence length 32"):
         model.predict(gpt_inputs(length=40), verbose=0)
+    assert model.predict(gpt_inputs(length=10), verbose=0).shape[1] == 10  # and goes on predicting
+
+
+def test_evaluate_longer_than_the_maximum_names_the_maximum_after_a_retrace():
+    model = zoo.build("transformer-tiny")  # V 1000, length 32
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    for length in (6, 7):
+        model.evaluate(seq2seq_inputs(target_length=length), np.zeros((2, length), "int32"), verbose=0)
+    with pytest.raises(ValueError, match="length 40 is longer than the model's maximum sequence length 32"):
+        model.evaluate(seq2seq_inputs(target_length=40), np.zeros((2, 40), "int32"), verbose=0)
 
 
 # --- Missing, misnamed or malformed inputs --------------------------------------
@@ -260,13 +254,6 @@ def test_a_padding_mask_of_the_wrong_length_names_both_shapes(models):
         models["gpt"](x)
 
 
-@pytest.mark.xfail(
-    BACKEND == "jax",
-    strict=True,
-    raises=AssertionError,  # an error with another message; not raising at all would be a failure
-    reason="on JAX `predict` runs the graph without ZooModel.__call__, and Keras says only "
-    "'Output with path `` is not connected to `inputs`'",
-)
 def test_predict_with_a_missing_input_names_it():
     model = zoo.build("gpt-nano", task="causal_lm")
     x = gpt_inputs()

@@ -90,17 +90,7 @@ class ZooModel(keras.Model):
 
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, dict) and isinstance(self._inputs_struct, dict):
-            expected = set(self._inputs_struct)
-            optional = set(getattr(self, "optional_inputs", ()))  # inputs that may be left out
-            missing, unexpected = sorted(expected - optional - set(inputs)), sorted(set(inputs) - expected)
-            if missing or unexpected:
-                raise ValueError(
-                    f"{type(self).__name__} takes the inputs {sorted(expected)}; "
-                    + (f"missing {missing}" if missing else "")
-                    + ("; " if missing and unexpected else "")
-                    + (f"unexpected {unexpected}" if unexpected else "")
-                    + "."
-                )
+            self._check_input_names(inputs)
             inputs = self._with_optional_inputs(inputs)
         if isinstance(inputs, dict):
             self._check_values(inputs)
@@ -131,6 +121,59 @@ class ZooModel(keras.Model):
         ):
             return object.__setattr__(self, name, value)
         return super().__setattr__(name, value)
+
+    def _check_input_names(self, inputs):
+        """A dict of inputs names every input the model takes but its
+        optional ones, and no other."""
+        expected = set(self._inputs_struct)
+        optional = set(getattr(self, "optional_inputs", ()))  # inputs that may be left out
+        missing, unexpected = sorted(expected - optional - set(inputs)), sorted(set(inputs) - expected)
+        if missing or unexpected:
+            raise ValueError(
+                f"{type(self).__name__} takes the inputs {sorted(expected)}; "
+                + (f"missing {missing}" if missing else "")
+                + ("; " if missing and unexpected else "")
+                + (f"unexpected {unexpected}" if unexpected else "")
+                + "."
+            )
+
+    def predict(self, x, *args, **kwargs):
+        self._check_arrays(x)
+        return super().predict(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        self._check_arrays(x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def _check_arrays(self, x):
+        """`predict`'s and `evaluate`'s checks of a dict of arrays, before
+        Keras traces the graph (on JAX without `__call__`): the input names,
+        then the graph run on the arrays' shapes, once per shape, so that a
+        static check (an input longer than the model's maximum sequence
+        length) raises its own error. TensorFlow retraces a second shape with
+        unknown lengths, where that check cannot run and the graph fails
+        without saying why."""
+        if not isinstance(x, dict) or not isinstance(self._inputs_struct, dict):
+            return
+        self._check_input_names(x)
+        if not all(hasattr(value, "shape") and hasattr(value, "dtype") and len(value.shape) >= 1 for value in x.values()):
+            return  # tf.data, generators and the like: Keras reads them itself
+        try:
+            dtypes = {name: keras.backend.standardize_dtype(value.dtype) for name, value in x.items()}
+        except ValueError:
+            return
+        signature = tuple(sorted((name, tuple(value.shape[1:]), dtypes[name]) for name, value in x.items()))
+        checked = self.__dict__.setdefault("_checked_array_shapes", set())
+        if signature in checked:
+            return
+        specs = {name: keras.KerasTensor((None, *value.shape[1:]), dtype=dtypes[name]) for name, value in x.items()}
+        try:
+            self.compute_output_spec(self._with_optional_inputs(specs))
+        except ValueError:
+            raise
+        except Exception:  # a layer that cannot run symbolically: Keras' own call checks what it can
+            return
+        checked.add(signature)
 
     def _check_values(self, inputs):
         """Eager checks of input values a model must refuse (an index out of
