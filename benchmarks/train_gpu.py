@@ -43,9 +43,10 @@ in the same run (`--impl torch,zoo,zoo+pad,zoo+nocudnn`):
 - `sgd`: plain SGD, the cheapest update Keras has (what Keras' optimizer
   machinery costs apart from Adam's arithmetic);
 - `chunked` (with `gradonly`): the loss from the final hidden states in 8
-  slices of positions (128 each at GPT-2's 1024), each slice's logits made again in the backward pass
-  (`jax.checkpoint`), so that the (B, T, V) logits never exist whole, against
-  the bf16 logits with the float32 log-sum-exp of the other rows;
+  slices of positions (128 each at GPT-2's 1024), each slice's logits made
+  again in the backward pass (`jax.checkpoint`), so that the (B, T, V)
+  logits never exist whole, against the bf16 logits with the float32
+  log-sum-exp of the other rows;
 - `flat`: the same AdamW as one elementwise pass over all the weights at once
   (`benchmarks/flat_adamw.py`), as PyTorch's fused AdamW does it, in place of
   Keras' variable-by-variable update.
