@@ -17,7 +17,7 @@ SCRIPT = BENCHMARKS / "train_gpu.py"
 
 def _module(name="train_gpu"):
     if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))  # the scripts import their helpers beside them
+        sys.path.insert(0, str(BENCHMARKS))  # the scripts import the modules beside them
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
