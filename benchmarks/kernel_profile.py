@@ -111,7 +111,7 @@ def _op_names(dump_dir, program_id):
         number = int(program_id)
     except (TypeError, ValueError):
         return {}
-    own, calls, operands, inner = {}, {}, {}, {}
+    own, calls, operands, root_names, last_names = {}, {}, {}, {}, {}
     for path in glob.glob(os.path.join(dump_dir, f"module_{number:04d}.*after_optimizations.txt")):
         computation = None
         with open(path) as file:
@@ -127,10 +127,7 @@ def _op_names(dump_dir, program_id):
                 op_name, called = _OP_NAME.search(line), _CALLS.search(line)
                 if op_name:
                     own[name] = op_name.group(1)
-                    if computation and (root or computation not in inner):
-                        inner[computation] = (bool(root), op_name.group(1))
-                    elif computation and not inner[computation][0]:
-                        inner[computation] = (False, op_name.group(1))
+                    (root_names if root else last_names)[computation] = op_name.group(1)
                 if called:
                     calls[name] = called.group(1)
                 arguments = line.split("(", 1)[1] if "(" in line.split(" = ", 1)[1] else ""
@@ -139,8 +136,9 @@ def _op_names(dump_dir, program_id):
     def resolve(name, depth=0):
         if name in own:
             return own[name]
-        if name in calls and calls[name] in inner:
-            return inner[calls[name]][1]
+        called = calls.get(name)
+        if called in root_names or called in last_names:
+            return root_names.get(called, last_names.get(called))
         if depth < 8 and operands.get(name):
             return resolve(operands[name][0], depth + 1)
         return None
@@ -166,8 +164,8 @@ def summarize(events, steps, dump_dir=None, parts=None, count=5):
         "busy_ms": sum(ns for _, ns, _, _ in events) / 1e6 / steps,
         "top": [(ns / 1e6 / steps, name) for name, ns in top],
         "parts": {},
+        "part_launches": {},
     }
-    result["part_launches"] = {}
     if dump_dir and parts:
         programs, by_part, launches = {}, {}, {}
         for _, ns, hlo_op, program_id in events:
