@@ -15,12 +15,17 @@
 #      traceback in gpu_failures.log beside the log as it happens.
 # Step generate-graphs repeats step 2 with XLA_FLAGS recording the whole decoding
 # loop as one CUDA graph (--xla_gpu_enable_command_buffer with WHILE), so the
-# device runs every token's step without the host.
+# device runs every token's step without the host. Step generate-fusion repeats
+# it at batch 1 with Triton's heroless priority fusion
+# (--xla_gpu_experimental_enable_triton_heroless_priority_fusion), which
+# benchmarks/gpu_program.py counts at 135 kernels per GPT-2 small token for the
+# zoo (192 without it) and 154 for keras-hub (233).
 # Step levers is the short check to run first on a short lease (an estimated 7 minutes
 # on one H100): train_gpu.py with the optimizer levers and the profile, one row
 # each beside nanoGPT's (GPU_CHECK_LEVERS replaces the rows), then
 # generate.py --profile at batch 1, contexts 256 and 1024 (the decoding loop's
-# kernels per new token for the zoo and keras-hub):
+# kernels per new token for the zoo and keras-hub), without and with the
+# heroless fusion:
 #     GPU_CHECK_STEPS=levers bash benchmarks/gpu_check.sh
 # GPU_CHECK_TRAIN_ARGS adds arguments to train_gpu.py (rows with levers:
 # "--impl torch,zoo,zoo+pad --profile"); GPU_CHECK_GENERATE_SETTINGS replaces
@@ -77,8 +82,9 @@ fi
 WORKERS=${GPU_CHECK_WORKERS:-6}
 SETTINGS=${GPU_CHECK_GENERATE_SETTINGS:-256x1,256x8,1024x1,1024x8}
 WHILE_GRAPHS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE"
+HEROLESS="--xla_gpu_experimental_enable_triton_heroless_priority_fusion=true"
 LEVER_ROWS=${GPU_CHECK_LEVERS:-torch,zoo,zoo+flat,zoo+noclip,zoo+nodecay,zoo+sgd,zoo+gradonly,zoo+gradonly+chunked}
-LIMITS="train=220 generate=170 tests=480 levers=480 ${GPU_CHECK_LIMITS:-}"
+LIMITS="train=220 generate=170 generate-fusion=120 tests=480 levers=540 ${GPU_CHECK_LIMITS:-}"
 
 limit() {  # limit NAME: the step's time limit in seconds (the last NAME=S in LIMITS)
     local seconds=600 entry
@@ -125,10 +131,16 @@ for s in $STEPS; do
         generate-graphs) step generate-graphs env XLA_FLAGS="${XLA_FLAGS:-} $WHILE_GRAPHS" \
             "$PYTHON" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
             --settings "$SETTINGS" --no-uncached --no-growth --repeats 3 ;;
+        generate-fusion) step generate-fusion env XLA_FLAGS="${XLA_FLAGS:-} $HEROLESS" \
+            "$PYTHON" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
+            --settings 256x1,1024x1 --no-uncached --no-growth --repeats 3 --profile ;;
         levers) step levers bash -c '"$0" benchmarks/train_gpu.py --impl "$1" --profile --steps 20;
                 "$0" benchmarks/generate.py --layers 12 --width 768 --heads 12 --settings 256x1,1024x1 \
-                --no-uncached --no-growth --repeats 3 --profile' "$PYTHON" "$LEVER_ROWS" ;;
-        *) echo "unknown step $s (expected tests, train, generate, generate-graphs, levers)" | tee -a "$LOG" ;;
+                --no-uncached --no-growth --repeats 3 --profile;
+                XLA_FLAGS="${XLA_FLAGS:-} $2" "$0" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
+                --settings 256x1,1024x1 --no-uncached --no-growth --repeats 3 --profile' \
+            "$PYTHON" "$LEVER_ROWS" "$HEROLESS" ;;
+        *) echo "unknown step $s (expected tests, train, generate, generate-graphs, generate-fusion, levers)" | tee -a "$LOG" ;;
     esac
 done
 echo "log: $LOG"

@@ -129,6 +129,28 @@ def test_the_padded_tied_head_a_gpu_runs_gives_the_same_logits(vocabulary, monke
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="the padded head runs on JAX only")
+@pytest.mark.parametrize("length, pads", [(5, True), (1, False)])
+def test_a_decoding_step_multiplies_against_the_table_unpadded(length, pads, monkeypatch):
+    # The padded table would be a copy of the table written at every token.
+    import jax
+
+    from zoo.layers import token_embedding
+
+    layer = TokenEmbedding(130, D)
+    layer.build((2, length))
+    hidden = RNG.normal(size=(2, length, D)).astype("float32")
+    monkeypatch.setattr(token_embedding, "pads_logits", lambda: True)
+
+    def logits(table):
+        return layer.stateless_call([table], [], hidden, reverse=True)[0]
+
+    program = str(jax.make_jaxpr(logits)(layer.embeddings.value))  # nested jaxprs included
+    assert (" pad[" in program) == pads
+    reference = hidden.astype(np.float64) @ to_np(layer.embeddings).astype(np.float64).T
+    np.testing.assert_allclose(to_np(logits(layer.embeddings.value)), reference, atol=ATOL)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the padded head runs on JAX only")
 def test_the_padded_tied_head_gives_the_table_its_gradient(monkeypatch):
     import jax
 

@@ -33,10 +33,11 @@ class TokenEmbedding(keras.layers.Embedding):
 
     `quantize("int8")` and `quantize("int4")` (Keras' Embedding
     quantization, what `model.quantize` calls) quantize the one table for
-    both directions. On a GPU (JAX) the reverse product runs against the
-    table padded with zero rows to a multiple of 128 and keeps the first V
-    logits, as nanoGPT pads GPT-2's vocabulary for speed; the logits, the
-    table and the checkpoints keep V. The reverse call then does what keras-hub's
+    both directions. On a GPU (JAX) the reverse product of more than one
+    position per row runs against the table padded with zero rows to a
+    multiple of 128 and keeps the first V logits, as nanoGPT pads GPT-2's
+    vocabulary for speed; the logits, the table and the checkpoints keep V.
+    A decoding step's one position multiplies against the table itself. The reverse call then does what keras-hub's
     `ReversibleEmbedding` does with tied weights: the hidden states are
     quantized per row (abs-max, the activation quantizer of the config),
     multiplied by the integer table, and the product is divided by both
@@ -72,7 +73,10 @@ class TokenEmbedding(keras.layers.Embedding):
     def call(self, inputs, reverse=False):
         if reverse:
             table = ops.cast(ops.convert_to_tensor(self.embeddings), self.compute_dtype)  # (V, d)
-            padding = -self.input_dim % LOGITS_MULTIPLE if pads_logits() else 0
+            # A decoding step (one position per row) multiplies against the table as it is: its product
+            # reads the table once anyway, and the padded copy would write it again at every token.
+            one_position = inputs.shape[-2] == 1
+            padding = -self.input_dim % LOGITS_MULTIPLE if pads_logits() and not one_position else 0
             if padding:
                 table = ops.pad(table, [[0, padding], [0, 0]])  # (V', d), zero rows
             logits = ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))  # (B, T, V')
