@@ -3,6 +3,7 @@
     pip install -U "jax[cuda12]"                 # the CUDA plugin and its libraries; no GPU needed
     python benchmarks/gpu_program.py             # GPT-2 small: batch-1 generation at contexts 256 and 1024
     python benchmarks/gpu_program.py --contexts 256 --save /tmp/programs   # one context; the programs as text
+    python benchmarks/gpu_program.py --rows '' --contexts '' --train zoo,zoo+flat   # training steps' optimizers
     XLA_FLAGS=--xla_gpu_experimental_enable_triton_heroless_priority_fusion=true python benchmarks/gpu_program.py
 
 At batch 1 a new token's time on a GPU is the kernels it launches, each a
@@ -27,9 +28,14 @@ Every figure is a count from the compiled program, not a time: a GPU
 times it (`benchmarks/generate.py`). Without autotuning (there is no device to time the candidates on) XLA
 picks its GEMM configurations by heuristics, so which kernel runs a matrix
 product may differ from a real device's choice; the fusions do not.
-`--save DIR` writes each optimised program as text. Training is left to
-`benchmarks/train_gpu.py --profile` on a device: there the attention is
-cuDNN's kernel, which Keras chooses only where it sees a GPU.
+`--train ROWS` compiles one training step of `benchmarks/train_gpu.py`'s
+rows (bfloat16, AdamW, batch 16 x 1024; levers after a `+`) and splits its
+kernels and the bytes they write into the forward pass, the backward pass
+and the optimizer (the scopes of `benchmarks/kernel_profile.py`). Its
+attention is XLA's softmax, not the cuDNN kernel a device runs (Keras
+chooses cuDNN only where it sees a GPU), so the forward and backward
+counts are not a device's; the optimizer's are. `--save DIR` writes each
+optimised program as text.
 """
 
 import argparse
@@ -74,10 +80,11 @@ def captured_jit():
     """Within the block, the first call of a function jitted there is
     recorded, not run: `calls` gets (function, jit keyword arguments,
     positional arguments, keyword arguments) and the call raises
-    `_Captured`."""
+    `_Captured`. Keras' JAX trainer holds its own name for `jax.jit`."""
     import jax
+    from keras.src.backend.jax import trainer
 
-    calls, saved = [], jax.jit
+    calls, saved = [], (jax.jit, trainer.jit)
 
     class Recorder:
         def __init__(self, function, options):
@@ -93,11 +100,11 @@ def captured_jit():
     def jit(function=None, **options):
         return (lambda f: Recorder(f, options)) if function is None else Recorder(function, options)
 
-    jax.jit = jit
+    jax.jit = trainer.jit = jit
     try:
         yield calls
     finally:
-        jax.jit = saved
+        jax.jit, trainer.jit = saved
 
 
 def gpu_sharding(target):
@@ -110,9 +117,9 @@ def gpu_sharding(target):
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 
 
-def compiled_text(run, sharding):
-    """XLA's optimised program, compiled for `sharding`'s device, of the
-    first jitted call `run()` makes."""
+def compiled_program(run, sharding):
+    """XLA's optimised program (as text), compiled for `sharding`'s device,
+    of the first jitted call `run()` makes, and the function jitted."""
     import jax
     import numpy as np
 
@@ -132,7 +139,7 @@ def compiled_text(run, sharding):
         return x
 
     args, kwargs = jax.tree_util.tree_map(abstract, (args, kwargs))
-    return jax.jit(function, **options).lower(*args, **kwargs).compile().as_text()
+    return jax.jit(function, **options).lower(*args, **kwargs).compile().as_text(), function
 
 
 # --- Reading an optimised program ----------------------------------------------
@@ -188,6 +195,21 @@ def loops(text):
     return result
 
 
+def parts(text, part_of):
+    """The entry computation's kernels, their count and bytes written, by
+    `part_of(op_name)`: {part: (kernels, bytes)}."""
+    found, entry = computations(text)
+    result = {}
+    for line in found[entry]:
+        match = _INSTRUCTION.match(line)
+        if match and match.group(3) not in _NO_LAUNCH:
+            op_name = re.search(r'op_name="([^"]*)"', line)
+            part = part_of(op_name.group(1) if op_name else "")
+            count, size = result.get(part, (0, 0))
+            result[part] = (count + 1, size + nbytes(match.group(2)))
+    return result
+
+
 def written(kernel_list):
     """Bytes written by kernels that are not in-place cache writes."""
     return sum(size for name, opcode, size in kernel_list
@@ -195,6 +217,20 @@ def written(kernel_list):
 
 
 # --- The models ----------------------------------------------------------------
+
+
+def training_run(row, args):
+    """One `fit` step (or `gradonly` step) of a `train_gpu.py` row."""
+    import numpy as np
+
+    import train_gpu
+
+    train_args = train_gpu.parse(["--impl", row, "--layers", str(args.layers), "--width", str(args.width),
+                                  "--heads", str(args.heads), "--vocab", str(args.vocab), "--seq", str(args.seq),
+                                  "--batch", str(args.batch)])
+    train_args.steps, train_args.warmup = 1, 0
+    tokens = np.random.default_rng(0).integers(0, args.vocab, (1, args.batch, args.seq + 1)).astype("int32")
+    return lambda: train_gpu.keras_run(row, train_args, tokens)
 
 
 def runs_of(args, context):
@@ -235,6 +271,20 @@ def runs_of(args, context):
 # --- The report ----------------------------------------------------------------
 
 
+def describe_training(text, optimizer_scope=None):
+    from kernel_profile import train_parts
+
+    found = parts(text, lambda op_name: train_parts(op_name, optimizer_scope or "(no optimizer)"))
+    total = sum(count for count, _ in found.values())
+    inner = sum(len(body) + len(condition) for body, condition in loops(text))
+    split = ", ".join(f"{part} {found[part][0]}" for part in ("forward", "backward", "optimizer", "other")
+                      if part in found)
+    gigabytes = ", ".join(f"{part} {found[part][1] / 2**30:.2f}" for part in ("forward", "backward", "optimizer")
+                          if part in found)
+    return (f"{total} kernels per step ({split}){f' + {inner} in loops' if inner else ''}; "
+            f"GB written: {gigabytes}")
+
+
 def describe(text):
     found = loops(text)
     if not found:
@@ -253,6 +303,9 @@ def parse(argv=None):
     parser.add_argument("--target", default="h100", choices=sorted(TARGETS), help="the GPU to compile for")
     parser.add_argument("--rows", default="zoo,hub", help="comma-separated: zoo, hub (keras-hub)")
     parser.add_argument("--contexts", default="256,1024", help="comma-separated contexts")
+    parser.add_argument("--train", default="", help="train_gpu.py rows to compile one step of (zoo, hub, zoo+LEVER)")
+    parser.add_argument("--seq", type=int, default=1024, help="--train: tokens per row")
+    parser.add_argument("--batch", type=int, default=16, help="--train: rows per step")
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
@@ -260,9 +313,10 @@ def parse(argv=None):
     parser.add_argument("--save", help="a folder to write each optimised program to")
     args = parser.parse_args(argv)
     args.row_list = [r.strip() for r in args.rows.split(",") if r.strip()]
+    args.train_rows = [r.strip() for r in args.train.split(",") if r.strip()]
     unknown = [r for r in args.row_list if r not in ("zoo", "hub")]
-    if unknown or not args.row_list:
-        parser.error(f"--rows {args.rows!r}: expected a comma-separated list of zoo, hub")
+    if unknown or not (args.row_list or args.train_rows):
+        parser.error(f"--rows {args.rows!r}: expected a comma-separated list of zoo, hub (or --train rows)")
     try:
         args.context_list = [int(c) for c in args.contexts.split(",") if c.strip()]
     except ValueError:
@@ -271,6 +325,12 @@ def parse(argv=None):
         parser.error(f"--contexts {args.contexts}: each must exceed the 8-token prompt")
     if args.width % args.heads:
         parser.error(f"--width {args.width} is not a multiple of --heads {args.heads}")
+    if args.train_rows:
+        import train_gpu
+
+        train_gpu.parse(["--impl", ",".join(args.train_rows)])  # its one-line refusals of a row or lever
+        if any(lever in train_gpu.XLA_FLAGS for row in args.train_rows for lever in train_gpu.split_row(row)[1]):
+            parser.error("--train: the XLA_FLAGS levers (cublas, lhs) go in XLA_FLAGS here, for the whole run")
     return args
 
 
@@ -293,9 +353,14 @@ def main(argv=None):
     names = {"zoo": "zoo", "hub": "keras-hub"}
     for context in args.context_list:
         for row, run in runs_of(args, context).items():
-            text = compiled_text(run, sharding)
+            text, _ = compiled_program(run, sharding)
             save(args, f"generate_{context}x1_{row}", text)
             print(f"context {context:>5}, batch 1  {names[row]:<10} {describe(text)}", flush=True)
+    for row in args.train_rows:
+        text, function = compiled_program(training_run(row, args), sharding)
+        save(args, f"train_{row.replace('+', '_')}", text)
+        optimizer = getattr(getattr(getattr(function, "__self__", None), "optimizer", None), "name", None)
+        print(f"train step {args.batch} x {args.seq}  {row:<18} {describe_training(text, optimizer)}", flush=True)
 
 
 def save(args, name, text):

@@ -105,16 +105,16 @@ def test_the_first_jitted_call_is_captured_and_compiled():
         double(np.ones((4, 8), "float32"))
         raise AssertionError("the jitted call ran")
 
-    text = gpu_program.compiled_text(run, jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0]))
+    text, function = gpu_program.compiled_program(run, jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0]))
     assert jax.jit is jit  # restored
     (body, _), = gpu_program.loops(text)
     assert body  # the CPU's program: its loop body launches at least the tanh and the product
     with pytest.raises(RuntimeError, match="no jitted call"):
-        gpu_program.compiled_text(lambda: None, None)
+        gpu_program.compiled_program(lambda: None, None)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--rows", "zoo,torch"], "--rows 'zoo,torch': expected a comma-separated list of zoo, hub"),
+    (["--rows", "zoo,torch"], "--rows 'zoo,torch': expected a comma-separated list of zoo, hub (or --train rows)"),
     (["--contexts", "256,4"], "--contexts 256,4: each must exceed the 8-token prompt"),
     (["--contexts", "a"], "--contexts 'a': expected comma-separated numbers"),
     (["--width", "100", "--heads", "12"], "--width 100 is not a multiple of --heads 12"),

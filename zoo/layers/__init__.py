@@ -6,7 +6,7 @@ from zoo.layers.decoder_block import DecoderBlock
 from zoo.layers.encoder_block import EncoderBlock
 from zoo.layers.feed_forward import FeedForward
 from zoo.layers.l2_normalize import L2Normalize
-from zoo.layers.layer_norm import LayerNorm
+from zoo.layers.layer_normalization import LayerNormalization
 from zoo.layers.masked_lm_transform import MaskedLMTransform
 from zoo.layers.mean_pooling import MeanPooling
 from zoo.layers.multi_head_attention import MultiHeadAttention
@@ -24,7 +24,7 @@ __all__ = [
     "EncoderBlock",
     "FeedForward",
     "L2Normalize",
-    "LayerNorm",
+    "LayerNormalization",
     "MaskedLMTransform",
     "MeanPooling",
     "MultiHeadAttention",

@@ -5,7 +5,7 @@ Shape letters: B batch, T length, d width.
 
 import keras
 
-from zoo.layers.layer_norm import LayerNorm
+from zoo.layers.layer_normalization import LayerNormalization
 from zoo.layers.rms_norm import RMSNorm
 
 NORMALIZATIONS = ("layer_norm", "rms_norm", "gemma_rms_norm")
@@ -13,13 +13,13 @@ NORMALIZATIONS = ("layer_norm", "rms_norm", "gemma_rms_norm")
 
 def normalization_layer(normalization, epsilon, use_bias=True, dtype=None, name=None):
     """The normalisation a `normalization` name stands for: "layer_norm"
-    (`LayerNorm`, with its offset beta if `use_bias`),
+    (`LayerNormalization`, with its offset beta if `use_bias`),
     "rms_norm" (`RMSNorm`) or "gemma_rms_norm" (`RMSNorm` with Gemma's
     (1 + g) scale)."""
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"`normalization` must be one of {NORMALIZATIONS}; got {normalization!r}.")
     if normalization == "layer_norm":
-        return LayerNorm(epsilon=epsilon, center=use_bias, dtype=dtype, name=name)
+        return LayerNormalization(epsilon=epsilon, center=use_bias, dtype=dtype, name=name)
     return RMSNorm(epsilon, unit_offset=normalization == "gemma_rms_norm", dtype=dtype, name=name)
 
 

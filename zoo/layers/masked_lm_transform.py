@@ -7,7 +7,7 @@ import keras
 from keras import ops
 
 from zoo.layers.feed_forward import activation_function
-from zoo.layers.layer_norm import LayerNorm
+from zoo.layers.layer_normalization import LayerNormalization
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -59,7 +59,7 @@ class MaskedLMTransform(keras.layers.Layer):
             name="dense",
         )
         self.dense.build(hidden_shape)
-        self.norm = LayerNorm(
+        self.norm = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
         )
         self.norm.build(hidden_shape)

@@ -5,7 +5,7 @@ Shape letters: B batch, T length, P masked positions, d width, V vocabulary.
 
 import keras
 
-from zoo.layers import EncoderBlock, L2Normalize, LayerNorm, MaskedLMTransform, MeanPooling, OutputBias, TokenAndPositionEmbedding
+from zoo.layers import EncoderBlock, L2Normalize, LayerNormalization, MaskedLMTransform, MeanPooling, OutputBias, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel, check_index_range
 from zoo.models.bert.config import BertConfig
 
@@ -74,7 +74,7 @@ class BertBackbone(ZooModel):
             name="segment_embedding",
         )
         self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
-        self.embeddings_norm = LayerNorm(
+        self.embeddings_norm = LayerNormalization(
             epsilon=config.layer_norm_epsilon, dtype=dtype, name="embeddings_norm"
         )
         self.embeddings_dropout = keras.layers.Dropout(config.dropout, dtype=dtype, name="embeddings_dropout")

@@ -8,7 +8,7 @@ import math
 
 import keras
 
-from zoo.layers import DecoderBlock, LayerNorm, TokenAndPositionEmbedding
+from zoo.layers import DecoderBlock, LayerNormalization, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel, gpt_initializer
 from zoo.models.causal_lm import CausalLM
 from zoo.models.decoder_stack import DecoderStack
@@ -80,7 +80,7 @@ class GPTBackbone(DecoderStack, ZooModel):
             for i in range(config.num_layers)
         ]
         self.final_norm = (
-            LayerNorm(
+            LayerNormalization(
                 epsilon=config.layer_norm_epsilon, center=config.use_bias, dtype=dtype, name="final_norm"
             )
             if config.norm_first

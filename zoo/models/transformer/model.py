@@ -6,7 +6,7 @@ V vocabulary.
 
 import keras
 
-from zoo.layers import DecoderBlock, EncoderBlock, LayerNorm, TokenAndPositionEmbedding
+from zoo.layers import DecoderBlock, EncoderBlock, LayerNormalization, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel
 from zoo.models.transformer.config import EncoderDecoderConfig
 
@@ -98,7 +98,7 @@ class EncoderDecoder(ZooModel):
             )
             for i in range(config.num_layers)
         ]
-        norm = lambda name: LayerNorm(epsilon=config.layer_norm_epsilon, dtype=dtype, name=name)
+        norm = lambda name: LayerNormalization(epsilon=config.layer_norm_epsilon, dtype=dtype, name=name)
         self.encoder_norm = norm("encoder_norm") if config.norm_first else None
         self.decoder_norm = norm("decoder_norm") if config.norm_first else None
         self.output_projection = (

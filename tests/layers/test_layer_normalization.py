@@ -1,4 +1,4 @@
-"""LayerNorm against a float64 NumPy reference and Keras' LayerNormalization:
+"""LayerNormalization against a float64 NumPy reference and Keras' LayerNormalization:
 its outputs, gradients, dtypes, offsets that would cancel a one-pass sum,
 and its configuration and reloading.
 
@@ -11,7 +11,7 @@ import pytest
 from keras import ops
 
 from tests.harness import run_layer_test
-from zoo.layers import LayerNorm
+from zoo.layers import LayerNormalization
 
 B, T, D = 2, 5, 16
 RNG = np.random.default_rng(5)
@@ -25,7 +25,7 @@ def np_layer_norm(x, gamma, beta, epsilon):
 
 
 def built(x, epsilon=1e-5, **kwargs):
-    norm = LayerNorm(epsilon=epsilon, **kwargs)
+    norm = LayerNormalization(epsilon=epsilon, **kwargs)
     norm.build(x.shape)
     if norm.gamma is not None:
         norm.gamma.assign(RNG.normal(size=D).astype("float32"))
@@ -41,7 +41,7 @@ def weights_of(norm):
 
 
 @pytest.mark.parametrize("center", [True, False])
-def test_layer_norm_matches_the_float64_reference(center):
+def test_layer_normalization_matches_the_float64_reference(center):
     x = RNG.normal(size=(B, T, D)).astype("float32")
     norm = built(x, center=center)
     expected = np_layer_norm(x, *weights_of(norm), 1e-5)
@@ -74,7 +74,7 @@ def test_a_constant_row_normalises_to_beta():
     np.testing.assert_allclose(ops.convert_to_numpy(norm(x)), np.broadcast_to(beta, x.shape), atol=1e-6)
 
 
-def test_layer_norm_equals_keras_layer_normalization():
+def test_layer_normalization_equals_keras_layer_normalization():
     x = RNG.normal(size=(B, T, D)).astype("float32") * 3 + 0.5
     norm = built(x, epsilon=1e-12)
     keras_norm = keras.layers.LayerNormalization(epsilon=1e-12)
@@ -123,7 +123,7 @@ def gradients(layer, x, upstream):
 
 def test_bfloat16_inputs_are_normalised_in_float32():
     x = RNG.normal(size=(B, T, D)).astype("float32") + 4.0
-    norm = LayerNorm(epsilon=1e-5, dtype="mixed_bfloat16")
+    norm = LayerNormalization(epsilon=1e-5, dtype="mixed_bfloat16")
     out = norm(ops.cast(x, "bfloat16"))
     assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
     x_rounded = ops.convert_to_numpy(ops.cast(ops.cast(x, "bfloat16"), "float32"))
@@ -135,13 +135,13 @@ def test_bfloat16_inputs_are_normalised_in_float32():
 def test_other_axes_and_rms_scaling_are_keras_own():
     x = RNG.normal(size=(B, T, D)).astype("float32") + 1.0
     for kwargs in ({"axis": 1}, {"axis": [1, 2]}, {"rms_scaling": True}):
-        ours, theirs = LayerNorm(**kwargs), keras.layers.LayerNormalization(**kwargs)
+        ours, theirs = LayerNormalization(**kwargs), keras.layers.LayerNormalization(**kwargs)
         np.testing.assert_allclose(ops.convert_to_numpy(ours(x)), ops.convert_to_numpy(theirs(x)), atol=1e-6)
 
 
-def test_layer_norm_harness(tmp_path):
+def test_layer_normalization_harness(tmp_path):
     run_layer_test(
-        LayerNorm,
+        LayerNormalization,
         {"epsilon": 1e-5},
         RNG.normal(size=(B, T, D)).astype("float32"),
         expected_output_shape=(B, T, D),

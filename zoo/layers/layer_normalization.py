@@ -8,8 +8,8 @@ from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="zoo")
-class LayerNorm(keras.layers.LayerNormalization):
-    """LayerNorm(x) = gamma * (x - mean) / sqrt(var + epsilon) + beta over
+class LayerNormalization(keras.layers.LayerNormalization):
+    """LayerNormalization(x) = gamma * (x - mean) / sqrt(var + epsilon) + beta over
     the last axis: `keras.layers.LayerNormalization`, its weights (`gamma`,
     `beta`), arguments and configuration, with the mean and the variance
     read from the input in one pass.
@@ -30,7 +30,9 @@ class LayerNorm(keras.layers.LayerNormalization):
     in the layer's compute dtype.
 
     Other axes than the last, and `rms_scaling=True`, are Keras' own
-    computation.
+    computation. The class keeps Keras' name: a model file stores a
+    layer's weights under its snake-cased class name, so files saved with
+    Keras' layer load into this one.
 
     Call arguments:
         x: (..., d).
@@ -41,7 +43,7 @@ class LayerNorm(keras.layers.LayerNormalization):
     Example:
 
     ```python
-    norm = LayerNorm(epsilon=1e-5)
+    norm = LayerNormalization(epsilon=1e-5)
     y = norm(np.random.rand(2, 5, 8).astype("float32"))  # (2, 5, 8), each row mean 0, variance 1
     ```
 
