@@ -1,6 +1,6 @@
 """The programs XLA compiles for a GPU, counted on a machine without one.
 
-    pip install -U "jax[cuda12]"                 # the CUDA plugin and its libraries; no GPU needed
+    pip install -e ".[jax,jax-cuda]"             # JAX's CUDA plugin and its libraries; no GPU needed
     python benchmarks/gpu_program.py             # GPT-2 small: batch-1 generation at contexts 256 and 1024
     python benchmarks/gpu_program.py --contexts 256 --save /tmp/programs   # one context; the programs as text
     python benchmarks/gpu_program.py --rows '' --contexts '' --train zoo,zoo+flat   # training steps' optimizers
@@ -344,7 +344,7 @@ def main(argv=None):
     try:
         import jax_plugins.xla_cuda12  # noqa: F401
     except ImportError:
-        raise SystemExit('gpu_program.py compiles for a GPU with JAX\'s CUDA plugin: pip install -U "jax[cuda12]"')
+        raise SystemExit('gpu_program.py compiles for a GPU with JAX\'s CUDA plugin: pip install -e ".[jax,jax-cuda]"')
     sharding = gpu_sharding(args.target)
     flags = os.environ.get("XLA_FLAGS") or "none"
     device = re.search(r'device_description_str: "(.*)"', TARGETS[args.target]).group(1)

@@ -132,7 +132,7 @@ def has_cuda_plugin():
         return False
 
 
-@pytest.mark.skipif(not has_cuda_plugin(), reason="compiling for a GPU needs JAX's CUDA plugin (pip install jax[cuda12])")
+@pytest.mark.skipif(not has_cuda_plugin(), reason="compiling for a GPU needs JAX's CUDA plugin (the jax-cuda extra)")
 def test_generation_compiles_for_an_h100_without_one():
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     result = subprocess.run(

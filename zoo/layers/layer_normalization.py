@@ -9,7 +9,7 @@ from keras import ops
 
 @keras.saving.register_keras_serializable(package="zoo")
 class LayerNormalization(keras.layers.LayerNormalization):
-    """LayerNormalization(x) = gamma * (x - mean) / sqrt(var + epsilon) + beta over
+    """LayerNorm(x) = gamma * (x - mean) / sqrt(var + epsilon) + beta over
     the last axis: `keras.layers.LayerNormalization`, its weights (`gamma`,
     `beta`), arguments and configuration, with the mean and the variance
     read from the input in one pass.
@@ -17,7 +17,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
     Keras computes the mean, then the mean squared deviation from it: two
     reductions, one after the other. Here both statistics are sums over
     the same input, E[c] and E[c^2] of c = x - x_0 (the row less its first
-    element), and var = E[c^2] - E[c]^2, so XLA computes them in one
+    value), and var = E[c^2] - E[c]^2, so XLA computes them in one
     reduction kernel: on a GPU a batch-1 decoding step launches two kernels
     per normalisation where Keras' form launches three.
 

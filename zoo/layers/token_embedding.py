@@ -31,13 +31,15 @@ class TokenEmbedding(keras.layers.Embedding):
     weight tying of Press & Wolf (2017) used by the Transformer, GPT and
     BERT. Token ids outside [0, V) are an error in eager calls.
 
+    On a GPU (JAX) the reverse product of more than one position per row
+    runs against the table padded with zero rows to a multiple of 128 and
+    keeps the first V logits, as nanoGPT pads GPT-2's vocabulary for speed;
+    the logits, the table and the checkpoints keep V. A decoding step's one
+    position multiplies against the table itself.
+
     `quantize("int8")` and `quantize("int4")` (Keras' Embedding
     quantization, what `model.quantize` calls) quantize the one table for
-    both directions. On a GPU (JAX) the reverse product of more than one
-    position per row runs against the table padded with zero rows to a
-    multiple of 128 and keeps the first V logits, as nanoGPT pads GPT-2's
-    vocabulary for speed; the logits, the table and the checkpoints keep V.
-    A decoding step's one position multiplies against the table itself. The reverse call then does what keras-hub's
+    both directions. The reverse call then does what keras-hub's
     `ReversibleEmbedding` does with tied weights: the hidden states are
     quantized per row (abs-max, the activation quantizer of the config),
     multiplied by the integer table, and the product is divided by both
