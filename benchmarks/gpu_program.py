@@ -240,10 +240,7 @@ def runs_of(args, context):
     import numpy as np
 
     from zoo import generate
-    from zoo.layers import token_embedding
     from zoo.models import GPTBackbone, GPTCausalLM
-
-    token_embedding.pads_logits = lambda: True  # as on a GPU: JAX's default backend here is the CPU
 
     prompt = 8
     runs = {}
@@ -346,6 +343,9 @@ def main(argv=None):
     except ImportError:
         raise SystemExit('gpu_program.py compiles for a GPU with JAX\'s CUDA plugin: pip install -e ".[jax,jax-cuda]"')
     sharding = gpu_sharding(args.target)
+    from zoo.layers import token_embedding
+
+    token_embedding.pads_logits = lambda: True  # the zoo's GPU path: JAX's default backend here is the CPU
     flags = os.environ.get("XLA_FLAGS") or "none"
     device = re.search(r'device_description_str: "(.*)"', TARGETS[args.target]).group(1)
     print(f"GPT: {args.layers} layers, width {args.width}, {args.heads} heads, vocabulary {args.vocab}; compiled for "
