@@ -8,7 +8,7 @@
 
 At batch 1 a new token's time on a GPU is the kernels it launches, each a
 few microseconds, more than their work: a GPT-2 small token of the zoo
-launches about 220 kernels and takes about 0.65 ms on an H100. How many
+launched about 220 kernels and took about 0.6 ms on an H100. How many
 kernels XLA makes is decided at compilation, from the program and a
 description of the device, not by running it; JAX compiles for a GPU it
 does not have when given one (`jax.experimental.topologies`, the CUDA
@@ -25,9 +25,11 @@ registers). The zoo takes its GPU path as on a device (the tied head's
 product padded to a multiple of 128 logits).
 
 Every figure is a count from the compiled program, not a time: a GPU
-times it (`benchmarks/generate.py`). Without autotuning (there is no device to time the candidates on) XLA
-picks its GEMM configurations by heuristics, so which kernel runs a matrix
-product may differ from a real device's choice; the fusions do not.
+times it (`benchmarks/generate.py`). Without autotuning (there is no
+device to time the candidates on) XLA picks its GEMM configurations by
+heuristics, so which kernel runs a matrix product may differ from a real
+device's choice; the fusions do not.
+
 `--train ROWS` compiles one training step of `benchmarks/train_gpu.py`'s
 rows (bfloat16, AdamW, batch 16 x 1024; levers after a `+`) and splits its
 kernels and the bytes they write into the forward pass, the backward pass
@@ -168,7 +170,7 @@ def nbytes(shape):
         count = 1
         for d in filter(None, dims.split(",")):
             count *= int(d)
-        total += count * _BITS.get(dtype, int(re.sub(r"\D", "", dtype)[:2] or 8)) // 8
+        total += count * (_BITS.get(dtype) or int(re.match(r"[a-z]+(\d+)", dtype).group(1))) // 8
     return total
 
 
@@ -183,7 +185,7 @@ def kernels(lines):
 
 
 def loops(text):
-    """Each `while` loop of the program, outermost computations first:
+    """Each `while` loop of the program, in the program's order:
     [(body kernels, condition kernels)]."""
     found, _ = computations(text)
     result = []

@@ -64,6 +64,8 @@ def test_the_bytes_of_a_shape():
     assert gpu_program.nbytes("s8[16]{0}") == 16
     assert gpu_program.nbytes("(f32[3072]{0}, f32[3072]{0})") == 2 * 3072 * 4
     assert gpu_program.nbytes("f32[]") == 4
+    assert gpu_program.nbytes("f8e4m3fn[10]{0}") == 10
+    assert gpu_program.nbytes("s4[6]{0}") == 3
 
 
 def test_the_computations_and_the_entry_are_read():
