@@ -174,14 +174,17 @@ def nbytes(shape):
     return total
 
 
-def kernels(lines):
-    """The launching instructions of a computation: [(name, opcode, output bytes)]."""
-    found = []
+def _launches(lines):
+    """(match of `_INSTRUCTION`, line) of each launching instruction of a computation."""
     for line in lines:
         match = _INSTRUCTION.match(line)
         if match and match.group(3) not in _NO_LAUNCH:
-            found.append((match.group(1), match.group(3), nbytes(match.group(2))))
-    return found
+            yield match, line
+
+
+def kernels(lines):
+    """The launching instructions of a computation: [(name, opcode, output bytes)]."""
+    return [(match.group(1), match.group(3), nbytes(match.group(2))) for match, _ in _launches(lines)]
 
 
 def loops(text):
@@ -202,13 +205,11 @@ def parts(text, part_of):
     `part_of(op_name)`: {part: (kernels, bytes)}."""
     found, entry = computations(text)
     result = {}
-    for line in found[entry]:
-        match = _INSTRUCTION.match(line)
-        if match and match.group(3) not in _NO_LAUNCH:
-            op_name = re.search(r'op_name="([^"]*)"', line)
-            part = part_of(op_name.group(1) if op_name else "")
-            count, size = result.get(part, (0, 0))
-            result[part] = (count + 1, size + nbytes(match.group(2)))
+    for match, line in _launches(found[entry]):
+        op_name = re.search(r'op_name="([^"]*)"', line)
+        part = part_of(op_name.group(1) if op_name else "")
+        count, size = result.get(part, (0, 0))
+        result[part] = (count + 1, size + nbytes(match.group(2)))
     return result
 
 
@@ -266,7 +267,6 @@ def runs_of(args, context):
     return runs
 
 
-
 # --- The report ----------------------------------------------------------------
 
 
@@ -294,7 +294,6 @@ def describe(text):
     label = "loop" if len(found) == 1 else f"{len(found)} loops (the cache stages)"
     return (f"{label}: {bodies} kernels per new token (+ {conditions} in the condition); "
             f"{mb:.1f} MB written per token, not counting the cache")
-
 
 
 def parse(argv=None):
