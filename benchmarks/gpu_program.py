@@ -3,6 +3,7 @@
     pip install -e ".[jax,jax-cuda]"             # JAX's CUDA plugin and its libraries; no GPU needed
     python benchmarks/gpu_program.py             # GPT-2 small: batch-1 generation at contexts 256 and 1024
     python benchmarks/gpu_program.py --contexts 256 --save /tmp/programs   # one context; the programs as text
+    python benchmarks/gpu_program.py --generate-batch 8                     # 8 rows per generation
     python benchmarks/gpu_program.py --rows '' --contexts '' --train zoo,zoo+flat   # training steps' optimizers
     XLA_FLAGS=--xla_gpu_experimental_enable_triton_heroless_priority_fusion=true python benchmarks/gpu_program.py
 
@@ -15,14 +16,15 @@ does not have when given one (`jax.experimental.topologies`, the CUDA
 plugin installed). So this script builds the zoo's and keras-hub's GPT-2
 on the CPU (float32, random weights, as `benchmarks/generate.py`), captures
 the program each runs to generate greedily from an 8-token prompt to the
-end of the context at batch 1 (the first call of a jitted function),
-compiles it for an NVIDIA H100 or H200 (`--target`) and reads XLA's
+end of the context at batch 1 (or `--generate-batch` rows; the first call
+of a jitted function), compiles it for an NVIDIA H100 or H200 (`--target`) and reads XLA's
 optimised program: the kernels one new token launches (each `while`
 loop's body: the zoo runs a loop per cache stage, keras-hub one), the
 kernels of the loop's condition, and the bytes the body's kernels write
 that are not the cache (temporaries, which a fusion would have kept in
 registers). The zoo takes its GPU path as on a device (the tied head's
-product padded to a multiple of 128 logits).
+product padded to a multiple of 128 logits, the loop's Dense kernels
+carried transposed: `zoo.generation.loop.KernelLayout`).
 
 Every figure is a count from the compiled program, not a time: a GPU
 times it (`benchmarks/generate.py`). Without autotuning (there is no
@@ -237,7 +239,7 @@ def training_run(row, args):
 
 
 def runs_of(args, context):
-    """{row: a call that generates to the end of `context` at batch 1}."""
+    """{row: a call that generates to the end of `context` at batch `args.generate_batch`}."""
     import keras
     import keras_hub
     import numpy as np
@@ -251,7 +253,7 @@ def runs_of(args, context):
         keras.utils.set_random_seed(0)
         lm = GPTCausalLM(GPTBackbone(args.vocab, args.layers, args.heads, args.width, 4 * args.width,
                                      max_sequence_length=context, dropout=0.0))
-        runs["zoo"] = lambda: generate(lm, [list(range(1, prompt + 1))], context - prompt)
+        runs["zoo"] = lambda: generate(lm, [list(range(1, prompt + 1))] * args.generate_batch, context - prompt)
     if "hub" in args.row_list:
         keras.utils.set_random_seed(0)
         hub = keras_hub.models.GPT2CausalLM(
@@ -260,7 +262,7 @@ def runs_of(args, context):
                 intermediate_dim=4 * args.width, max_sequence_length=context),
             preprocessor=None)
         hub.compile(sampler="greedy", jit_compile=True)
-        ids = np.zeros((1, context), "int32")
+        ids = np.zeros((args.generate_batch, context), "int32")
         ids[:, :prompt] = np.arange(1, prompt + 1)
         inputs = {"token_ids": ids, "padding_mask": ids != 0}
         runs["hub"] = lambda: hub.generate(inputs, stop_token_ids=None)
@@ -301,6 +303,7 @@ def parse(argv=None):
     parser.add_argument("--target", default="h100", choices=sorted(TARGETS), help="the GPU to compile for")
     parser.add_argument("--rows", default="zoo,hub", help="comma-separated: zoo, hub (keras-hub)")
     parser.add_argument("--contexts", default="256,1024", help="comma-separated contexts")
+    parser.add_argument("--generate-batch", type=int, default=1, help="rows of each generation")
     parser.add_argument("--train", default="", help="train_gpu.py rows to compile one step of (zoo, hub, zoo+LEVER)")
     parser.add_argument("--seq", type=int, default=1024, help="--train: tokens per row")
     parser.add_argument("--batch", type=int, default=16, help="--train: rows per step")
@@ -321,6 +324,8 @@ def parse(argv=None):
         parser.error(f"--contexts {args.contexts!r}: expected comma-separated numbers, as 256,1024")
     if any(c <= 8 for c in args.context_list):
         parser.error(f"--contexts {args.contexts}: each must exceed the 8-token prompt")
+    if args.generate_batch < 1:
+        parser.error(f"--generate-batch {args.generate_batch}: expected a positive number of rows")
     if args.width % args.heads:
         parser.error(f"--width {args.width} is not a multiple of --heads {args.heads}")
     if args.train_rows:
@@ -344,9 +349,12 @@ def main(argv=None):
     except ImportError:
         raise SystemExit('gpu_program.py compiles for a GPU with JAX\'s CUDA plugin: pip install -e ".[jax,jax-cuda]"')
     sharding = gpu_sharding(args.target)
+    from zoo.generation import loop
     from zoo.layers import token_embedding
 
-    token_embedding.pads_logits = lambda: True  # the zoo's GPU path: JAX's default backend here is the CPU
+    # The zoo's GPU path: JAX's default backend here is the CPU.
+    token_embedding.pads_logits = lambda: True
+    loop.transposes_kernels = lambda: True
     flags = os.environ.get("XLA_FLAGS") or "none"
     device = re.search(r'device_description_str: "(.*)"', TARGETS[args.target]).group(1)
     print(f"GPT: {args.layers} layers, width {args.width}, {args.heads} heads, vocabulary {args.vocab}; compiled for "
@@ -355,8 +363,8 @@ def main(argv=None):
     for context in args.context_list:
         for row, run in runs_of(args, context).items():
             text, _ = compiled_program(run, sharding)
-            save(args, f"generate_{context}x1_{row}", text)
-            print(f"context {context:>5}, batch 1  {names[row]:<10} {describe(text)}", flush=True)
+            save(args, f"generate_{context}x{args.generate_batch}_{row}", text)
+            print(f"context {context:>5}, batch {args.generate_batch}  {names[row]:<10} {describe(text)}", flush=True)
     for row in args.train_rows:
         text, function = compiled_program(training_run(row, args), sharding)
         save(args, f"train_{row.replace('+', '_')}", text)

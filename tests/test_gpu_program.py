@@ -120,6 +120,7 @@ def test_the_first_jitted_call_is_captured_and_compiled():
     (["--contexts", "256,4"], "--contexts 256,4: each must exceed the 8-token prompt"),
     (["--contexts", "a"], "--contexts 'a': expected comma-separated numbers"),
     (["--width", "100", "--heads", "12"], "--width 100 is not a multiple of --heads 12"),
+    (["--generate-batch", "0"], "--generate-batch 0: expected a positive number of rows"),
 ])
 def test_bad_arguments_are_refused_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit):

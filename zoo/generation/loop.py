@@ -269,11 +269,12 @@ class SamplingStep:
 
     def variables(self):
         """(JAX) The loop's first `state`: the sampler's, the model's
-        trainable and non-trainable variables, as tensors."""
+        trainable and non-trainable variables, as tensors, the kernels in
+        the loop's layout (`KernelLayout`)."""
+        layout = KernelLayout(self.model)
         return (
             [ops.convert_to_tensor(v) for v in self.sampler.variables],
-            [ops.convert_to_tensor(v) for v in self.model.trainable_variables],
-            [ops.convert_to_tensor(v) for v in self.model.non_trainable_variables],
+            *layout.into_loop(self.model.trainable_variables, self.model.non_trainable_variables),
         )
 
     def assign(self, state):
@@ -319,10 +320,11 @@ class SamplingStep:
         if state is None:
             return _NoScope()
         sampler_values, trainable, non_trainable = state
+        layout = KernelLayout(self.model)
         mapping = itertools.chain(
             zip(self.sampler.variables, sampler_values),
-            zip(self.model.trainable_variables, trainable),
-            zip(self.model.non_trainable_variables, non_trainable),
+            zip(self.model.trainable_variables, layout.in_loop(self.model.trainable_variables, trainable)),
+            zip(self.model.non_trainable_variables, layout.in_loop(self.model.non_trainable_variables, non_trainable)),
         )
         return keras.StatelessScope(state_mapping=mapping)
 
@@ -331,6 +333,65 @@ class SamplingStep:
         for stop in self.stop_token_ids:
             hit = ops.logical_or(hit, ops.equal(tokens, stop))
         return hit
+
+
+def transposes_kernels():
+    """Whether the decoding loop carries the Dense kernels transposed
+    (`KernelLayout`): on JAX with a GPU."""
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "gpu"
+
+
+class KernelLayout:
+    """The layout in which the decoding loop carries the model's Dense
+    kernels: on a GPU (`transposes_kernels`), each floating (in, out) kernel
+    as its (out, in) transpose, made once before the loop, and transposed
+    back where the loop's body reads it, so that the model computes with the
+    kernel it has. The product itself then reads the (out, in) layout.
+
+    Why: at one position per step, XLA's GPU compiler makes x W a multiply
+    and a sum over `in`. Over (in, out) that sum runs down columns, and
+    where `out` is narrow (GPT-2's 768: the attention's output projection
+    and the MLP's second product) XLA writes the whole elementwise product
+    to memory and sums it in a second kernel (9.4 MB per token for GPT-2
+    small's MLP); over (out, in) the sum runs along rows, one kernel that
+    writes only its output (`benchmarks/gpu_program.py` counts both). The
+    transposition is behind an optimization barrier: without one XLA folds
+    the two transpositions into one layout and the loop reads (in, out)
+    again. Elsewhere (a CPU, TensorFlow, PyTorch) the kernels are carried
+    as they are.
+    """
+
+    def __init__(self, model):
+        self.transposed = set()
+        if not transposes_kernels():
+            return
+        for layer in model._flatten_layers():
+            kernel = getattr(layer, "_kernel", None) if isinstance(layer, keras.layers.Dense) else None
+            if kernel is not None and len(kernel.shape) == 2 and layer.quantization_mode is None:
+                self.transposed.add(id(kernel))
+
+    def into_loop(self, *variable_lists):
+        """The loop's first values of each list of variables (tensors)."""
+        values = [[ops.convert_to_tensor(v) for v in variables] for variables in variable_lists]
+        if not self.transposed:
+            return values
+        import jax
+
+        picked = [(i, j) for i, variables in enumerate(variable_lists)
+                  for j, v in enumerate(variables) if id(v) in self.transposed]
+        moved = jax.lax.optimization_barrier([ops.transpose(values[i][j]) for i, j in picked])
+        for (i, j), value in zip(picked, moved):
+            values[i][j] = value
+        return values
+
+    def in_loop(self, variables, values):
+        """The values the model reads inside the loop: each kernel carried
+        transposed, transposed back."""
+        return [ops.transpose(value) if id(v) in self.transposed else value for v, value in zip(variables, values)]
 
 
 class _NoScope:
