@@ -5,6 +5,7 @@
     python benchmarks/generate.py --settings 256x1 --no-growth        # one setting
     python benchmarks/generate.py --no-settings --width 768 --heads 12  # growth at GPT-2 width
     python benchmarks/generate.py --family llama                      # the Llama block
+    python benchmarks/generate.py --settings 256x1 --stored-kernels   # and the zoo with its kernels as stored
 
 The same model for all three: 4 layers, width 128, 4 heads, d_ff 512, a
 65-token vocabulary (characters), random weights, greedy decoding from an
@@ -22,6 +23,12 @@ machine falls on both alike. "Uncached" re-runs the whole model over the
 padded context for every new token (so fewer tokens are generated).
 Then the time per new token as the generated length grows, from an
 8-token prompt with a 1032-position context.
+
+`--stored-kernels` adds a second zoo row, "zoo-stored": its decoding loop
+reads the Dense kernels in their stored (in, out) layout, where on a GPU
+the zoo's loop carries them transposed (`zoo.generation.loop.KernelLayout`):
+the layout's effect, timed in the same run (on a CPU the two rows run the
+same program).
 
 `--profile` (JAX) then traces one more call of the zoo and of keras-hub at
 each setting and prints, per new token, the kernels the decoding loop
@@ -151,6 +158,22 @@ def uncached_generator(model, batch, length, new_tokens):
     return lambda: ops.convert_to_numpy(loop(ids, mask))
 
 
+def kernels_as_stored(run):
+    """`run` with the decoding loop reading the Dense kernels in their
+    stored layout (`zoo.generation.loop.KernelLayout`), at its compilation
+    and at every call."""
+    from zoo.generation import loop
+
+    def call():
+        chosen, loop.transposes_kernels = loop.transposes_kernels, lambda: False
+        try:
+            return run()
+        finally:
+            loop.transposes_kernels = chosen
+
+    return call
+
+
 def timed(fn):
     start = time.perf_counter()
     fn()
@@ -171,7 +194,7 @@ def profile(runners, counts, median):
     """One more traced call of each runner: its decoding loop's kernels per new token."""
     from kernel_profile import loop_parts, trace_summary
 
-    for name in ("zoo", "keras-hub"):
+    for name in ("zoo", "zoo-stored", "keras-hub"):
         if name not in runners:
             continue
         summary = trace_summary(runners[name], steps=counts[name], dump_dir=DUMP_DIR, parts=loop_parts)
@@ -187,13 +210,17 @@ def profile(runners, counts, median):
             print(f"        {ms:8.4f} ms/token  {kernel[:100]}")
 
 
-def run_settings(settings, repeats, keras_hub, uncached, profiled=False):
+def run_settings(settings, repeats, keras_hub, uncached, profiled=False, stored_kernels=False):
     print(f"{'setting':<22}{'runner':<12}{'first call':>11}{'median':>10}{'new tok/s':>11}{'vs keras-hub':>14}")
     for context, batch in settings:
         new = context - PROMPT
         lm = zoo_model(context)
         runners = {"zoo": lambda: generate(lm, prompts(batch), new)}
         counts = {"zoo": batch * new}
+        if stored_kernels:
+            stored = zoo_model(context)  # its own compiled functions
+            runners["zoo-stored"] = kernels_as_stored(lambda: generate(stored, prompts(batch), new))
+            counts["zoo-stored"] = batch * new
         if keras_hub:
             hub = keras_hub_model(context)
             inputs = keras_hub_inputs(batch, context)
@@ -248,6 +275,8 @@ def main():
     parser.add_argument("--family", choices=("gpt", "llama"), default=FAMILY,
                         help="GPT-2's block against keras-hub's GPT2CausalLM, or the Llama block against its "
                              "LlamaCausalLM (default %(default)s)")
+    parser.add_argument("--stored-kernels", action="store_true",
+                        help="add a zoo row whose decoding loop reads the Dense kernels as stored")
     parser.add_argument("--profile", action="store_true",
                         help="trace one more call per setting (JAX): kernels per new token and the 5 longest")
     parser.add_argument("--quick", action="store_true",
@@ -266,7 +295,8 @@ def main():
     if not args.no_settings:
         if args.profile and keras.config.backend() != "jax":
             parser.error("--profile reads a jax.profiler trace: run with KERAS_BACKEND=jax")
-        run_settings(settings, repeats, not args.no_keras_hub, not args.no_uncached, args.profile)
+        run_settings(settings, repeats, not args.no_keras_hub, not args.no_uncached, args.profile,
+                     args.stored_kernels)
     if not args.no_growth:
         run_growth(growth, repeats, not args.no_keras_hub)
 

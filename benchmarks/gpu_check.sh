@@ -19,13 +19,14 @@
 # it at batch 1 with Triton's heroless priority fusion
 # (--xla_gpu_experimental_enable_triton_heroless_priority_fusion), which
 # benchmarks/gpu_program.py counts at 135 kernels per GPT-2 small token for the
-# zoo (192 without it) and 154 for keras-hub (233).
+# zoo (168 without it) and 154 for keras-hub (233).
 # Step levers is the short check to run first on a short lease (an estimated 7 minutes
 # on one H100): train_gpu.py with the optimizer levers and the profile, one row
 # each beside nanoGPT's (GPU_CHECK_LEVERS replaces the rows), then
 # generate.py --profile at batch 1, contexts 256 and 1024 (the decoding loop's
-# kernels per new token for the zoo and keras-hub), without and with the
-# heroless fusion:
+# kernels per new token for the zoo and keras-hub; the first run also times
+# the zoo with its loop's Dense kernels as stored, --stored-kernels), without
+# and with the heroless fusion:
 #     GPU_CHECK_STEPS=levers bash benchmarks/gpu_check.sh
 # GPU_CHECK_TRAIN_ARGS adds arguments to train_gpu.py (rows with levers:
 # "--impl torch,zoo,zoo+pad --profile"); GPU_CHECK_GENERATE_SETTINGS replaces
@@ -136,7 +137,7 @@ for s in $STEPS; do
             --settings 256x1,1024x1 --no-uncached --no-growth --repeats 3 --profile ;;
         levers) step levers bash -c '"$0" benchmarks/train_gpu.py --impl "$1" --profile --steps 20;
                 "$0" benchmarks/generate.py --layers 12 --width 768 --heads 12 --settings 256x1,1024x1 \
-                --no-uncached --no-growth --repeats 3 --profile;
+                --no-uncached --no-growth --repeats 3 --profile --stored-kernels;
                 XLA_FLAGS="${XLA_FLAGS:-} $2" "$0" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
                 --settings 256x1,1024x1 --no-uncached --no-growth --repeats 3 --profile' \
             "$PYTHON" "$LEVER_ROWS" "$HEROLESS" ;;
