@@ -4,6 +4,8 @@
     python benchmarks/gpu_program.py             # GPT-2 small: batch-1 generation at contexts 256 and 1024
     python benchmarks/gpu_program.py --contexts 256 --save /tmp/programs   # one context; the programs as text
     python benchmarks/gpu_program.py --generate-batch 8                     # 8 rows per generation
+    python benchmarks/gpu_program.py --family llama --layers 30 --width 576 --heads 9 --key-value-heads 3 \
+        --intermediate 1536 --vocab 49152 --contexts 256                    # SmolLM2-135M's shape
     python benchmarks/gpu_program.py --rows '' --contexts '' --train zoo,zoo+flat   # training steps' optimizers
     XLA_FLAGS=--xla_gpu_experimental_enable_triton_heroless_priority_fusion=true python benchmarks/gpu_program.py
 
@@ -245,22 +247,36 @@ def runs_of(args, context):
     import numpy as np
 
     from zoo import generate
-    from zoo.models import GPTBackbone, GPTCausalLM
+    from zoo.models import GPTBackbone, GPTCausalLM, LlamaBackbone, LlamaCausalLM
 
     prompt = 8
     runs = {}
+    intermediate = args.intermediate or 4 * args.width
     if "zoo" in args.row_list:
         keras.utils.set_random_seed(0)
-        lm = GPTCausalLM(GPTBackbone(args.vocab, args.layers, args.heads, args.width, 4 * args.width,
-                                     max_sequence_length=context, dropout=0.0))
+        if args.family == "llama":
+            lm = LlamaCausalLM(LlamaBackbone(args.vocab, args.layers, args.heads, args.width, intermediate,
+                                             num_key_value_heads=args.key_value_heads, max_sequence_length=context,
+                                             tie_word_embeddings=True))
+        else:
+            lm = GPTCausalLM(GPTBackbone(args.vocab, args.layers, args.heads, args.width, intermediate,
+                                         max_sequence_length=context, dropout=0.0))
         runs["zoo"] = lambda: generate(lm, [list(range(1, prompt + 1))] * args.generate_batch, context - prompt)
     if "hub" in args.row_list:
         keras.utils.set_random_seed(0)
-        hub = keras_hub.models.GPT2CausalLM(
-            backbone=keras_hub.models.GPT2Backbone(
-                vocabulary_size=args.vocab, num_layers=args.layers, num_heads=args.heads, hidden_dim=args.width,
-                intermediate_dim=4 * args.width, max_sequence_length=context),
-            preprocessor=None)
+        if args.family == "llama":
+            hub = keras_hub.models.LlamaCausalLM(
+                backbone=keras_hub.models.LlamaBackbone(
+                    vocabulary_size=args.vocab, num_layers=args.layers, num_query_heads=args.heads,
+                    hidden_dim=args.width, intermediate_dim=intermediate, num_key_value_heads=args.key_value_heads,
+                    tie_word_embeddings=True),
+                preprocessor=None)
+        else:
+            hub = keras_hub.models.GPT2CausalLM(
+                backbone=keras_hub.models.GPT2Backbone(
+                    vocabulary_size=args.vocab, num_layers=args.layers, num_heads=args.heads, hidden_dim=args.width,
+                    intermediate_dim=intermediate, max_sequence_length=context),
+                preprocessor=None)
         hub.compile(sampler="greedy", jit_compile=True)
         ids = np.zeros((args.generate_batch, context), "int32")
         ids[:, :prompt] = np.arange(1, prompt + 1)
@@ -307,10 +323,15 @@ def parse(argv=None):
     parser.add_argument("--train", default="", help="train_gpu.py rows to compile one step of (zoo, hub, zoo+LEVER)")
     parser.add_argument("--seq", type=int, default=1024, help="--train: tokens per row")
     parser.add_argument("--batch", type=int, default=16, help="--train: rows per step")
+    parser.add_argument("--family", choices=("gpt", "llama"), default="gpt",
+                        help="generation: GPT-2's block (and keras-hub's GPT2CausalLM) or the Llama block "
+                             "(and its LlamaCausalLM), the embedding tied")
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--vocab", type=int, default=50257)
+    parser.add_argument("--intermediate", type=int, help="the feed-forward width (default 4 x --width)")
+    parser.add_argument("--key-value-heads", type=int, help="--family llama: key/value heads (default --heads)")
     parser.add_argument("--save", help="a folder to write each optimised program to")
     args = parser.parse_args(argv)
     args.row_list = [r.strip() for r in args.rows.split(",") if r.strip()]
@@ -328,7 +349,12 @@ def parse(argv=None):
         parser.error(f"--generate-batch {args.generate_batch}: expected a positive number of rows")
     if args.width % args.heads:
         parser.error(f"--width {args.width} is not a multiple of --heads {args.heads}")
+    args.key_value_heads = args.key_value_heads or args.heads
+    if args.heads % args.key_value_heads:
+        parser.error(f"--key-value-heads {args.key_value_heads} does not divide --heads {args.heads}")
     if args.train_rows:
+        if args.family != "gpt":
+            parser.error("--train compiles train_gpu.py's GPT-2 step: --family llama is for the generation rows")
         import train_gpu
 
         train_gpu.parse(["--impl", ",".join(args.train_rows)])  # its one-line refusals of a row or lever
@@ -357,7 +383,8 @@ def main(argv=None):
     loop.transposes_kernels = lambda: True
     flags = os.environ.get("XLA_FLAGS") or "none"
     device = re.search(r'device_description_str: "(.*)"', TARGETS[args.target]).group(1)
-    print(f"GPT: {args.layers} layers, width {args.width}, {args.heads} heads, vocabulary {args.vocab}; compiled for "
+    block = "GPT" if args.family == "gpt" else f"Llama ({args.key_value_heads} key/value heads)"
+    print(f"{block}: {args.layers} layers, width {args.width}, {args.heads} heads, vocabulary {args.vocab}; compiled for "
           f"{device} without one; XLA flags: {flags}")
     names = {"zoo": "zoo", "hub": "keras-hub"}
     for context in args.context_list:

@@ -121,6 +121,8 @@ def test_the_first_jitted_call_is_captured_and_compiled():
     (["--contexts", "a"], "--contexts 'a': expected comma-separated numbers"),
     (["--width", "100", "--heads", "12"], "--width 100 is not a multiple of --heads 12"),
     (["--generate-batch", "0"], "--generate-batch 0: expected a positive number of rows"),
+    (["--family", "llama", "--key-value-heads", "5"], "--key-value-heads 5 does not divide --heads 12"),
+    (["--family", "llama", "--train", "zoo"], "--family llama is for the generation rows"),
 ])
 def test_bad_arguments_are_refused_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -136,11 +138,12 @@ def has_cuda_plugin():
 
 
 @pytest.mark.skipif(not has_cuda_plugin(), reason="compiling for a GPU needs JAX's CUDA plugin (the jax-cuda extra)")
-def test_generation_compiles_for_an_h100_without_one():
+@pytest.mark.parametrize("family", [[], ["--family", "llama", "--key-value-heads", "1"]], ids=["gpt", "llama"])
+def test_generation_compiles_for_an_h100_without_one(family):
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     result = subprocess.run(
         [sys.executable, str(BENCHMARKS / "gpu_program.py"), "--layers", "2", "--width", "64", "--heads", "2",
-         "--vocab", "130", "--contexts", "40"],
+         "--vocab", "130", "--contexts", "40", *family],
         capture_output=True, text=True, env=env, cwd=BENCHMARKS, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
