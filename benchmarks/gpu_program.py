@@ -6,6 +6,7 @@
     python benchmarks/gpu_program.py --generate-batch 8                     # 8 rows per generation
     python benchmarks/gpu_program.py --family llama --layers 30 --width 576 --heads 9 --key-value-heads 3 \
         --intermediate 1536 --vocab 49152 --contexts 256                    # SmolLM2-135M's shape
+    python benchmarks/gpu_program.py --rows zoo --stored-kernels             # the loop's kernels as stored
     python benchmarks/gpu_program.py --rows '' --contexts '' --train zoo,zoo+flat   # training steps' optimizers
     XLA_FLAGS=--xla_gpu_experimental_enable_triton_heroless_priority_fusion=true python benchmarks/gpu_program.py
 
@@ -332,6 +333,8 @@ def parse(argv=None):
     parser.add_argument("--vocab", type=int, default=50257)
     parser.add_argument("--intermediate", type=int, help="the feed-forward width (default 4 x --width)")
     parser.add_argument("--key-value-heads", type=int, help="--family llama: key/value heads (default --heads)")
+    parser.add_argument("--stored-kernels", action="store_true",
+                        help="the zoo's decoding loop reads its Dense kernels as stored, not transposed")
     parser.add_argument("--save", help="a folder to write each optimised program to")
     args = parser.parse_args(argv)
     args.row_list = [r.strip() for r in args.rows.split(",") if r.strip()]
@@ -380,12 +383,13 @@ def main(argv=None):
 
     # The zoo's GPU path: JAX's default backend here is the CPU.
     token_embedding.pads_logits = lambda: True
-    loop.transposes_kernels = lambda: True
+    loop.transposes_kernels = lambda: not args.stored_kernels
     flags = os.environ.get("XLA_FLAGS") or "none"
+    layout = "; the zoo's loop reads its kernels as stored" if args.stored_kernels else ""
     device = re.search(r'device_description_str: "(.*)"', TARGETS[args.target]).group(1)
     block = "GPT" if args.family == "gpt" else f"Llama ({args.key_value_heads} key/value heads)"
     print(f"{block}: {args.layers} layers, width {args.width}, {args.heads} heads, vocabulary {args.vocab}; compiled for "
-          f"{device} without one; XLA flags: {flags}")
+          f"{device} without one; XLA flags: {flags}{layout}")
     names = {"zoo": "zoo", "hub": "keras-hub"}
     for context in args.context_list:
         for row, run in runs_of(args, context).items():
