@@ -1,11 +1,12 @@
 """The decoding loop's GPU layout of the Dense kernels (`loop.KernelLayout`).
 
 On a GPU the loop carries each Dense kernel transposed and transposes it
-back where the model reads it. These tests force that layout on the CPU
-(`transposes_kernels`) and check that it picks exactly the Dense kernels,
-that the model reads the kernels it has, that a generation gives the same
-tokens and probabilities as with the kernels as stored, and that the
-compiled loop does carry the transposes, made once before it.
+back where the model reads it. These tests choose the layout
+(`transposes_kernels`), so that they hold on a CPU as on a GPU, and check
+that it picks exactly the Dense kernels, that the model reads the kernels
+it has, that a generation gives the same tokens and probabilities as with
+the kernels as stored, and that the compiled loop does carry the
+transposes, made once before it.
 """
 
 import keras
@@ -64,10 +65,13 @@ def test_the_layout_picks_exactly_the_dense_kernels(gpu_layout):
         np.testing.assert_array_equal(value, keras.ops.convert_to_numpy(variable))
 
 
-def test_off_a_gpu_nothing_is_transposed():
+def test_the_layout_follows_the_device():
+    import jax
+
     model = _model("gpt-nano", 0, task="causal_lm")
-    assert not loop.transposes_kernels()  # the suite runs on a CPU
-    assert loop.KernelLayout(model).transposed == set()
+    on_gpu = jax.default_backend() == "gpu"
+    assert loop.transposes_kernels() == on_gpu
+    assert loop.KernelLayout(model).transposed == (_dense_kernels(model) if on_gpu else set())
 
 
 def test_quantized_kernels_are_carried_as_stored(gpu_layout):
@@ -89,6 +93,7 @@ def test_generation_in_the_gpu_layout_equals_the_stored_layout(preset, kwargs, m
             pass
         return decoding
 
+    monkeypatch.setattr(loop, "transposes_kernels", lambda: False)
     stored = [decode(_model(preset, 1, **kwargs), every_token) for every_token in (False, True)]
     monkeypatch.setattr(loop, "transposes_kernels", lambda: True)
     transposed = [decode(_model(preset, 1, **kwargs), every_token) for every_token in (False, True)]
@@ -108,6 +113,7 @@ def test_a_lora_model_generates_alike_in_both_layouts(monkeypatch):
                 w.assign(rng.normal(0.0, 0.3, w.shape).astype(w.dtype))
         return model
 
+    monkeypatch.setattr(loop, "transposes_kernels", lambda: False)
     stored = generate(lora_model(), PROMPTS, NEW)
     monkeypatch.setattr(loop, "transposes_kernels", lambda: True)
     model = lora_model()
