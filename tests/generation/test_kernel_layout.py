@@ -103,6 +103,19 @@ def test_generation_in_the_gpu_layout_equals_the_stored_layout(preset, kwargs, m
         np.testing.assert_allclose(np.array(a.probabilities), np.array(b.probabilities), rtol=1e-4, atol=1e-6)
 
 
+def test_translation_in_the_gpu_layout_equals_the_stored_layout(monkeypatch):
+    sources, starts = [[11, 12, 13, 14, 15], [21, 22], [31, 32, 33]], [[1], [1, 7], [1]]
+
+    def translate():
+        return generate(_model("transformer-tiny", 1, vocabulary_size=100), starts, NEW, source=sources).sequences
+
+    monkeypatch.setattr(loop, "transposes_kernels", lambda: False)
+    stored = translate()
+    monkeypatch.setattr(loop, "transposes_kernels", lambda: True)
+    assert translate() == stored
+    assert len({t for row in stored for t in row}) > 3  # not a constant output
+
+
 def test_a_lora_model_generates_alike_in_both_layouts(monkeypatch):
     def lora_model():
         model = _model("gpt-nano", 2, task="causal_lm")
