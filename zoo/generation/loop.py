@@ -356,13 +356,14 @@ class KernelLayout:
     and a sum over `in`. Over (in, out) that sum runs down columns, and
     where `out` is narrow (GPT-2's 768: the attention's output projection
     and the MLP's second product) XLA writes the whole elementwise product
-    to memory and sums it in a second kernel (9.4 MB per token for GPT-2
-    small's MLP); over (out, in) the sum runs along rows, one kernel that
+    to memory and sums it in a second kernel (9.4 MB per layer and token
+    for GPT-2 small's MLP); over (out, in) the sum runs along rows, one kernel that
     writes only its output (`benchmarks/gpu_program.py` counts both). The
     transposition is behind an optimization barrier: without one XLA folds
     the two transpositions into one layout and the loop reads (in, out)
-    again. Elsewhere (a CPU, TensorFlow, PyTorch) the kernels are carried
-    as they are.
+    again. Elsewhere (a CPU; TensorFlow and PyTorch, whose loops read the
+    variables themselves) the kernels are read as stored, and quantized
+    kernels are read as stored everywhere.
     """
 
     def __init__(self, model):
