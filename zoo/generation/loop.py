@@ -266,15 +266,15 @@ class SamplingStep:
         self.model, self.sampler, self.context = model, sampler, context
         self.mask, self.budget_end, self.stop_token_ids, self.end = mask, budget_end, stop_token_ids, end
         self.stateless = keras.config.backend() == "jax"
+        self.layout = KernelLayout(model)
 
     def variables(self):
         """(JAX) The loop's first `state`: the sampler's, the model's
         trainable and non-trainable variables, as tensors, the kernels in
         the loop's layout (`KernelLayout`)."""
-        layout = KernelLayout(self.model)
         return (
             [ops.convert_to_tensor(v) for v in self.sampler.variables],
-            *layout.into_loop(self.model.trainable_variables, self.model.non_trainable_variables),
+            *self.layout.into_loop(self.model.trainable_variables, self.model.non_trainable_variables),
         )
 
     def assign(self, state):
@@ -320,11 +320,11 @@ class SamplingStep:
         if state is None:
             return _NoScope()
         sampler_values, trainable, non_trainable = state
-        layout = KernelLayout(self.model)
+        layout, model = self.layout, self.model
         mapping = itertools.chain(
             zip(self.sampler.variables, sampler_values),
-            zip(self.model.trainable_variables, layout.in_loop(self.model.trainable_variables, trainable)),
-            zip(self.model.non_trainable_variables, layout.in_loop(self.model.non_trainable_variables, non_trainable)),
+            zip(model.trainable_variables, layout.in_loop(model.trainable_variables, trainable)),
+            zip(model.non_trainable_variables, layout.in_loop(model.non_trainable_variables, non_trainable)),
         )
         return keras.StatelessScope(state_mapping=mapping)
 
@@ -357,8 +357,9 @@ class KernelLayout:
     where `out` is narrow (GPT-2's 768: the attention's output projection
     and the MLP's second product) XLA writes the whole elementwise product
     to memory and sums it in a second kernel (9.4 MB per layer and token
-    for GPT-2 small's MLP); over (out, in) the sum runs along rows, one kernel that
-    writes only its output (`benchmarks/gpu_program.py` counts both). The
+    for GPT-2 small's MLP); over (out, in) the sum runs along rows, one
+    kernel that writes only its output (`benchmarks/gpu_program.py` counts
+    both). The
     transposition is behind an optimization barrier: without one XLA folds
     the two transpositions into one layout and the loop reads (in, out)
     again. Elsewhere (a CPU; TensorFlow and PyTorch, whose loops read the
