@@ -56,7 +56,7 @@ LEARNING_RATES = {"pretrained": 1e-4, "scratch": 2e-4}
 
 def make_parser():
     """The recipe's flags (`zoo train bert_classify -h`)."""
-    from recipes.flags import add_bert_flags, recipe_parser
+    from recipes.flags import POSITIVE_INT, RATE, add_bert_flags, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train bert_classify")
     parser.add_argument(
@@ -64,10 +64,10 @@ def make_parser():
         help="a bert_pretrain run folder, or a BERT checkpoint: a keras-hub preset / Hugging Face folder or a "
         "handle (hf://ORG/NAME[@REVISION]); none: from scratch",
     )
-    parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"],
+    parser.add_argument("--vocabulary-size", type=POSITIVE_INT, default=DEFAULTS["vocabulary_size"],
                         help="WordPieces of the vocabulary trained on the sentences (from scratch only)")
     add_bert_flags(parser, DEFAULTS)
-    parser.add_argument("--classifier-dropout", type=float, default=DEFAULTS["classifier_dropout"],
+    parser.add_argument("--classifier-dropout", type=RATE, default=DEFAULTS["classifier_dropout"],
                         help="dropout before the classifier's Dense layer")
     return parser
 
@@ -75,11 +75,11 @@ def make_parser():
 def parse(argv):
     """The flags, checked; --learning-rate defaults by where the backbone
     starts, and --pretrained fixes the sizes."""
-    from recipes.flags import SIZE_FLAGS, check_preset
+    from recipes.flags import SIZE_FLAGS, check_preset, size_overrides
 
     parser = make_parser()
     args = parser.parse_args(argv)
-    check_preset(parser, args.preset, "bert")
+    check_preset(parser, args.preset, "bert", sizes=size_overrides(args))
     if args.learning_rate is None:
         args.learning_rate = LEARNING_RATES["pretrained" if args.pretrained else "scratch"]
     if args.pretrained:

@@ -50,26 +50,26 @@ MASK_RATE = 0.15  # BERT: 15% of the tokens selected; of those 80% [MASK], 10% r
 
 def make_parser():
     """The recipe's flags (`zoo train bert_pretrain -h`)."""
-    from recipes.flags import add_bert_flags, recipe_parser
+    from recipes.flags import POSITIVE_INT, add_bert_flags, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train bert_pretrain")
     parser.add_argument("--text", nargs="*", default=[], help="more UTF-8 text files, one sentence a line")
     parser.add_argument("--split", default=DEFAULTS["split"], help="the TSV split whose sentences are read")
-    parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"],
+    parser.add_argument("--vocabulary-size", type=POSITIVE_INT, default=DEFAULTS["vocabulary_size"],
                         help="WordPieces of the vocabulary trained on the text")
     add_bert_flags(parser, DEFAULTS)
-    parser.add_argument("--held-out", type=int, default=DEFAULTS["held_out"],
+    parser.add_argument("--held-out", type=POSITIVE_INT, default=DEFAULTS["held_out"],
                         help="sentences kept aside for the validation loss (at most a tenth)")
     return parser
 
 
 def parse(argv):
     """The flags, the preset checked."""
-    from recipes.flags import check_preset
+    from recipes.flags import check_preset, size_overrides
 
     parser = make_parser()
     args = parser.parse_args(argv)
-    check_preset(parser, args.preset, "bert")
+    check_preset(parser, args.preset, "bert", sizes=size_overrides(args))
     return args
 
 

@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 
 from recipes.errors import REFUSED, error_line
+from recipes.flags import PORT, POSITIVE, POSITIVE_INT, Number
 from recipes.startup import load_keras
 
 # name -> (module, one line)
@@ -79,20 +80,20 @@ def parser():
     sample.add_argument("run", metavar="RUN", help="a run folder of gpt_char or gpt_finetune, or a causal-LM "
                         "checkpoint: a folder or a handle (hf://ORG/NAME[@REVISION])")
     sample.add_argument("prompt", nargs="?", default="\n", help="the text to continue (default: a newline)")
-    sample.add_argument("--max-length", type=int, default=500,
+    sample.add_argument("--max-length", type=POSITIVE_INT, default=500,
                         help="tokens (gpt_char: characters) of prompt plus continuation; past the context a sliding window")
-    sample.add_argument("--temperature", type=float, default=0.8, help="divides the logits (> 0)")
-    sample.add_argument("--top-p", type=float, default=None, help="nucleus sampling: the smallest set of mass P")
-    sample.add_argument("--top-k", type=int, default=None, help="sample from the K most likely tokens")
+    sample.add_argument("--temperature", type=POSITIVE, default=0.8, help="divides the logits (> 0)")
+    sample.add_argument("--top-p", type=Number(float, above=0, maximum=1), default=None, help="nucleus sampling: the smallest set of mass P")
+    sample.add_argument("--top-k", type=POSITIVE_INT, default=None, help="sample from the K most likely tokens")
     sample.add_argument("--seed", type=int, default=None, help="random seed, for a reproducible sample")
     _add_quantize(sample)
 
     translate = commands.add_parser("translate", help="translate sentences with a trained run (translate, demo)")
     translate.add_argument("run", metavar="RUN", help="the run folder of translate or demo")
     translate.add_argument("sentences", nargs="+", metavar="SENTENCE", help="sentences to translate")
-    translate.add_argument("--beam-size", type=int, default=None,
+    translate.add_argument("--beam-size", type=POSITIVE_INT, default=None,
                            help="beams (1: greedy); default: the run's own --beam-size (6; demo: 1)")
-    translate.add_argument("--length-penalty", type=float, default=None,
+    translate.add_argument("--length-penalty", type=Number(float), default=None,
                            help="beam score log_prob / length ** L; default: the run's own")
     _add_quantize(translate)
 
@@ -152,7 +153,7 @@ def parser():
     explore.add_argument("target", metavar="TARGET",
                          help="a run folder (holding model.keras), a .keras file, or a checkpoint: a folder "
                          "or a handle (hf://ORG/NAME[@REVISION])")
-    explore.add_argument("--port", type=int, default=8000, help="the port (0: a free one)")
+    explore.add_argument("--port", type=PORT, default=8000, help="the port (0: a free one)")
     explore.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1: this machine)")
     explore.add_argument("--labels", default=None,
                          help="a classifier's class names in class order, e.g. negative,positive")
@@ -166,12 +167,12 @@ def parser():
     serve.add_argument("target", metavar="TARGET",
                        help="a run folder (holding model.keras), a .keras file, or a checkpoint: a folder "
                        "or a handle (hf://ORG/NAME[@REVISION])")
-    serve.add_argument("--port", type=int, default=8000, help="the port (0: a free one)")
+    serve.add_argument("--port", type=PORT, default=8000, help="the port (0: a free one)")
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1: this machine)")
     serve.add_argument("--api-key", default=None,
                        help="the key clients must send (Authorization: Bearer KEY); default: $ZOO_API_KEY")
     serve.add_argument("--name", default=None, help="the model's id in the API (default: TARGET)")
-    serve.add_argument("--max-batch", type=int, default=8, help="the most requests decoded together")
+    serve.add_argument("--max-batch", type=POSITIVE_INT, default=8, help="the most requests decoded together")
     _add_quantize(serve)
     return top
 
@@ -310,8 +311,6 @@ def _sample(args):
     import zoo
 
     model = open_model(args.run, "sample", args.quantize)
-    if args.max_length < 1:
-        raise ValueError(f"--max-length {args.max_length}: expected a positive number of characters")
     text = zoo.generate(
         model, args.prompt, max_length=max(args.max_length, len(args.prompt) + 1),
         temperature=args.temperature, seed=args.seed, **zoo.generation.sampler_options(args.top_p, args.top_k),
@@ -441,8 +440,6 @@ def _serve(args):
         from recipes.serve import serve
     except ImportError as error:
         raise ValueError(f"{error.name} is not installed; expected the serve extra: pip install -e .[serve]") from None
-    if args.max_batch < 1:
-        raise ValueError(f"--max-batch {args.max_batch}: expected an integer >= 1")
     return serve(args.target, host=args.host, port=args.port, api_key=args.api_key, name=args.name,
                  max_batch=args.max_batch, quantize=args.quantize)
 

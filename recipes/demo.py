@@ -41,26 +41,26 @@ VOCABULARY = "vocabulary.json"
 
 def make_parser():
     """The recipe's flags (`zoo train demo -h`)."""
-    from recipes.flags import recipe_parser
+    from recipes.flags import COUNT, POSITIVE_INT, Number, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train demo")
-    parser.add_argument("--num-pairs", type=int, default=DEFAULTS["num_pairs"], help="sentence pairs generated")
-    parser.add_argument("--held-out-fraction", type=float, default=DEFAULTS["held_out_fraction"],
+    parser.add_argument("--num-pairs", type=POSITIVE_INT, default=DEFAULTS["num_pairs"], help="sentence pairs generated")
+    parser.add_argument("--held-out-fraction", type=Number(float, above=0, below=1), default=DEFAULTS["held_out_fraction"],
                         help="share of the sentences kept out of training")
-    parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"],
+    parser.add_argument("--sequence-length", type=POSITIVE_INT, default=DEFAULTS["sequence_length"],
                         help="longest sentence in words, with [START] / [END]")
-    parser.add_argument("--num-samples", type=int, default=DEFAULTS["num_samples"],
+    parser.add_argument("--num-samples", type=COUNT, default=DEFAULTS["num_samples"],
                         help="held-out translations printed")
     return parser
 
 
 def parse(argv):
     """The flags, the preset checked."""
-    from recipes.flags import check_preset
+    from recipes.flags import check_preset, size_overrides
 
     parser = make_parser()
     args = parser.parse_args(argv)
-    check_preset(parser, args.preset, "transformer")
+    check_preset(parser, args.preset, "transformer", sizes=size_overrides(args))
     return args
 
 

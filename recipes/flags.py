@@ -9,12 +9,67 @@ import argparse
 import ast
 import difflib
 import importlib.util
+import math
 import os
 from pathlib import Path
 
 JIT_COMPILE = ("auto", "true", "false", "fusible")
 FUSIBLE_XLA_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit --tf_xla_ops_to_cluster=FUSIBLE"
 SIZE_FLAGS = ("num_layers", "hidden_dim", "num_heads", "dropout", "intermediate_dim")
+
+
+class Number:
+    """An argparse `type`: a whole number (`kind=int`) or a finite number
+    (`float`) within bounds, or one line naming the value and what was
+    expected (`argument --steps: -5: expected a whole number >= 1`), at
+    parse time, before anything loads or is written.
+
+    Args:
+        kind: int or float.
+        minimum: the smallest value allowed, or None.
+        above: the value must be greater than this, or None.
+        below: the value must be less than this, or None.
+        maximum: the largest value allowed, or None.
+    """
+
+    def __init__(self, kind, minimum=None, above=None, below=None, maximum=None):
+        self.kind, self.minimum, self.above, self.below, self.maximum = kind, minimum, above, below, maximum
+
+    @property
+    def expected(self):
+        """'a whole number >= 1', 'a number in [0, 1)', ..."""
+        what = "a whole number" if self.kind is int else "a number"
+        lower = ("[", ">=", self.minimum) if self.minimum is not None else ("(", ">", self.above)
+        upper = ("]", "<=", self.maximum) if self.maximum is not None else (")", "<", self.below)
+        if lower[2] is not None and upper[2] is not None:
+            return f"{what} in {lower[0]}{lower[2]}, {upper[2]}{upper[0]}"
+        for _, sign, bound in (lower, upper):
+            if bound is not None:
+                return f"{what} {sign} {bound}"
+        return what
+
+    def __call__(self, text):
+        try:
+            value = self.kind(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or not self.within(value):
+            raise argparse.ArgumentTypeError(f"{text}: expected {self.expected}")
+        return value
+
+    def within(self, value):
+        return ((self.minimum is None or value >= self.minimum) and (self.above is None or value > self.above)
+                and (self.below is None or value < self.below) and (self.maximum is None or value <= self.maximum))
+
+
+POSITIVE_INT = Number(int, minimum=1)  # steps, epochs, batch size, sizes
+COUNT = Number(int, minimum=0)  # how many of something, 0 for none
+POSITIVE = Number(float, above=0)  # a learning rate, a time budget
+NON_NEGATIVE = Number(float, minimum=0)  # a weight decay, a power
+RATE = Number(float, minimum=0, below=1)  # a dropout rate, label smoothing, a momentum
+FRACTION = Number(float, minimum=0, maximum=1)  # a share of the steps or of the data
+SEED = Number(int, minimum=0, maximum=2**32 - 1)  # what NumPy takes
+PORT = Number(int, minimum=0, maximum=65535)  # a TCP port, 0: a free one
 
 
 def strategies():
@@ -57,20 +112,20 @@ def recipe_parser(description, defaults, prog=None):
     )
     parser.add_argument("--preset", default=defaults["preset"], help="the zoo preset (`zoo presets` lists them)")
     if "steps" in defaults:
-        parser.add_argument("--steps", type=int, default=defaults["steps"], help="training steps")
+        parser.add_argument("--steps", type=POSITIVE_INT, default=defaults["steps"], help="training steps")
     if "epochs" in defaults:
-        parser.add_argument("--epochs", type=int, default=defaults["epochs"], help="passes over the training data")
-    parser.add_argument("--batch-size", type=int, default=defaults["batch_size"], help="examples per step")
-    parser.add_argument("--learning-rate", type=float, default=defaults["learning_rate"], help="peak learning rate")
+        parser.add_argument("--epochs", type=POSITIVE_INT, default=defaults["epochs"],
+                            help="passes over the training data")
+    parser.add_argument("--batch-size", type=POSITIVE_INT, default=defaults["batch_size"], help="examples per step")
+    parser.add_argument("--learning-rate", type=POSITIVE, default=defaults["learning_rate"], help="peak learning rate")
     override = "overrides the preset's %s (echoed at start, kept in run.json)"
-    parser.add_argument("--num-layers", type=int, default=defaults.get("num_layers"), help=override % "num_layers")
-    parser.add_argument("--hidden-dim", type=int, default=defaults.get("hidden_dim"), help=override % "hidden_dim")
-    parser.add_argument("--num-heads", type=int, default=defaults.get("num_heads"), help=override % "num_heads")
-    parser.add_argument("--dropout", type=float, default=defaults.get("dropout"), help=override % "dropout")
+    for size in ("num_layers", "hidden_dim", "num_heads"):
+        parser.add_argument("--" + size.replace("_", "-"), type=POSITIVE_INT, default=defaults.get(size),
+                            help=override % size)
+    parser.add_argument("--dropout", type=RATE, default=defaults.get("dropout"), help=override % "dropout")
     if "intermediate_dim" in defaults:
-        parser.add_argument(
-            "--intermediate-dim", type=int, default=defaults["intermediate_dim"], help=override % "intermediate_dim"
-        )
+        parser.add_argument("--intermediate-dim", type=POSITIVE_INT, default=defaults["intermediate_dim"],
+                            help=override % "intermediate_dim")
     parser.add_argument("--output", default=defaults["output"], help="the run folder (model, logs, plots, run.json)")
     parser.add_argument("--overwrite", action="store_true", help="replace a finished run in --output")
     parser.add_argument(
@@ -86,18 +141,19 @@ def recipe_parser(description, defaults, prog=None):
     parser.add_argument("--strategy", default="default", choices=strategies(), help="distribution strategy")
     parser.add_argument("--mesh", default=None, metavar="BATCHxMODEL",
                         help="--strategy model-parallel (JAX): devices along the batch and model axes, e.g. 2x4")
-    parser.add_argument("--seed", type=int, default=defaults.get("seed", 1337), help="random seed")
+    parser.add_argument("--seed", type=SEED, default=defaults.get("seed", 1337), help="random seed")
     return parser
 
 
 def add_bert_flags(parser, defaults):
     """The BERT recipes' --sequence-length, --warmup-fraction and
     --weight-decay."""
-    parser.add_argument("--sequence-length", type=int, default=defaults["sequence_length"],
+    parser.add_argument("--sequence-length", type=POSITIVE_INT, default=defaults["sequence_length"],
                         help="longest [CLS] ... [SEP] in tokens (longer sentences are cut)")
-    parser.add_argument("--warmup-fraction", type=float, default=defaults["warmup_fraction"],
+    parser.add_argument("--warmup-fraction", type=FRACTION, default=defaults["warmup_fraction"],
                         help="share of the steps in the linear warm-up")
-    parser.add_argument("--weight-decay", type=float, default=defaults["weight_decay"], help="AdamW weight decay")
+    parser.add_argument("--weight-decay", type=NON_NEGATIVE, default=defaults["weight_decay"],
+                        help="AdamW weight decay")
 
 
 def data_source(value):
@@ -111,11 +167,13 @@ def data_source(value):
     return value
 
 
-def check_preset(parser, name, family, given=None):
+def check_preset(parser, name, family, given=None, sizes=None):
     """The preset `name` of `family` (a family name or a tuple of them), or
     a parser error (exit 2) with the closest names, before any work starts;
     `given` is what the user typed when the recipe completed it (gpt_char:
-    "nano" -> "gpt-nano")."""
+    "nano" -> "gpt-nano"). `sizes` (`size_overrides(args)`) are checked
+    against the preset's other sizes there too: `--num-heads 5` on a width
+    of 128 is refused in one line, not after the run folder is opened."""
     from recipes.startup import load_keras
 
     load_keras()
@@ -129,6 +187,12 @@ def check_preset(parser, name, family, given=None):
         parser.error(
             f"--preset {given or name}: unknown {' or '.join(families)} preset; {hint}expected one of {', '.join(names)}"
         )
+    if sizes:
+        try:
+            zoo.preset_info(name, **sizes)
+        except ValueError as error:
+            flags = " ".join(f"--{size.replace('_', '-')} {value}" for size, value in sorted(sizes.items()))
+            parser.error(f"{flags} on {name}: {error}")
     return name
 
 

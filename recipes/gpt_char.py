@@ -184,10 +184,10 @@ def evaluate(folder, data=None, split="val", model=None):
 
 def make_parser():
     """The recipe's flags (`zoo train gpt_char -h`)."""
-    from recipes.flags import recipe_parser
+    from recipes.flags import POSITIVE_INT, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train gpt_char")
-    parser.add_argument("--steps-per-execution", type=int, default=DEFAULTS["steps_per_execution"],
+    parser.add_argument("--steps-per-execution", type=POSITIVE_INT, default=DEFAULTS["steps_per_execution"],
                         help="train steps per compiled call")
     add_language_model_flags(parser, DEFAULTS, "characters")
     return parser
@@ -195,11 +195,11 @@ def make_parser():
 
 def parse(argv):
     """The flags, the preset checked by its full name."""
-    from recipes.flags import check_preset
+    from recipes.flags import check_preset, size_overrides
 
     parser = make_parser()
     args = parser.parse_args(argv)
-    check_preset(parser, preset_name(args.preset), ("gpt", "llama"), given=args.preset)
+    check_preset(parser, preset_name(args.preset), ("gpt", "llama"), given=args.preset, sizes=size_overrides(args))
     return args
 
 

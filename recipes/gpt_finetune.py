@@ -129,17 +129,17 @@ def sample(model, prompt="ROMEO:", length=100, temperature=0.8, top_p=None, top_
 
 def make_parser():
     """The recipe's flags (`zoo train gpt_finetune -h`)."""
-    from recipes.flags import recipe_parser
+    from recipes.flags import COUNT, NON_NEGATIVE, POSITIVE_INT, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train gpt_finetune")
     parser.add_argument("--pretrained", default=DEFAULTS["pretrained"],
                         help="a causal-LM checkpoint: a folder (keras-hub preset, or Hugging Face: config.json + "
                         "model.safetensors) or a handle (hf://ORG/NAME[@REVISION])")
-    parser.add_argument("--lora", type=int, default=DEFAULTS["lora"], metavar="RANK",
+    parser.add_argument("--lora", type=COUNT, default=DEFAULTS["lora"], metavar="RANK",
                         help="train LoRA adapters of this rank on every projection only (0: every weight)")
-    parser.add_argument("--sequence-length", type=int, default=DEFAULTS["sequence_length"], help="tokens per window")
-    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"], help="linear warm-up steps")
-    parser.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"], help="AdamW, matrices only")
+    parser.add_argument("--sequence-length", type=POSITIVE_INT, default=DEFAULTS["sequence_length"], help="tokens per window")
+    parser.add_argument("--warmup-steps", type=COUNT, default=DEFAULTS["warmup_steps"], help="linear warm-up steps")
+    parser.add_argument("--weight-decay", type=NON_NEGATIVE, default=DEFAULTS["weight_decay"], help="AdamW, matrices only")
     add_language_model_flags(parser, DEFAULTS, "new tokens")
     parser.add_argument("--prompt", default=DEFAULTS["prompt"], help="the text the sample continues")
     return parser
@@ -157,10 +157,6 @@ def parse(argv):
     if sizes:
         flags = ", ".join(f"--{k.replace('_', '-')}" for k in sorted(sizes))
         parser.error(f"{flags}: the sizes come from the --pretrained checkpoint; leave them out")
-    if args.sequence_length < 1 or args.steps < 1:
-        parser.error("--sequence-length and --steps: expected positive integers")
-    if args.lora < 0:
-        parser.error(f"--lora {args.lora}: expected a rank >= 1, or 0 for full fine-tuning")
     return args
 
 

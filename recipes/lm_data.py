@@ -25,11 +25,13 @@ def split_ids(ids, source, train_fraction, sequence_length, unit="tokens", hint=
 def add_language_model_flags(parser, defaults, sample_unit):
     """The language-model recipes' --steps-per-epoch, --eval-batches and
     --sample-length (in `sample_unit`s: characters, tokens)."""
-    parser.add_argument("--steps-per-epoch", type=int, default=defaults["steps_per_epoch"],
+    from recipes.flags import COUNT, POSITIVE_INT
+
+    parser.add_argument("--steps-per-epoch", type=POSITIVE_INT, default=defaults["steps_per_epoch"],
                         help="steps between two validation points (one row of history.csv)")
-    parser.add_argument("--eval-batches", type=int, default=defaults["eval_batches"],
+    parser.add_argument("--eval-batches", type=POSITIVE_INT, default=defaults["eval_batches"],
                         help="fixed random validation batches of the final val_loss")
-    parser.add_argument("--sample-length", type=int, default=defaults["sample_length"],
+    parser.add_argument("--sample-length", type=COUNT, default=defaults["sample_length"],
                         help=f"{sample_unit} of the sample printed at the end (0: none)")
 
 

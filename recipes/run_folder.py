@@ -177,14 +177,15 @@ def callbacks(folder, monitor="val_loss", mode="min", save_best=True):
 
 
 def read_history(path):
-    """history.csv as {column: [floats]}, or {} when it is missing or empty."""
+    """history.csv as {column: [floats]}, or {} when it is missing or empty;
+    a value missing from an epoch (empty, or Keras CSVLogger's "NA") is NaN."""
     path = Path(path)
     if not path.is_file():
         return {}
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     columns = list(rows[0]) if rows else []
-    return {k: [float(r[k]) if r[k] not in ("", None) else float("nan") for r in rows] for k in columns}
+    return {k: [float(r[k]) if r[k] not in ("", None, "NA") else float("nan") for r in rows] for k in columns}
 
 
 def final_line(name, value):

@@ -72,33 +72,33 @@ TOKENIZER = "tokenizer.json"
 
 def make_parser():
     """The recipe's flags (`zoo train translate -h`)."""
-    from recipes.flags import recipe_parser
+    from recipes.flags import COUNT, NON_NEGATIVE, POSITIVE, POSITIVE_INT, RATE, Number, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train translate")
-    parser.add_argument("--time-budget", type=float, default=DEFAULTS["time_budget"],
+    parser.add_argument("--time-budget", type=POSITIVE, default=DEFAULTS["time_budget"],
                         help="also stop before an epoch that would end past this many minutes of training")
-    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"],
+    parser.add_argument("--warmup-steps", type=COUNT, default=DEFAULTS["warmup_steps"],
                         help="steps of the schedule's linear warm-up")
     parser.add_argument("--schedule", choices=("inverse_sqrt", "cosine"), default=DEFAULTS["schedule"],
                         help="after the warm-up: the paper's decay as step^-0.5 (eq. 3), or a cosine decay "
                              "that reaches zero at the last step of --epochs")
-    parser.add_argument("--label-smoothing", type=float, default=DEFAULTS["label_smoothing"],
+    parser.add_argument("--label-smoothing", type=RATE, default=DEFAULTS["label_smoothing"],
                         help="label smoothing of the loss")
-    parser.add_argument("--vocabulary-size", type=int, default=DEFAULTS["vocabulary_size"],
+    parser.add_argument("--vocabulary-size", type=POSITIVE_INT, default=DEFAULTS["vocabulary_size"],
                         help="subword pieces of the shared vocabulary")
     parser.add_argument("--subword", choices=("unigram", "bpe"), default=DEFAULTS["subword"],
                         help="the vocabulary's pieces: a unigram model's or byte-pair merges")
-    parser.add_argument("--ema-momentum", type=float, default=DEFAULTS["ema_momentum"],
+    parser.add_argument("--ema-momentum", type=RATE, default=DEFAULTS["ema_momentum"],
                         help="keep and save a moving average of the weights with this momentum per step (0: none)")
-    parser.add_argument("--ema-warmup", type=float, default=DEFAULTS["ema_warmup"],
+    parser.add_argument("--ema-warmup", type=NON_NEGATIVE, default=DEFAULTS["ema_warmup"],
                         help="the average's momentum warms up as min(ema_momentum, 1 - (t + 1) ** -P) (0: constant)")
-    parser.add_argument("--max-length", type=int, default=DEFAULTS["max_length"],
+    parser.add_argument("--max-length", type=POSITIVE_INT, default=DEFAULTS["max_length"],
                         help="longest source or target in tokens (longer ones are cut)")
-    parser.add_argument("--beam-size", type=int, default=DEFAULTS["beam_size"], help="beams (1: greedy)")
-    parser.add_argument("--length-penalty", type=float, default=DEFAULTS["length_penalty"],
+    parser.add_argument("--beam-size", type=POSITIVE_INT, default=DEFAULTS["beam_size"], help="beams (1: greedy)")
+    parser.add_argument("--length-penalty", type=Number(float), default=DEFAULTS["length_penalty"],
                         help="beam score: log_prob / length ** length_penalty")
-    parser.add_argument("--num-samples", type=int, default=DEFAULTS["num_samples"], help="translations printed")
-    parser.add_argument("--max-val-sentences", type=int, default=None, help="translate only the first N for BLEU")
+    parser.add_argument("--num-samples", type=COUNT, default=DEFAULTS["num_samples"], help="translations printed")
+    parser.add_argument("--max-val-sentences", type=POSITIVE_INT, default=None, help="translate only the first N for BLEU")
     parser.add_argument("--source-lang", default=DEFAULTS["source_lang"], help="source file suffix")
     parser.add_argument("--target-lang", default=DEFAULTS["target_lang"], help="target file suffix")
     return parser
@@ -107,17 +107,11 @@ def make_parser():
 def parse(argv):
     """The flags, checked; the BLEU score's package there, before any
     training."""
-    from recipes.flags import check_preset, require
+    from recipes.flags import check_preset, require, size_overrides
 
     parser = make_parser()
     args = parser.parse_args(argv)
-    check_preset(parser, args.preset, "transformer")
-    if not 0.0 <= args.ema_momentum < 1.0:
-        parser.error(f"--ema-momentum {args.ema_momentum}: expected a number in [0, 1)")
-    if args.ema_warmup < 0:
-        parser.error(f"--ema-warmup {args.ema_warmup}: expected a power >= 0 (0: constant momentum)")
-    if args.time_budget is not None and not args.time_budget > 0:
-        parser.error(f"--time-budget {args.time_budget}: expected a positive number of minutes")
+    check_preset(parser, args.preset, "transformer", sizes=size_overrides(args))
     require("sacrebleu", "the translate recipe's BLEU score")
     return args
 

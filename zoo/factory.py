@@ -17,13 +17,24 @@ def list_presets(family=None):
     return [name for name, p in PRESETS.items() if family is None or p["family"] == family]
 
 
-def preset_info(name):
+def preset_info(name, **overrides):
     """A preset's family, description and constructor arguments, without
     building it: `{"name", "family", "description", "config"}` (a copy).
-    An unknown name raises `ValueError` with the closest names."""
+    An unknown name raises `ValueError` with the closest names.
+
+    `overrides` (fields of the family's config: `num_heads=6`, ...) are
+    applied and checked as `zoo.build` checks them, in a moment whatever
+    the model's size: an unknown field, a size that is not a positive
+    integer, a dropout rate outside [0, 1) or sizes that do not fit
+    together (heads that do not divide the width) raise a `ValueError`
+    that names them.
+    """
     preset = _preset(name)
+    config = preset["config"]
+    if overrides:
+        config = FAMILIES[preset["family"]].presets[name].config.replace(**overrides).arguments()
     return {"name": name, "family": preset["family"], "description": preset["description"],
-            "config": dict(preset["config"])}
+            "config": dict(config)}
 
 
 def _preset(name):

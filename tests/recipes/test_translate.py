@@ -92,7 +92,7 @@ def test_a_time_budget_stops_at_an_epoch_end_and_says_so(data, tmp_path, capsys)
 def test_a_negative_ema_warmup_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit):
         translate.parse(["--ema-warmup", "-1"])
-    assert "--ema-warmup -1.0: expected a power >= 0" in capsys.readouterr().err
+    assert "argument --ema-warmup: -1: expected a number >= 0" in capsys.readouterr().err
     assert translate.parse(["--ema-warmup", "0.75"]).ema_warmup == 0.75
 
 

@@ -15,6 +15,7 @@ overrides and the checkpoint config maps read the same fields.
 """
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -26,13 +27,17 @@ class ModelConfig:
     """Base of the families' configs.
 
     Subclasses are frozen dataclasses. `positive` names the fields that
-    must be positive integers (checked when the config is made), and
-    `resolve()` returns the values that stand for a None (`intermediate_dim`
-    None is 4 * d, ...), so that the config always holds what was built,
-    and `check()` refuses values that do not fit together.
+    must be positive integers and `rates` those that must be in [0, 1)
+    (both checked when the config is made), and `resolve()` returns the
+    values that stand for a None (`intermediate_dim` None is 4 * d, ...),
+    so that the config always holds what was built, and `check()` refuses
+    values that do not fit together: by default a width `hidden_dim` that
+    the `num_heads` heads do not divide (where a family has `head_dim`, a
+    given one sets the heads' width instead).
     """
 
     positive: ClassVar[tuple] = ()
+    rates: ClassVar[tuple] = ("dropout",)
     former_names: ClassVar[dict] = {}  # {former field name: current}, accepted with a warning for one release
 
     def __post_init__(self):
@@ -44,6 +49,10 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
+        for name in self.rates:
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0 <= value < 1:
+                raise ValueError(f"`{name}` must be a rate in [0, 1); got {value!r}.")
         self.check()
 
     def resolve(self):
@@ -52,8 +61,13 @@ class ModelConfig:
         return {}
 
     def check(self):
-        """Raises ValueError for values that do not fit together; nothing by default."""
-        return None
+        """Raises ValueError for values that do not fit together."""
+        if getattr(self, "head_dim", None) is None and self.hidden_dim % self.num_heads:
+            alternative = ", or pass `head_dim`" if "head_dim" in self.argument_names() else ""
+            raise ValueError(
+                f"hidden_dim={self.hidden_dim} must be divisible by num_heads={self.num_heads} "
+                f"(each head is hidden_dim / num_heads wide){alternative}."
+            )
 
     @classmethod
     def argument_names(cls):

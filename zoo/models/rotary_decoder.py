@@ -63,15 +63,18 @@ class RotaryDecoderConfig(ModelConfig):
     def resolve(self):
         return {"num_key_value_heads": self.num_key_value_heads or self.num_heads}
 
+    def check(self):
+        super().check()
+        if self.num_heads % self.num_key_value_heads:
+            raise ValueError(f"num_key_value_heads={self.num_key_value_heads} must divide num_heads={self.num_heads} "
+                             "(each key/value head serves the same number of query heads).")
+        head_dim = self.head_dim or self.hidden_dim // self.num_heads
+        if head_dim % 2:
+            raise ValueError(f"The head width {head_dim} must be even: rotary positions turn pairs of its dimensions.")
+
     def attention_options(self, i):
         """Layer i's self-attention flags beyond g and k (`MultiHeadAttention`'s arguments)."""
         return {"rope_theta": self.rope_theta}
-
-    def check(self):
-        if self.head_dim is None and self.hidden_dim % self.num_heads:
-            raise ValueError(
-                f"hidden_dim={self.hidden_dim} must be divisible by num_heads={self.num_heads}, or pass `head_dim`."
-            )
 
 
 class RotaryDecoder(DecoderStack, ZooModel):

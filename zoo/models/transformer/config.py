@@ -67,6 +67,7 @@ class EncoderDecoderConfig(ModelConfig):
         }
 
     def check(self):
+        super().check()
         if self.share_embeddings and self.source_vocabulary_size != self.vocabulary_size:
             raise ValueError(
                 "`share_embeddings=True` needs one vocabulary: got source_vocabulary_size="
