@@ -83,7 +83,8 @@ def parser():
     sample.add_argument("--max-length", type=POSITIVE_INT, default=500,
                         help="tokens (gpt_char: characters) of prompt plus continuation; past the context a sliding window")
     sample.add_argument("--temperature", type=POSITIVE, default=0.8, help="divides the logits (> 0)")
-    sample.add_argument("--top-p", type=Number(float, above=0, maximum=1), default=None, help="nucleus sampling: the smallest set of mass P")
+    sample.add_argument("--top-p", type=Number(float, above=0, maximum=1), default=None,
+                        help="nucleus sampling: the smallest set of mass P")
     sample.add_argument("--top-k", type=POSITIVE_INT, default=None, help="sample from the K most likely tokens")
     sample.add_argument("--seed", type=int, default=None, help="random seed, for a reproducible sample")
     _add_quantize(sample)

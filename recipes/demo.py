@@ -44,8 +44,10 @@ def make_parser():
     from recipes.flags import COUNT, POSITIVE_INT, Number, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train demo")
-    parser.add_argument("--num-pairs", type=POSITIVE_INT, default=DEFAULTS["num_pairs"], help="sentence pairs generated")
-    parser.add_argument("--held-out-fraction", type=Number(float, above=0, below=1), default=DEFAULTS["held_out_fraction"],
+    parser.add_argument("--num-pairs", type=POSITIVE_INT, default=DEFAULTS["num_pairs"],
+                        help="sentence pairs generated")
+    parser.add_argument("--held-out-fraction", type=Number(float, above=0, below=1),
+                        default=DEFAULTS["held_out_fraction"],
                         help="share of the sentences kept out of training")
     parser.add_argument("--sequence-length", type=POSITIVE_INT, default=DEFAULTS["sequence_length"],
                         help="longest sentence in words, with [START] / [END]")

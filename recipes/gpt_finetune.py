@@ -137,9 +137,11 @@ def make_parser():
                         "model.safetensors) or a handle (hf://ORG/NAME[@REVISION])")
     parser.add_argument("--lora", type=COUNT, default=DEFAULTS["lora"], metavar="RANK",
                         help="train LoRA adapters of this rank on every projection only (0: every weight)")
-    parser.add_argument("--sequence-length", type=POSITIVE_INT, default=DEFAULTS["sequence_length"], help="tokens per window")
+    parser.add_argument("--sequence-length", type=POSITIVE_INT, default=DEFAULTS["sequence_length"],
+                        help="tokens per window")
     parser.add_argument("--warmup-steps", type=COUNT, default=DEFAULTS["warmup_steps"], help="linear warm-up steps")
-    parser.add_argument("--weight-decay", type=NON_NEGATIVE, default=DEFAULTS["weight_decay"], help="AdamW, matrices only")
+    parser.add_argument("--weight-decay", type=NON_NEGATIVE, default=DEFAULTS["weight_decay"],
+                        help="AdamW, matrices only")
     add_language_model_flags(parser, DEFAULTS, "new tokens")
     parser.add_argument("--prompt", default=DEFAULTS["prompt"], help="the text the sample continues")
     return parser

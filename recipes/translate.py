@@ -98,7 +98,8 @@ def make_parser():
     parser.add_argument("--length-penalty", type=Number(float), default=DEFAULTS["length_penalty"],
                         help="beam score: log_prob / length ** length_penalty")
     parser.add_argument("--num-samples", type=COUNT, default=DEFAULTS["num_samples"], help="translations printed")
-    parser.add_argument("--max-val-sentences", type=POSITIVE_INT, default=None, help="translate only the first N for BLEU")
+    parser.add_argument("--max-val-sentences", type=POSITIVE_INT, default=None,
+                        help="translate only the first N for BLEU")
     parser.add_argument("--source-lang", default=DEFAULTS["source_lang"], help="source file suffix")
     parser.add_argument("--target-lang", default=DEFAULTS["target_lang"], help="target file suffix")
     return parser

@@ -65,7 +65,8 @@ def test_an_override_of_a_preset_changes_what_follows_from_it():
     [
         (dict(NANO, num_layers=0), r"`num_layers` must be a positive integer; got 0"),
         (dict(NANO, hidden_dim=18),
-         r"hidden_dim=18 must be divisible by num_heads=4 \(each head is hidden_dim / num_heads wide\), or pass `head_dim`"),
+         r"hidden_dim=18 must be divisible by num_heads=4 \(each head is hidden_dim / num_heads wide\), "
+         r"or pass `head_dim`"),
         ({k: v for k, v in NANO.items() if k != "hidden_dim"}, r"LlamaConfig needs 'hidden_dim'"),
     ],
 )

@@ -51,7 +51,8 @@ def test_every_numeric_flag_of_every_recipe_checks_its_range():
     checked = 0
     for name, parser in recipe_parsers().items():
         for action in parser._actions:
-            assert action.type not in (int, float), f"zoo train {name} {action.option_strings[0]}: unchecked {action.type}"
+            flag = action.option_strings[0]
+            assert action.type not in (int, float), f"zoo train {name} {flag}: unchecked {action.type.__name__}"
             checked += isinstance(action.type, Number)
             if isinstance(action.type, Number) and action.default is not None:  # every default passes its own check
                 assert action.type.within(action.default), (name, action.dest, action.default)
@@ -82,7 +83,8 @@ def test_every_numeric_flag_of_every_recipe_checks_its_range():
         ("translate", ["--time-budget", "0"], "argument --time-budget: 0: expected a number > 0"),
         ("translate", ["--num-heads", "3"], "--intermediate-dim 512 --num-heads 3 on transformer-small: "
                                             "hidden_dim=256 must be divisible by num_heads=3"),
-        ("bert_pretrain", ["--warmup-fraction", "1.5"], "argument --warmup-fraction: 1.5: expected a number in [0, 1]"),
+        ("bert_pretrain", ["--warmup-fraction", "1.5"],
+         "argument --warmup-fraction: 1.5: expected a number in [0, 1]"),
         ("bert_pretrain", ["--hidden-dim", "30"], "hidden_dim=30 must be divisible by num_heads=4"),
         ("bert_classify", ["--classifier-dropout", "-0.1"],
          "argument --classifier-dropout: -0.1: expected a number in [0, 1)"),
