@@ -30,8 +30,8 @@ browser:
 # The quick suite: the layer, generation, training-mode, Llama-family, Gemma,
 # fine-tuning (LoRA reload), loss-precision and error-message tests and the
 # export from JAX on the JAX backend, then everything but the end-to-end runs
-# on TensorFlow, each recipe's smallest command run twice (equal weights)
-# included. Offline. Two pytest workers (pytest-xdist; a test file stays on
+# on TensorFlow, gpt_char's and bert_classify's smallest commands run twice
+# (equal weights) included. Offline. Two pytest workers (pytest-xdist; a test file stays on
 # one worker, so its module fixtures are built once): most tests keep one core
 # busy with Python, so two of them use both cores of a small machine;
 # WORKERS=N for a larger one.

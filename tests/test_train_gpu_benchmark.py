@@ -45,6 +45,7 @@ def test_a_bad_row_is_refused_in_one_line(impl, expected, capsys):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="the lever rows run on JAX (pip install jax)")
+@pytest.mark.integration
 def test_tiny_lever_rows_train_and_split_their_kernels():
     """The rows run on JAX whatever the suite's backend (`--backend jax`)."""
     done = subprocess.run(

@@ -98,9 +98,11 @@ def describe(name, **overrides):
 
     FLOPs per token follow Kaplan et al. (2020) / nanoGPT: 6 x non-embedding
     parameters plus the attention term 12 x layers x context x width.
+    The count is read off the weights' shapes; no weight is allocated, so a
+    billion-parameter preset is described in about a second.
     """
     preset = _preset(name)
-    model = build(name, **overrides)
+    model = _shapes_only(name, **overrides)
     config = {**preset["config"], **overrides}
     params = model.count_params()
     embedding = sum(
@@ -119,6 +121,22 @@ def describe(name, **overrides):
         "non_embedding_parameters": non_embedding,
         "training_flops_per_token": flops,
     }
+
+
+def _shapes_only(name, **overrides):
+    """The model of `build(name, **overrides)` with its weights' shapes and
+    no values: in a Keras stateless scope the variables defer their
+    initializers, which are then dropped. Counting a billion parameters
+    takes a second, not a minute and the memory; the model cannot run."""
+    import keras
+    from keras.src.backend.common import global_state
+
+    pending = list(global_state.get_global_attribute("uninitialized_variables", []) or [])
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            return build(name, **overrides)
+    finally:
+        global_state.set_global_attribute("uninitialized_variables", pending)
 
 
 def plot(model_or_name, path, **kwargs):

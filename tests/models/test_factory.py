@@ -16,8 +16,7 @@ PUBLISHED = {
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_parameter_counts_match_the_published_checkpoints(name):
-    model = zoo.build(name)  # built to count, never run
-    assert model.count_params() == PUBLISHED[name]
+    assert zoo.describe(name)["parameters"] == PUBLISHED[name]
 
 
 def encoder_decoder_parameters(vocabulary_size, layers, d, d_ff):
@@ -68,6 +67,25 @@ def test_every_preset_is_listed_and_described():
     assert info["parameters"] == embeddings + layers * block + 2 * d == 21_376
     assert info["non_embedding_parameters"] == layers * block + 2 * d
     assert info["training_flops_per_token"] == 6 * (layers * block + 2 * d) + 12 * layers * context * d
+
+
+def test_describe_counts_the_weights_of_the_built_model_and_leaves_no_variable_behind():
+    """describe builds the shapes without values: the count of `zoo.build`'s
+    model, for every family; a model built and trained afterwards
+    initializes only its own variables."""
+    import keras
+    import numpy as np
+    from keras.src.backend.common import global_state
+
+    for name, overrides in [("gpt-nano", {}), ("llama-nano", {"num_key_value_heads": 1}), ("gemma3-nano", {}),
+                            ("bert-tiny", {}), ("transformer-tiny", {})]:
+        assert zoo.describe(name, **overrides)["parameters"] == zoo.build(name, **overrides).count_params(), name
+        assert not global_state.get_global_attribute("uninitialized_variables")
+    lm = zoo.build("gpt-nano", task="causal_lm", dropout=0.0)
+    x = np.random.default_rng(0).integers(1, 100, size=(4, 9))
+    lm.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    losses = [lm.train_on_batch({"token_ids": x[:, :-1]}, x[:, 1:]) for _ in range(3)]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
 
 
 def test_tasks_are_chosen_by_argument():

@@ -67,6 +67,7 @@ def test_pretraining_writes_the_backbone_and_prints_val_loss_last(pretrained, ca
     assert config["hidden_dim"] == 32 and config["max_sequence_length"] == 16
 
 
+@pytest.mark.integration
 def test_pretraining_again_trains_the_same_weights(sst2, pretrained, tmp_path):
     run_printing(bert_pretrain.main, ["--data", str(sst2), "--output", str(tmp_path / "again"), *PRETRAIN])
     assert_equal_weights(pretrained[0], tmp_path / "again")

@@ -26,6 +26,7 @@ def test_smoke_run_translates_unseen_sentences_and_prints_val_accuracy_last(fini
     assert (output / "logs").is_dir() and not (output / "backup").exists()
 
 
+@pytest.mark.integration
 def test_the_same_command_trains_the_same_weights(finished_run, tmp_path):
     run_printing(demo.main, ["--output", str(tmp_path / "again"), *FAST])
     assert_equal_weights(finished_run[0], tmp_path / "again")

@@ -29,6 +29,7 @@ def finetuned(tmp_path_factory):
     return checkpoint, output, val_loss
 
 
+@pytest.mark.integration
 def test_gpt_finetune_again_trains_the_same_weights(finetuned, tmp_path):
     checkpoint, output, _ = finetuned
     run_printing(gpt_finetune.main, ["--pretrained", str(checkpoint), "--data", str(output.parent / "text.txt"),

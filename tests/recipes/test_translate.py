@@ -72,6 +72,7 @@ def test_smoke_run_writes_everything_and_prints_val_bleu_last(data, finished_run
         translate.main(["--data", str(data), "--output", str(output), *FAST])
 
 
+@pytest.mark.integration
 def test_the_same_command_trains_the_same_weights(data, finished_run, tmp_path):
     run_printing(translate.main, ["--data", str(data), "--output", str(tmp_path / "again"), *FAST])
     assert_equal_weights(finished_run[0], tmp_path / "again")
