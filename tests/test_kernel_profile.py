@@ -65,6 +65,7 @@ def test_each_kernel_is_named_by_its_scope(tmp_path):
     assert line.startswith("2 kernels per step, 5.00 ms of kernel time per step; optimizer 3.00 ms")
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="the profile reads a jax.profiler trace")
 def test_generate_profiles_the_decoding_loop_per_new_token():
     done = subprocess.run(
