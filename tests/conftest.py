@@ -34,6 +34,8 @@ def pytest_configure(config):
     import keras
 
     use_full_float32_matmuls(keras.backend.backend())
+    if keras.backend.backend() == "jax":
+        share_jax_compilations()
 
 
 def _selects_slow_tests(expression):
@@ -73,6 +75,25 @@ def use_full_float32_matmuls(backend):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
+
+
+def share_jax_compilations():
+    """Compile each XLA program once per test process, for the tests only.
+
+    Most tests build a small model of the same few shapes (gpt-nano,
+    llama-nano, transformer-tiny) and generate with it; JAX traces the
+    weights as arguments, so every such model lowers to the same program,
+    and JAX's compilation cache, keyed by that program, serves the second
+    model's compilation from the first one's. The cache is a folder of this
+    process's own (two processes writing one folder could read each other's
+    half-written entries), under its ZOO_HOME, removed when it exits; the
+    processes that tests start compile for themselves.
+    """
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.path.join(os.environ["ZOO_HOME"], "jax-compilations"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def pytest_runtest_logreport(report):

@@ -17,7 +17,8 @@ the rendered page, that names what to lay out first:
 - `server`: `zoo serve runs/gpt_char` on 127.0.0.1:8000, as the block's
   reader would have started it (skipped where that port is taken);
 - `integration`: the block is an end-to-end run (the exports for
-  runtimes), so it runs with `make test-integration`, not `make test`.
+  runtimes) or builds full-size models (the presets of the README), so it
+  runs with `make test-integration`, not `make test`.
 """
 
 import re

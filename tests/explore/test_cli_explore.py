@@ -32,6 +32,7 @@ def run_folder(tmp_path_factory, models):
     return folder
 
 
+@pytest.mark.integration  # the command in a process of its own, stopped by Ctrl-C
 def test_explore_prints_its_url_serves_the_page_and_stops_on_ctrl_c(run_folder):
     command = [sys.executable, "-m", "recipes.cli", "explore", str(run_folder), "--port", "0"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -109,7 +109,7 @@ def test_a_streamed_translation_is_zoo_translate_with_one_beam():
     keras.utils.set_random_seed(2)
     tokenizer = WordTokenizer.from_texts(["a dog runs in the park", "ein hund läuft im park", "two men"])
     model = zoo.build("transformer-tiny", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
-    for sentence in ["ein hund läuft", "zwei männer im park"]:
+    for sentence in ["ein hund läuft", "zwei männer im"]:  # one length: one compiled program
         expected = zoo.translate(model, [sentence], num_beams=1)[0]
         assert "".join(zoo.stream(model, sentence)) == expected
     sampled = "".join(zoo.stream(model, "ein hund", sampler="top_k", k=3, seed=1, max_new_tokens=6))

@@ -137,6 +137,24 @@ class ZooModel(keras.Model):
                 + "."
             )
 
+    def fit(self, *args, **kwargs):
+        self._build_optimizer()
+        return super().fit(*args, **kwargs)
+
+    def _build_optimizer(self):
+        """The optimizer's variables, made for the trainable variables before
+        `fit` traces its first step, as Keras does on JAX and under a
+        TensorFlow distribution strategy. On TensorFlow without one, Keras
+        leaves them to the first step, and a `tf.function` that creates
+        variables while it traces is traced twice: building them first
+        saves that second trace (a first `fit` of transformer-tiny on a
+        2-core CPU: 5 s instead of 13 s; with `metrics=["accuracy"]`, whose
+        variables Keras still makes in the trace, 10 s instead of 12 s)."""
+        if keras.config.backend() != "tensorflow" or not self.built or self.optimizer is None or self.optimizer.built:
+            return
+        with self.distribute_strategy.scope():
+            self.optimizer.build(self.trainable_variables)
+
     def predict(self, x, *args, **kwargs):
         self._check_arrays(x)
         return super().predict(x, *args, **kwargs)
