@@ -147,9 +147,9 @@ class ZooModel(keras.Model):
         TensorFlow distribution strategy. On TensorFlow without one, Keras
         leaves them to the first step, and a `tf.function` that creates
         variables while it traces is traced twice: building them first
-        saves that second trace (a first `fit` of transformer-tiny on a
-        2-core CPU: 5 s instead of 13 s; with `metrics=["accuracy"]`, whose
-        variables Keras still makes in the trace, 10 s instead of 12 s)."""
+        saves that second trace, about half of a small model's first `fit`
+        (`benchmarks/first_fit.py`; with compiled metrics, whose variables
+        Keras still makes in the trace, about a fifth)."""
         if keras.config.backend() != "tensorflow" or not self.built or self.optimizer is None or self.optimizer.built:
             return
         with self.distribute_strategy.scope():
