@@ -77,5 +77,17 @@ mutate: $(STAMP)
 demo: $(STAMP)
 	KERAS_BACKEND=tensorflow $(PY) -m recipes.demo
 
+# The CPU benchmarks behind docs/results.md's tables, each with the page's
+# command, one after the other (timings want the cores to themselves). The
+# GPU's are benchmarks/gpu/gpu_check.sh. On request.
+bench: $(STAMP)
+	KERAS_BACKEND=tensorflow $(PY) benchmarks/training/train_throughput.py --steps 200
+	KERAS_BACKEND=tensorflow $(PY) benchmarks/training/first_fit.py --repeats 3
+	KERAS_BACKEND=tensorflow $(PY) benchmarks/generation/generate.py
+	KERAS_BACKEND=tensorflow $(PY) benchmarks/deployment/serve.py
+	KERAS_BACKEND=tensorflow $(PY) benchmarks/deployment/export.py
+	KERAS_BACKEND=tensorflow $(PY) benchmarks/deployment/quantize.py
+	KERAS_BACKEND=tensorflow $(PY) benchmarks/complexity/complexity.py
+
 clean:
 	rm -rf $(VENV) $(TORCH_VENV) build *.egg-info

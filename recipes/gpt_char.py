@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from recipes.errors import run_recipe
-from recipes.lm_data import (  # noqa: F401 (train_dataset: also benchmarks/train_throughput.py)
+from recipes.lm_data import (  # noqa: F401 (train_dataset: also benchmarks/training/train_throughput.py)
     add_language_model_flags,
     eval_inputs,
     fit_steps,

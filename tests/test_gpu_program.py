@@ -1,4 +1,4 @@
-"""benchmarks/gpu_program.py: reading XLA's optimised programs (kernels,
+"""benchmarks/gpu/gpu_program.py: reading XLA's optimised programs (kernels,
 loops, bytes written), capturing the first jitted call, and, where JAX's
 CUDA plugin is installed, compiling the zoo's and keras-hub's generation
 for an H100 without one."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu"
 sys.path.insert(0, str(BENCHMARKS))
 
 import gpu_program  # noqa: E402

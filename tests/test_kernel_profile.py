@@ -1,4 +1,4 @@
-"""benchmarks/kernel_profile.py: each kernel of a trace is named by the JAX
+"""benchmarks/gpu/kernel_profile.py: each kernel of a trace is named by the JAX
 scope of the instruction it runs (its own metadata, its fused computation's
 or its operand's), and generate.py's profile splits the decoding loop from
 the prompt, on a CPU too."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu"
 
 PROGRAM = """HloModule jit_train_step, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
 
@@ -69,10 +69,10 @@ def test_each_kernel_is_named_by_its_scope(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="the profile reads a jax.profiler trace")
 def test_generate_profiles_the_decoding_loop_per_new_token():
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "generate.py"), "--settings", "24x1", "--no-growth", "--no-uncached",
+        [sys.executable, str(BENCHMARKS.parent / "generation" / "generate.py"), "--settings", "24x1", "--no-growth", "--no-uncached",
          "--repeats", "1", "--layers", "1", "--width", "32", "--heads", "2", "--profile", "--stored-kernels"],
         capture_output=True, text=True, timeout=600,
-        env={**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(BENCHMARKS.parent)},
+        env={**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(BENCHMARKS.parents[1])},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     loops = [line for line in done.stdout.splitlines() if "the loop launches" in line]

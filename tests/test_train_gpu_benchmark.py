@@ -1,4 +1,4 @@
-"""benchmarks/train_gpu.py: its rows and levers are parsed as documented,
+"""benchmarks/gpu/train_gpu.py: its rows and levers are parsed as documented,
 a tiny run of lever rows trains and profiles (on a CPU too), and the flat
 AdamW lever takes the steps of Keras' AdamW and of a float64 reference."""
 
@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu"
 SCRIPT = BENCHMARKS / "train_gpu.py"
 
 

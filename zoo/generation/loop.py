@@ -358,7 +358,7 @@ class KernelLayout:
     and the MLP's second product) XLA writes the whole elementwise product
     to memory and sums it in a second kernel (9.4 MB per layer and token
     for GPT-2 small's MLP); over (out, in) the sum runs along rows, one
-    kernel that writes only its output (`benchmarks/gpu_program.py` counts
+    kernel that writes only its output (`benchmarks/gpu/gpu_program.py` counts
     both). The
     transposition is behind an optimization barrier: without one XLA folds
     the two transpositions into one layout and the loop reads (in, out)

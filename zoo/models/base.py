@@ -148,7 +148,7 @@ class ZooModel(keras.Model):
         leaves them to the first step, and a `tf.function` that creates
         variables while it traces is traced twice: building them first
         saves that second trace, about half of a small model's first `fit`
-        (`benchmarks/first_fit.py`; with compiled metrics, whose variables
+        (`benchmarks/training/first_fit.py`; with compiled metrics, whose variables
         Keras still makes in the trace, about a fifth)."""
         if keras.config.backend() != "tensorflow" or not self.built or self.optimizer is None or self.optimizer.built:
             return

@@ -1,7 +1,7 @@
 """nanoGPT's CPU "baby GPT" in PyTorch, the reference for `recipes.gpt_char`.
 
     pip install torch==2.13.0     # not a zoo dependency; any recent CPU build
-    python benchmarks/nanogpt_reference.py --seeds 1337 1 2 3 4
+    python benchmarks/training/nanogpt_reference.py --seeds 1337 1 2 3 4
 
 A re-typing of nanoGPT's `model.py` and `train.py` at the settings of its
 README's CPU example (`config/train_shakespeare_char.py --device=cpu
@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 DEFAULT_DATA = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "tinyshakespeare", "input.txt"
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "data", "tinyshakespeare", "input.txt"
 )
 BATCH, BLOCK, LAYERS, HEADS, WIDTH = 12, 64, 4, 4, 128
 STEPS, WARMUP, LR, MIN_LR = 2000, 100, 1e-3, 1e-4

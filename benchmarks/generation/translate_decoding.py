@@ -1,7 +1,7 @@
 """Which beam search translates best: a translate run's saved model decoded
 on the validation split with each beam size and length penalty.
 
-    python benchmarks/translate_decoding.py runs/translate --beams 1,4,6,8 --length-penalties 0.6,1.0
+    python benchmarks/generation/translate_decoding.py runs/translate --beams 1,4,6,8 --length-penalties 0.6,1.0
 
 Reads `RUN/model.keras` (the model the recipe scored) and the run's own
 data, and prints, per pair, the cased BLEU (sacrebleu's default, the
@@ -16,7 +16,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import argparse  # noqa: E402
 import time  # noqa: E402

@@ -47,15 +47,15 @@ TensorFlow's default CPU allocator (it keeps no statistics). Three numbers:
     process and is reused.)
 
 Usage (from the repository root):
-    KERAS_BACKEND=tensorflow python benchmarks/complexity.py            # full, ~3-7 min on 2 cores
-    KERAS_BACKEND=tensorflow python benchmarks/complexity.py --quick    # smoke run, tiny sizes
+    KERAS_BACKEND=tensorflow python benchmarks/complexity/complexity.py            # full, ~3-7 min on 2 cores
+    KERAS_BACKEND=tensorflow python benchmarks/complexity/complexity.py --quick    # smoke run, tiny sizes
     ... --out DIR      write complexity.{csv,png,txt} to DIR
     ... --replot       re-analyse/re-plot DIR/complexity.csv without measuring
 
-This file is the command line; beside it, complexity_measure.py counts and
-times (and runs the memory workers), complexity_table.py fits the slopes
-and writes the table, the report and the CSV, complexity_plot.py draws the
-figure.
+This file is the command line; beside it, measure.py counts and times
+(and runs the memory workers), and report.py fits the slopes and writes
+the table, the report, the CSV and the figure. README.md beside them
+reads the results.
 """
 
 import argparse
@@ -68,12 +68,13 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for path in (ROOT, HERE):  # zoo, and the complexity_* modules beside this file
+BENCHMARKS = os.path.dirname(HERE)
+ROOT = os.path.dirname(BENCHMARKS)
+for path in (ROOT, HERE):  # zoo, and the modules beside this file
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from complexity_measure import (  # noqa: E402
+from measure import (  # noqa: E402
     HEADS,
     KERNEL,
     LAYERS,
@@ -83,8 +84,7 @@ from complexity_measure import (  # noqa: E402
     rss_worker,
     run_benchmark,
 )
-from complexity_plot import plot  # noqa: E402
-from complexity_table import analyse, read_csv, report, write_csv  # noqa: E402
+from report import analyse, plot, read_csv, report, write_csv  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -128,7 +128,7 @@ def parse_args(argv=None):
         args.modes = args.modes or "graph,xla"
         args.rss = args.rss is None or args.rss
     if args.out is None:
-        args.out = os.path.join(HERE, "results", "quick") if args.quick else os.path.join(HERE, "results")
+        args.out = os.path.join(BENCHMARKS, "results", "quick") if args.quick else os.path.join(BENCHMARKS, "results")
     args.modes = [m.strip() for m in args.modes.split(",")]
     for m in args.modes:
         if m not in ("graph", "xla"):

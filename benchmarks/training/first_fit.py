@@ -1,6 +1,6 @@
 """The first `fit` of a new model: the zoo's `fit` against `keras.Model.fit`.
 
-    python benchmarks/first_fit.py --repeats 3
+    python benchmarks/training/first_fit.py --repeats 3
 
 On TensorFlow without a distribution strategy, Keras makes the optimizer's
 variables inside the first trace of the training step, and a
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PRESETS = ("transformer-tiny", "gpt-nano", "bert-tiny")
 BATCH, STEPS, LENGTH, VOCABULARY = 16, 8, 24, 100
 

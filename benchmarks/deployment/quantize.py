@@ -2,9 +2,9 @@
 keras-hub's GPT2CausalLM quantized the same way, and the quality change of
 trained runs.
 
-    KERAS_BACKEND=tensorflow python benchmarks/quantize.py                       # gpt2-small size, random weights
-    python benchmarks/quantize.py --runs runs/gpt_char runs/translate runs/bert_classify   # and quality per mode
-    python benchmarks/quantize.py --quick --no-speed --runs runs/gpt_char         # a fast look
+    KERAS_BACKEND=tensorflow python benchmarks/deployment/quantize.py                       # gpt2-small size, random weights
+    python benchmarks/deployment/quantize.py --runs runs/gpt_char runs/translate runs/bert_classify   # and quality per mode
+    python benchmarks/deployment/quantize.py --quick --no-speed --runs runs/gpt_char         # a fast look
 
 Speed: a zoo GPT (`GPTCausalLM`) and keras-hub's `GPT2CausalLM`
 (`GPT2Backbone`, no download) of the same size with random weights (seed 0),
@@ -28,14 +28,15 @@ import warnings
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the recipes, for --runs
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the recipes, for --runs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "generation"))  # generate.py's measure
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from zoo import generate  # noqa: E402
 from zoo.models import QUANTIZATION_MODES, GPTBackbone, GPTCausalLM  # noqa: E402
-from generate import measure  # noqa: E402  (benchmarks/: the zoo and keras-hub calls alternating)
+from generate import measure  # noqa: E402  (the zoo and keras-hub calls alternating)
 
 # --- The configuration: gpt2-small's sizes --------------------------------------
 VOCABULARY, LAYERS, WIDTH, HEADS, CONTEXT = 50257, 12, 768, 12, 1024

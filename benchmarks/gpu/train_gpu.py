@@ -1,8 +1,8 @@
 """GPT-2 small training speed on one GPU: the zoo, keras-hub and nanoGPT.
 
-    python benchmarks/train_gpu.py                      # GPT-2 small, batch 16 x 1024, all three
-    python benchmarks/train_gpu.py --impl zoo,torch     # some of them
-    python benchmarks/train_gpu.py --layers 1 --seq 32 --batch 2 --steps 2 --warmup 1 \\
+    python benchmarks/gpu/train_gpu.py                      # GPT-2 small, batch 16 x 1024, all three
+    python benchmarks/gpu/train_gpu.py --impl zoo,torch     # some of them
+    python benchmarks/gpu/train_gpu.py --layers 1 --seq 32 --batch 2 --steps 2 --warmup 1 \\
         --width 64 --heads 2 --vocab 128                # a smoke run (a CPU will do)
 
 Every row trains the same model - GPT-2 small by default (12 layers, width
@@ -48,7 +48,7 @@ in the same run (`--impl torch,zoo,zoo+pad,zoo+nocudnn`):
   logits never exist whole, against the bf16 logits with the float32
   log-sum-exp of the other rows;
 - `flat`: the same AdamW as one elementwise pass over all the weights at once
-  (`benchmarks/flat_adamw.py`), as PyTorch's fused AdamW does it, in place of
+  (`benchmarks/gpu/flat_adamw.py`), as PyTorch's fused AdamW does it, in place of
   Keras' variable-by-variable update.
 
 `--profile` traces 3 more steps of each row after the timed ones and prints
@@ -56,7 +56,7 @@ the kernels per step, their time per step (against the step's: the rest is
 the device waiting), the 5 kernels that take the most time, and for the
 Keras rows on JAX the kernel time split into the forward pass, the backward
 pass and the optimizer, read from the scopes of XLA's optimised program
-(`benchmarks/kernel_profile.py`; `jax.profiler` for the Keras rows,
+(`benchmarks/gpu/kernel_profile.py`; `jax.profiler` for the Keras rows,
 `torch.profiler` for nanoGPT, whose optimizer kernels are told by name).
 
 Each runs in a fresh process of its own (`KERAS_BACKEND=jax` by default for
@@ -79,7 +79,7 @@ import numpy as np
 
 from kernel_profile import describe
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMPLS = ("zoo", "hub", "torch")
 TITLES = {"zoo": "zoo", "hub": "keras-hub", "torch": "nanoGPT (PyTorch)"}
 LEVERS = ("pad", "flash", "nocudnn", "cublas", "lhs", "gradonly", "noclip", "nodecay", "sgd", "flat", "chunked")

@@ -1,7 +1,7 @@
 """File sizes and the latency of one forward pass: Keras against each runtime.
 
-    KERAS_BACKEND=tensorflow python benchmarks/export.py          # the table
-    python benchmarks/export.py --models gpt --repeats 5          # a quick look
+    KERAS_BACKEND=tensorflow python benchmarks/deployment/export.py          # the table
+    python benchmarks/deployment/export.py --models gpt --repeats 5          # a quick look
 
 For each model (GPT: `gpt-baby` with GPT-2's 50,257-token vocabulary;
 BERT: the `bert-small` classifier; the encoder-decoder: `transformer-small`

@@ -1,4 +1,4 @@
-"""Measurement for benchmarks/complexity.py: the analytic counts (FLOPs,
+"""Measurement for benchmarks/complexity/complexity.py: the analytic counts (FLOPs,
 sequential steps, activations kept for backward), the timed training-like
 step of one layer, and the allocator / resident-set memory figures (each
 measured in a worker process, `complexity.py --_alloc-worker/--_rss-worker`).

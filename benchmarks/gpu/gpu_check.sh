@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check: run it on a machine with one NVIDIA GPU, from the repository root.
 #
-#   bash benchmarks/gpu_check.sh            # log: benchmarks/results/gpu_check.log (or $OUT/gpu_check.log)
+#   bash benchmarks/gpu/gpu_check.sh            # log: benchmarks/results/gpu_check.log (or $OUT/gpu_check.log)
 #
 # In order, all on KERAS_BACKEND=jax:
-#   1. benchmarks/train_gpu.py: GPT-2 small, batch 16 x 1024, bf16 - zoo,
+#   1. benchmarks/gpu/train_gpu.py: GPT-2 small, batch 16 x 1024, bf16 - zoo,
 #      keras-hub and nanoGPT in PyTorch, ending `ratio zoo/nanoGPT tokens/s: N.NN`;
-#   2. benchmarks/generate.py at GPT-2 width (12 layers, d 768, 12 heads):
+#   2. benchmarks/generation/generate.py at GPT-2 width (12 layers, d 768, 12 heads):
 #      zoo vs keras-hub new tokens/s;
 #   3. the layer, generation and model tests, and the test that they multiply
 #      float32 at full precision (tests/conftest.py turns the GPU's TF32 off
@@ -18,7 +18,7 @@
 # device runs every token's step without the host. Step generate-fusion repeats
 # it at batch 1 with Triton's heroless priority fusion
 # (--xla_gpu_experimental_enable_triton_heroless_priority_fusion), which
-# benchmarks/gpu_program.py counts at 135 kernels per GPT-2 small token for the
+# benchmarks/gpu/gpu_program.py counts at 135 kernels per GPT-2 small token for the
 # zoo (168 without it) and 154 for keras-hub (233).
 # Step levers is the short check to run first on a short lease (an estimated 7 minutes
 # on one H100): train_gpu.py with the optimizer levers and the profile, one row
@@ -27,7 +27,7 @@
 # kernels per new token for the zoo and keras-hub; the first run also times
 # the zoo with its loop's Dense kernels as stored, --stored-kernels), without
 # and with the heroless fusion:
-#     GPU_CHECK_STEPS=levers bash benchmarks/gpu_check.sh
+#     GPU_CHECK_STEPS=levers bash benchmarks/gpu/gpu_check.sh
 # GPU_CHECK_TRAIN_ARGS adds arguments to train_gpu.py (rows with levers:
 # "--impl torch,zoo,zoo+pad --profile"); GPU_CHECK_GENERATE_SETTINGS replaces
 # generate.py's settings (256x1,256x8,1024x1,1024x8).
@@ -52,7 +52,7 @@
 #     a wheel needs; keep one version of each; TensorFlow is not needed here:
 #     the checks use no tf.data);
 #   - carry `.whl` with the working tree and let this script install them:
-#         GPU_CHECK_WHEELS=.whl bash benchmarks/gpu_check.sh
+#         GPU_CHECK_WHEELS=.whl bash benchmarks/gpu/gpu_check.sh
 #     which runs `pip install --no-index --no-deps --target /tmp/site .whl/*.whl`
 #     and puts /tmp/site and the repository on PYTHONPATH (nothing is installed
 #     into the image's own Python);
@@ -60,12 +60,12 @@
 #     (train_gpu 2: three compilations of GPT-2 small; generate 2; the 431
 #     tests over 5 in 6 processes); give the command a time limit that leaves
 #     room to rerun one step, e.g.
-#         GPU_CHECK_STEPS=train bash benchmarks/gpu_check.sh
+#         GPU_CHECK_STEPS=train bash benchmarks/gpu/gpu_check.sh
 #   - PYTHONUNBUFFERED=1 is set, so the log is complete even if the run is cut off.
 # Copy the log's tables into docs/results.md with the card's name and the date.
 
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python3}
 STEPS=${GPU_CHECK_STEPS:-"train generate tests"}
 LOG_DIR=${OUT:-benchmarks/results}
@@ -126,19 +126,19 @@ for s in $STEPS; do
         tests) step tests env XLA_PYTHON_CLIENT_PREALLOCATE=false ZOO_TEST_FAILURE_LOG="$LOG_DIR/gpu_failures.log" "$PYTHON" -m pytest -v -rfE --tb=short -p no:cacheprovider \
             -p no:benchmark -n "$WORKERS" --junitxml "$LOG_DIR/gpu_tests.xml" \
             tests/test_precision.py tests/layers tests/generation tests/models ;;
-        train) step train "$PYTHON" benchmarks/train_gpu.py ${GPU_CHECK_TRAIN_ARGS:-} ;;
-        generate) step generate "$PYTHON" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
+        train) step train "$PYTHON" benchmarks/gpu/train_gpu.py ${GPU_CHECK_TRAIN_ARGS:-} ;;
+        generate) step generate "$PYTHON" benchmarks/generation/generate.py --layers 12 --width 768 --heads 12 \
             --settings "$SETTINGS" --no-uncached --no-growth --repeats 3 ;;
         generate-graphs) step generate-graphs env XLA_FLAGS="${XLA_FLAGS:-} $WHILE_GRAPHS" \
-            "$PYTHON" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
+            "$PYTHON" benchmarks/generation/generate.py --layers 12 --width 768 --heads 12 \
             --settings "$SETTINGS" --no-uncached --no-growth --repeats 3 ;;
         generate-fusion) step generate-fusion env XLA_FLAGS="${XLA_FLAGS:-} $HEROLESS" \
-            "$PYTHON" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
+            "$PYTHON" benchmarks/generation/generate.py --layers 12 --width 768 --heads 12 \
             --settings 256x1,1024x1 --no-uncached --no-growth --repeats 3 --profile ;;
-        levers) step levers bash -c '"$0" benchmarks/train_gpu.py --impl "$1" --profile --steps 20;
-                "$0" benchmarks/generate.py --layers 12 --width 768 --heads 12 --settings 256x1,1024x1 \
+        levers) step levers bash -c '"$0" benchmarks/gpu/train_gpu.py --impl "$1" --profile --steps 20;
+                "$0" benchmarks/generation/generate.py --layers 12 --width 768 --heads 12 --settings 256x1,1024x1 \
                 --no-uncached --no-growth --repeats 3 --profile --stored-kernels;
-                XLA_FLAGS="${XLA_FLAGS:-} $2" "$0" benchmarks/generate.py --layers 12 --width 768 --heads 12 \
+                XLA_FLAGS="${XLA_FLAGS:-} $2" "$0" benchmarks/generation/generate.py --layers 12 --width 768 --heads 12 \
                 --settings 256x1,1024x1 --no-uncached --no-growth --repeats 3 --profile' \
             "$PYTHON" "$LEVER_ROWS" "$HEROLESS" ;;
         *) echo "unknown step $s (expected tests, train, generate, generate-graphs, generate-fusion, levers)" | tee -a "$LOG" ;;

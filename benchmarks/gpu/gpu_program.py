@@ -1,14 +1,14 @@
 """The programs XLA compiles for a GPU, counted on a machine without one.
 
     pip install -e ".[jax,jax-cuda]"             # JAX's CUDA plugin and its libraries; no GPU needed
-    python benchmarks/gpu_program.py             # GPT-2 small: batch-1 generation at contexts 256 and 1024
-    python benchmarks/gpu_program.py --contexts 256 --save /tmp/programs   # one context; the programs as text
-    python benchmarks/gpu_program.py --generate-batch 8                     # 8 rows per generation
-    python benchmarks/gpu_program.py --family llama --layers 30 --width 576 --heads 9 --key-value-heads 3 \
+    python benchmarks/gpu/gpu_program.py             # GPT-2 small: batch-1 generation at contexts 256 and 1024
+    python benchmarks/gpu/gpu_program.py --contexts 256 --save /tmp/programs   # one context; the programs as text
+    python benchmarks/gpu/gpu_program.py --generate-batch 8                     # 8 rows per generation
+    python benchmarks/gpu/gpu_program.py --family llama --layers 30 --width 576 --heads 9 --key-value-heads 3 \
         --intermediate 1536 --vocab 49152 --contexts 256                    # SmolLM2-135M's shape
-    python benchmarks/gpu_program.py --rows zoo --stored-kernels             # the loop's kernels as stored
-    python benchmarks/gpu_program.py --rows '' --contexts '' --train zoo,zoo+flat   # training steps' optimizers
-    XLA_FLAGS=--xla_gpu_experimental_enable_triton_heroless_priority_fusion=true python benchmarks/gpu_program.py
+    python benchmarks/gpu/gpu_program.py --rows zoo --stored-kernels             # the loop's kernels as stored
+    python benchmarks/gpu/gpu_program.py --rows '' --contexts '' --train zoo,zoo+flat   # training steps' optimizers
+    XLA_FLAGS=--xla_gpu_experimental_enable_triton_heroless_priority_fusion=true python benchmarks/gpu/gpu_program.py
 
 At batch 1 a new token's time on a GPU is the kernels it launches, each a
 few microseconds, more than their work: a GPT-2 small token of the zoo
@@ -17,7 +17,7 @@ kernels XLA makes is decided at compilation, from the program and a
 description of the device, not by running it; JAX compiles for a GPU it
 does not have when given one (`jax.experimental.topologies`, the CUDA
 plugin installed). So this script builds the zoo's and keras-hub's GPT-2
-on the CPU (float32, random weights, as `benchmarks/generate.py`), captures
+on the CPU (float32, random weights, as `benchmarks/generation/generate.py`), captures
 the program each runs to generate greedily from an 8-token prompt to the
 end of the context at batch 1 (or `--generate-batch` rows; the first call
 of a jitted function), compiles it for an NVIDIA H100 or H200 (`--target`) and reads XLA's
@@ -30,15 +30,15 @@ product padded to a multiple of 128 logits, the loop's Dense kernels
 carried transposed: `zoo.generation.loop.KernelLayout`).
 
 Every figure is a count from the compiled program, not a time: a GPU
-times it (`benchmarks/generate.py`). Without autotuning (there is no
+times it (`benchmarks/generation/generate.py`). Without autotuning (there is no
 device to time the candidates on) XLA picks its GEMM configurations by
 heuristics, so which kernel runs a matrix product may differ from a real
 device's choice; the fusions do not.
 
-`--train ROWS` compiles one training step of `benchmarks/train_gpu.py`'s
+`--train ROWS` compiles one training step of `benchmarks/gpu/train_gpu.py`'s
 rows (bfloat16, AdamW, batch 16 x 1024; levers after a `+`) and splits its
 kernels and the bytes they write into the forward pass, the backward pass
-and the optimizer (the scopes of `benchmarks/kernel_profile.py`). Its
+and the optimizer (the scopes of `benchmarks/gpu/kernel_profile.py`). Its
 attention is XLA's softmax, not the cuDNN kernel a device runs (Keras
 chooses cuDNN only where it sees a GPU), so the forward and backward
 counts are not a device's; the optimizer's are. `--save DIR` writes each

@@ -1,11 +1,11 @@
 """Generation speed: zoo with its key/value cache, zoo without it, keras-hub.
 
-    KERAS_BACKEND=tensorflow python benchmarks/generate.py            # everything
-    python benchmarks/generate.py --quick                             # a fast look
-    python benchmarks/generate.py --settings 256x1 --no-growth        # one setting
-    python benchmarks/generate.py --no-settings --width 768 --heads 12  # growth at GPT-2 width
-    python benchmarks/generate.py --family llama                      # the Llama block
-    python benchmarks/generate.py --settings 256x1 --stored-kernels   # and the zoo with its kernels as stored
+    KERAS_BACKEND=tensorflow python benchmarks/generation/generate.py            # everything
+    python benchmarks/generation/generate.py --quick                             # a fast look
+    python benchmarks/generation/generate.py --settings 256x1 --no-growth        # one setting
+    python benchmarks/generation/generate.py --no-settings --width 768 --heads 12  # growth at GPT-2 width
+    python benchmarks/generation/generate.py --family llama                      # the Llama block
+    python benchmarks/generation/generate.py --settings 256x1 --stored-kernels   # and the zoo with its kernels as stored
 
 The same model for all three: 4 layers, width 128, 4 heads, d_ff 512, a
 65-token vocabulary (characters), random weights, greedy decoding from an
@@ -34,7 +34,7 @@ same program).
 each setting and prints, per new token, the kernels the decoding loop
 launches and their time against the token's time (the rest is the device
 waiting on launches), and the 5 kernels with the most time
-(`benchmarks/kernel_profile.py`).
+(`benchmarks/gpu/kernel_profile.py`).
 """
 
 import argparse
@@ -45,6 +45,8 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# --profile reads the kernels with the GPU benchmarks' kernel_profile.py
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu"))
 DUMP_DIR = None
 if "--profile" in sys.argv:  # before JAX starts: the profile reads which kernels are the loop's from XLA's programs
     from kernel_profile import dump_flags

@@ -1,6 +1,6 @@
 """Training throughput of `recipes.gpt_char --preset baby`: zoo vs keras-hub.
 
-    python benchmarks/train_throughput.py --steps 200
+    python benchmarks/training/train_throughput.py --steps 200
 
 Trains the same configuration (nanoGPT's CPU baby GPT: 4 layers, 4 heads,
 width 128, block 64, batch 12, AdamW with clipping, tied head) through the
@@ -25,7 +25,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

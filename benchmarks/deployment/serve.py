@@ -1,8 +1,8 @@
 """`zoo serve` under load: the aggregate tokens per second of 8 streaming
 clients against one, on the same model and server.
 
-    KERAS_BACKEND=tensorflow python benchmarks/serve.py            # gpt2-small's shape
-    python benchmarks/serve.py --preset gpt-nano --new-tokens 32   # a fast look
+    KERAS_BACKEND=tensorflow python benchmarks/deployment/serve.py            # gpt2-small's shape
+    python benchmarks/deployment/serve.py --preset gpt-nano --new-tokens 32   # a fast look
 
 The model has gpt2-small's shape (12 layers, width 768, 12 heads, a
 50,257-token vocabulary, context 1024) with random weights, and a byte-level
@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import httpx  # noqa: E402
 import keras  # noqa: E402
@@ -69,7 +69,7 @@ def byte_level_tokenizer(vocabulary_size):
 def start_server(model, max_batch):
     import uvicorn
 
-    from recipes import server
+    from recipes.serve import web as server
     from recipes.serve.app import Service, create_app
     from recipes.serve.scheduler import Scheduler
 
