@@ -159,6 +159,7 @@ def parser():
     explore.add_argument("--labels", default=None,
                          help="a classifier's class names in class order, e.g. negative,positive")
     _add_quantize(explore)
+    _add_limits(explore)
 
     serve = commands.add_parser(
         "serve", help="an OpenAI-compatible HTTP server over a language model (completions, chat, streaming)",
@@ -174,8 +175,18 @@ def parser():
                        help="the key clients must send (Authorization: Bearer KEY); default: $ZOO_API_KEY")
     serve.add_argument("--name", default=None, help="the model's id in the API (default: TARGET)")
     serve.add_argument("--max-batch", type=POSITIVE_INT, default=8, help="the most requests decoded together")
+    serve.add_argument("--max-queue", type=POSITIVE_INT, default=64,
+                       help="the most requests waiting for the model; one more gets 429 with Retry-After")
     _add_quantize(serve)
+    _add_limits(serve)
     return top
+
+
+def _add_limits(command):
+    command.add_argument("--max-request-bytes", type=Number(int, minimum=1024), default=2**20,
+                         help="the largest request body read; a larger one gets 413 (default: 1 MiB)")
+    command.add_argument("--read-timeout", type=POSITIVE, default=30.0,
+                         help="seconds a request body may take to arrive; a slower one gets 408")
 
 
 def _add_quantize(command):
@@ -430,7 +441,8 @@ def _explore(args):
     except ImportError as error:
         raise ValueError(f"{error.name} is not installed; expected the explore extra: pip install -e .[explore]") from None
     labels = args.labels.split(",") if args.labels else None
-    return serve(args.target, host=args.host, port=args.port, labels=labels, quantize=args.quantize)
+    return serve(args.target, host=args.host, port=args.port, labels=labels, quantize=args.quantize,
+                 max_request_bytes=args.max_request_bytes, read_timeout=args.read_timeout)
 
 
 def _serve(args):
@@ -442,7 +454,8 @@ def _serve(args):
     except ImportError as error:
         raise ValueError(f"{error.name} is not installed; expected the serve extra: pip install -e .[serve]") from None
     return serve(args.target, host=args.host, port=args.port, api_key=args.api_key, name=args.name,
-                 max_batch=args.max_batch, quantize=args.quantize)
+                 max_batch=args.max_batch, quantize=args.quantize, max_request_bytes=args.max_request_bytes,
+                 read_timeout=args.read_timeout, max_queue=args.max_queue)
 
 
 COMMANDS = {

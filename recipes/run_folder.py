@@ -148,7 +148,7 @@ def callbacks(folder, monitor="val_loss", mode="min", save_best=True):
     `tensorboard` package is installed) and to CSV.
 
     Every file is written atomically, and the backup last, so a kill at any
-    moment leaves a run that resumes (`zoo.training.checkpoints`).
+    moment leaves a run that resumes (`zoo.training.callbacks`).
 
     Args:
         folder: an `OutputFolder` (or a path).
@@ -248,3 +248,34 @@ def read_run(path):
         state = "finished" if record.get("finished") else "unfinished"
         raise DataError(f"{path}: the {state} run has no {MODEL}; expected a run that trained at least one epoch")
     return record
+
+
+def open_target(target):
+    """The model of a run folder, a `.keras` file, or a checkpoint folder or handle.
+
+    Args:
+        target: a run folder holding `model.keras` (as the recipes write),
+            a `.keras` file, or a checkpoint that `zoo.from_pretrained`
+            reads: a folder or a handle (`hf://ORG/NAME[@REVISION]`, a
+            keras-hub preset name).
+    """
+    import zoo
+
+    if zoo.checkpoints.is_handle(target):  # before Path(), which folds the `//` of `hf://`
+        return zoo.from_pretrained(target)
+    path = Path(target)
+    if path.is_dir() and (path / RUN).is_file():
+        read_run(path)  # says what is missing from a run folder
+        return load_model(path)
+    if path.is_dir() and (path / MODEL).is_file():
+        return zoo.load(path / MODEL, compile=False)
+    if path.suffix == ".keras":
+        if not path.is_file():
+            raise ValueError(f"{path}: no such file; expected a .keras file written by zoo.save")
+        return zoo.load(path, compile=False)
+    if path.is_dir():
+        return zoo.from_pretrained(path)
+    raise ValueError(
+        f"{path}: not found; expected a run folder (holding model.keras), a .keras file, a checkpoint folder "
+        "or a handle (hf://ORG/NAME)"
+    )

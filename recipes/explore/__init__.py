@@ -12,12 +12,13 @@ are generated, each token's attention over its context for every block
 and head and the next-token probabilities there; a translator's
 cross-attention; a classifier's label probabilities and [CLS] attention.
 Needs the `serve` extra (`pip install -e .[serve]`: Starlette and
-uvicorn; `recipes.server` is the part it shares with `zoo serve`); the page
+uvicorn; `recipes.serve.web` is the part it shares with `zoo serve`); the page
 is static HTML, CSS and JavaScript, with no network.
 """
 
 
-def serve(target, host="127.0.0.1", port=8000, labels=None, quantize=None):
+def serve(target, host="127.0.0.1", port=8000, labels=None, quantize=None, max_request_bytes=None,
+          read_timeout=30.0):
     """Loads `target`, serves its page until Ctrl-C; returns 0.
 
     Args:
@@ -28,18 +29,24 @@ def serve(target, host="127.0.0.1", port=8000, labels=None, quantize=None):
         labels: a classifier's class names, in class order.
         quantize: a quantization mode ("int8", "int4", "float8") applied
             to the model in memory after it loads; None keeps it as saved.
+        max_request_bytes: the largest request body read (413 past it);
+            None: 1 MiB.
+        read_timeout: seconds a request body may take to arrive (408 past it).
     """
-    from recipes import server
     from recipes.explore.app import create_app
     from recipes.explore.engine import Explorer, open_target, run_record
+    from recipes.serve import web
 
+    limits = web.Limits(max_request_bytes or web.MIB, read_timeout)  # refused before the model loads
     model = open_target(target)
     if quantize is not None:
         model.quantize(quantize)
     explorer = Explorer(model, name=target, labels=labels, run=run_record(target))
-    listener = server.listen(host, port)
+    listener = web.listen(host, port)
     print(f"zoo explore: a {type(explorer.model).__name__} ({explorer.kind.replace('_', ' ')}) from {target}")
-    print(f"zoo explore: {server.url(host, listener)}/ (Ctrl-C stops)", flush=True)
-    server.run(create_app(explorer), listener)
+    print(f"zoo explore: limits: bodies of at most {limits.max_request_bytes} bytes arriving within "
+          f"{limits.read_timeout:g} s")
+    print(f"zoo explore: {web.url(host, listener)}/ (Ctrl-C stops)", flush=True)
+    web.run(create_app(explorer, limits), listener)
     print("zoo explore: stopped", flush=True)
     return 0

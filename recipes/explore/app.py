@@ -13,25 +13,26 @@ over one `Explorer`, as an ASGI app (Starlette) that uvicorn serves.
     POST /api/classify     classifier: label probabilities and [CLS] attention
 
 A request the model cannot answer gets status 400 and {"error": one line
-naming the field and what was expected}.
+naming the field and what was expected}; a body over the limit 413, one
+that arrives too slowly 408 (`recipes.serve.web.Limits`).
 """
 
 import json
 from pathlib import Path
 
-from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import FileResponse, JSONResponse, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from recipes.explore.engine import RequestError
-from recipes.server import BadRequest, read_json
+from recipes.serve import web
 
 STATIC = Path(__file__).parent / "static"
 
 
-def create_app(explorer):
-    """The ASGI app of one `recipes.explore.engine.Explorer`."""
+def create_app(explorer, limits=web.Limits()):
+    """The ASGI app of one `recipes.explore.engine.Explorer`; request
+    bodies are read within `limits`."""
 
     async def page(request):
         return FileResponse(STATIC / "index.html")
@@ -40,26 +41,14 @@ def create_app(explorer):
         return JSONResponse(explorer.info())
 
     async def generate(request):
-        body = await _json(request)
-        if isinstance(body, JSONResponse):
-            return body
-        try:
-            settings = explorer.check_generate(body)
-        except RequestError as error:
-            return _refused(error)
+        settings = explorer.check_generate(await web.read_json(request, limits))
         return StreamingResponse(
             _events(explorer, settings), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
 
     def answer(method):
         async def endpoint(request):
-            body = await _json(request)
-            if isinstance(body, JSONResponse):
-                return body
-            try:
-                return JSONResponse(await _in_thread(method, body))
-            except RequestError as error:
-                return _refused(error)
+            return JSONResponse(await run_in_threadpool(method, await web.read_json(request, limits)))
 
         return endpoint
 
@@ -72,7 +61,7 @@ def create_app(explorer):
         Route("/api/classify", answer(explorer.classify), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    return Starlette(routes=routes)
+    return web.create_app(routes, web.plain_error)
 
 
 def _events(explorer, settings):
@@ -92,21 +81,3 @@ def _events(explorer, settings):
 
 def _event(name, data):
     return f"event: {name}\ndata: {json.dumps(data)}\n\n"
-
-
-async def _json(request):
-    """The request's JSON object, or the 400 response saying why not."""
-    try:
-        return await read_json(request)
-    except BadRequest as error:
-        return _refused(error)
-
-
-async def _in_thread(method, body):
-    from starlette.concurrency import run_in_threadpool
-
-    return await run_in_threadpool(method, body)
-
-
-def _refused(error):
-    return JSONResponse({"error": str(error)}, status_code=400)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from recipes.server import open_target  # noqa: F401  (the page's model, as `zoo serve` opens it)
+from recipes.run_folder import open_target  # noqa: F401  (the page's model, as `zoo serve` opens it)
+from recipes.serve.web import RequestError, integer, is_int, known, number
 from zoo.generation.samplers import SAMPLERS as GENERATION_SAMPLERS
 
 # What the page shows, by model kind.
@@ -25,11 +26,6 @@ SAMPLERS = tuple(s for s in GENERATION_SAMPLERS if s != "beam")  # the page samp
 MAX_NEW_TOKENS = 1024
 MAX_CHARACTERS = 10_000  # of a prompt, source or sentence: the page is for reading, not bulk work
 TOP = 10
-
-
-class RequestError(ValueError):
-    """A request the model cannot answer: the message names the field that
-    was wrong and what was expected."""
 
 
 def run_record(target):
@@ -147,7 +143,7 @@ class Explorer:
         """The checked settings of a generation request (a dict from JSON)."""
         self._expect(LANGUAGE_MODEL, "/api/generate")
         fields = ("prompt", "max_new_tokens", "sampler", "temperature", "top_k", "top_p", "seed")
-        _known(request, fields)
+        known(request, fields)
         prompt = request.get("prompt")
         if not isinstance(prompt, str) or not prompt:
             raise RequestError(f"prompt: expected a non-empty string; got {prompt!r}")
@@ -160,12 +156,12 @@ class Explorer:
         vocabulary = int(self.model.vocabulary_size)
         return {
             "ids": ids,
-            "max_new_tokens": _integer(request, "max_new_tokens", 1, MAX_NEW_TOKENS, 50),
+            "max_new_tokens": integer(request, "max_new_tokens", 1, MAX_NEW_TOKENS, 50),
             "sampler": sampler,
-            "temperature": _number(request, "temperature", 0.0, None, 1.0, "a number > 0"),
-            "top_k": _integer(request, "top_k", 1, vocabulary, min(40, vocabulary)),
-            "top_p": _number(request, "top_p", 0.0, 1.0, 0.9, "a number in (0, 1]"),
-            "seed": _integer(request, "seed", 0, 2**31 - 1, None),
+            "temperature": number(request, "temperature", 1.0, "a number > 0", above=0.0),
+            "top_k": integer(request, "top_k", 1, vocabulary, min(40, vocabulary)),
+            "top_p": number(request, "top_p", 0.9, "a number in (0, 1]", above=0.0, high=1.0),
+            "seed": integer(request, "seed", 0, 2**31 - 1, None),
         }
 
     def stream(self, settings):
@@ -211,12 +207,12 @@ class Explorer:
             after `position` or None}.
         """
         self._expect(LANGUAGE_MODEL, "/api/inspect")
-        _known(request, ("ids", "position"))
+        known(request, ("ids", "position"))
         ids = request.get("ids")
         vocabulary = int(self.model.vocabulary_size)
-        if not isinstance(ids, list) or not ids or not all(_is_int(t) and 0 <= t < vocabulary for t in ids):
+        if not isinstance(ids, list) or not ids or not all(is_int(t) and 0 <= t < vocabulary for t in ids):
             raise RequestError(f"ids: expected a non-empty list of token ids in [0, {vocabulary})")
-        position = _integer(request, "position", 0, len(ids) - 1, None, required=True)
+        position = integer(request, "position", 0, len(ids) - 1, None, required=True)
         start = max(0, position + 1 - self.context)
         window = ids[start : position + 1]
         inputs = {"token_ids": np.array([window], "int32"), "padding_mask": np.ones((1, len(window)), "int32")}
@@ -252,12 +248,12 @@ class Explorer:
         import zoo
 
         self._expect(TRANSLATOR, "/api/translate")
-        _known(request, ("source", "num_beams", "length_penalty"))
+        known(request, ("source", "num_beams", "length_penalty"))
         source = request.get("source")
         if not isinstance(source, str) or not source.strip():
             raise RequestError(f"source: expected a non-empty sentence; got {source!r}")
-        beams = _integer(request, "num_beams", 1, 16, 4)
-        penalty = _number(request, "length_penalty", None, None, 0.6, "a number")
+        beams = integer(request, "num_beams", 1, 16, 4)
+        penalty = number(request, "length_penalty", 0.6, "a number")
         context = self.context
         source_tokenizer = getattr(self.model, "source_tokenizer", None) or self.tokenizer
         source_ids = self.encode(source, source_tokenizer, "source")[:context]
@@ -308,7 +304,7 @@ class Explorer:
         import zoo
 
         self._expect(CLASSIFIER, "/api/classify")
-        _known(request, ("text",))
+        known(request, ("text",))
         text = request.get("text")
         if not isinstance(text, str) or not text.strip():
             raise RequestError(f"text: expected a non-empty sentence; got {text!r}")
@@ -380,47 +376,6 @@ class Explorer:
                 f"{endpoint} needs a {kind.replace('_', ' ')}; this server explores a "
                 f"{self.kind.replace('_', ' ')} ({type(self.model).__name__})"
             )
-
-
-# --- Checking requests ----------------------------------------------------------------
-
-
-def _known(request, fields):
-    if not isinstance(request, dict):
-        raise RequestError(f"expected a JSON object with some of the fields {', '.join(fields)}")
-    unknown = sorted(set(request) - set(fields))
-    if unknown:
-        raise RequestError(f"{unknown[0]}: unknown field; expected some of {', '.join(fields)}")
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _integer(request, name, low, high, default, required=False):
-    value = request.get(name)
-    if value is None:
-        if required:
-            raise RequestError(f"{name}: missing; expected an integer in [{low}, {high}]")
-        return default
-    if not _is_int(value) or not low <= value <= high:
-        raise RequestError(f"{name}: expected an integer in [{low}, {high}]; got {value!r}")
-    return value
-
-
-def _number(request, name, above, at_most, default, expected):
-    value = request.get(name)
-    if value is None:
-        return default
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not np.isfinite(value)
-        or (above is not None and not value > above)
-        or (at_most is not None and not value <= at_most)
-    ):
-        raise RequestError(f"{name}: expected {expected}; got {value!r}")
-    return float(value)
 
 
 def _softmax(logits):

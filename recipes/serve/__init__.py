@@ -16,8 +16,11 @@ Jinja2 for chat templates).
 import os
 import sys
 
+from recipes.serve import web
 
-def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batch=8, quantize=None):
+
+def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batch=8, quantize=None,
+          max_request_bytes=web.MIB, read_timeout=30.0, max_queue=64):
     """Loads `target`, serves it until Ctrl-C; returns 0.
 
     Args:
@@ -32,24 +35,33 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
         name: the model's id in the API; by default the target as given.
         max_batch: the most requests decoded together.
         quantize: "int8", "int4" or "float8" applied in memory after loading.
+        max_request_bytes: the largest request body read (413 past it).
+        read_timeout: seconds a request body may take to arrive (408 past it).
+        max_queue: the most requests waiting for the model (429 past it).
     """
-    from recipes import server
+    from recipes.run_folder import open_target
     from recipes.serve.app import Service, create_app
     from recipes.serve.scheduler import Scheduler
 
+    limits = web.Limits(max_request_bytes, read_timeout)  # a bad limit is refused before the model loads
+    if not web.is_int(max_queue) or max_queue < 1:
+        raise ValueError(f"--max-queue {max_queue}: expected an integer >= 1")
     api_key = api_key or os.environ.get("ZOO_API_KEY") or None
-    model = server.open_target(target)
+    model = open_target(target)
     check_language_model(model, target)
     if quantize is not None:
         model.quantize(quantize)
-    listener = server.listen(host, port)
-    service = Service(model, name or str(target), Scheduler(model, max_batch=max_batch))
-    if not server.is_loopback(host) and api_key is None:
+    listener = web.listen(host, port)
+    service = Service(model, name or str(target), Scheduler(model, max_batch=max_batch, max_queue=max_queue), limits)
+    if not web.is_loopback(host) and api_key is None:
         print(f"zoo serve: warning: listening on {host} without an API key: anyone who can reach it may use the "
               "model (set --api-key or ZOO_API_KEY)", file=sys.stderr, flush=True)
     print(f"zoo serve: a {type(model).__name__} from {target}, as {service.name!r}")
-    print(f"zoo serve: {server.url(host, listener)}/v1 (Ctrl-C stops)", flush=True)
-    server.run(create_app(service, api_key), listener)
+    print(f"zoo serve: limits: bodies of at most {limits.max_request_bytes} bytes arriving within "
+          f"{limits.read_timeout:g} s, prompts of at most {service.context - 1} tokens, {max_queue} requests "
+          f"waiting (GET /health)")
+    print(f"zoo serve: {web.url(host, listener)}/v1 (Ctrl-C stops)", flush=True)
+    web.run(create_app(service, api_key), listener)
     print("zoo serve: stopped", flush=True)
     return 0
 

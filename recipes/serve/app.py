@@ -4,6 +4,7 @@
     POST /v1/completions         a prompt continued
     POST /v1/chat/completions    a conversation answered, through the
                                  checkpoint's chat template
+    GET  /health                 the server's limits, and its queue now
 
 Request fields: `model`, `prompt` / `messages`, `max_tokens`
 (`max_completion_tokens`), `temperature` (0: greedy), `top_p`, `seed`,
@@ -12,32 +13,49 @@ Answers carry `usage` and `finish_reason` ("stop" or "length"); with
 `stream: true`, server-sent events in OpenAI's chunk format, ending with
 `data: [DONE]`. A refused request gets OpenAI's error shape,
 `{"error": {"message", "type", "param", "code"}}`: 400 for a bad request,
-401 for a wrong or missing API key, 404 for another model's name.
+401 for a wrong or missing API key, 404 for another model's name, 408
+for a body that did not arrive within `--read-timeout`, 413 for a body
+over `--max-request-bytes`, 429 (with `Retry-After`) when `--max-queue`
+requests already wait.
+
+Every request is bounded before the model sees it: the body is read as a
+stream up to its limit (`recipes.serve.web`), a prompt is tokenized piece
+by piece and refused once it has more tokens than the context holds
+(a prompt of millions of characters costs the tokenizing of a few
+thousand), a conversation has at most `MAX_MESSAGES` messages of at most
+`CHARACTERS_PER_TOKEN` characters per token of context in all, and `stop`
+at most 4 strings of at most `MAX_STOP_CHARACTERS`.
 """
 
 import asyncio
 import hmac
 import json
+import queue
 import time
 import uuid
 
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from recipes.serve.scheduler import END, ERROR, PIECE, Job
-from recipes.server import BadRequest, read_json
+from recipes.serve import web
+
+from recipes.serve.scheduler import ERROR, PIECE, Job, QueueFull
+from recipes.serve.web import Limits, RequestError, is_int, known, number, read_json, short
 
 COMMON = ("model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "n", "user",
           "presence_penalty", "frequency_penalty")
 COMPLETION_FIELDS = COMMON + ("prompt", "echo", "logprobs")
 CHAT_FIELDS = COMMON + ("messages", "max_completion_tokens", "logprobs")
 COMPLETION_DEFAULT_TOKENS = 16  # OpenAI's default `max_tokens` of a completion
-
-
-class NotFound(BadRequest):
-    """Another model's name (404)."""
+MAX_MESSAGES = 1024
+# A conversation longer than this many characters per token of context
+# cannot fit: few tokens of any vocabulary are longer.
+CHARACTERS_PER_TOKEN = 64
+MAX_STOP_STRINGS, MAX_STOP_CHARACTERS = 4, 256
+# A prompt is tokenized in pieces of about this many characters, each
+# cut before a space, until it surely has more tokens than the context.
+PIECE_CHARACTERS = 4096
+RETRY_AFTER_SECONDS = 1
 
 
 class Service:
@@ -47,85 +65,147 @@ class Service:
         model: a decoder-only language model carrying its tokenizer.
         name: the model's id in `/v1/models` and in every answer.
         scheduler: the `Scheduler` that decodes its requests.
+        limits: the `recipes.serve.web.Limits` of a request's body.
     """
 
-    def __init__(self, model, name, scheduler):
-        self.model, self.name, self.scheduler = model, name, scheduler
+    def __init__(self, model, name, scheduler, limits=Limits()):
+        self.model, self.name, self.scheduler, self.limits = model, name, scheduler, limits
         self.tokenizer = getattr(model, "tokenizer", None) or getattr(getattr(model, "backbone", None), "tokenizer", None)
         self.context = int(getattr(model, "backbone", model).max_sequence_length)
         self.created = int(time.time())
 
+    def health(self):
+        """The server's limits and its queue now (`GET /health`)."""
+        scheduler = self.scheduler
+        return {
+            "status": "ok",
+            "model": self.name,
+            "waiting": scheduler.waiting,
+            "running": scheduler.running,
+            "limits": {
+                "max_request_bytes": self.limits.max_request_bytes,
+                "read_timeout_seconds": self.limits.read_timeout,
+                "context_tokens": self.context,
+                "max_prompt_tokens": self.context - 1,
+                "max_messages": MAX_MESSAGES,
+                "max_message_characters": self.max_characters,
+                "max_stop_strings": MAX_STOP_STRINGS,
+                "max_stop_characters": MAX_STOP_CHARACTERS,
+                "max_n": 1,
+                "max_batch": scheduler.max_batch,
+                "max_batches": scheduler.max_batches,
+                "max_queue": scheduler.max_queue,
+            },
+        }
+
+    @property
+    def max_characters(self):
+        """The most characters of a conversation's messages in all."""
+        return CHARACTERS_PER_TOKEN * self.context
+
     def completion_job(self, body):
-        """The `Job` of a /v1/completions request; a `BadRequest` first if it is wrong."""
-        _known(body, COMPLETION_FIELDS)
+        """The `Job` of a /v1/completions request; a `RequestError` first if it is wrong."""
+        known(body, COMPLETION_FIELDS)
         self._check_common(body)
         if body.get("echo"):
-            raise BadRequest("echo: only false is supported", "echo")
+            raise RequestError("echo: only false is supported", "echo")
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if not isinstance(prompt, str) or not prompt:
-            raise BadRequest(f"prompt: expected a non-empty string; got {_short(prompt)}", "prompt")
-        try:
-            ids = [int(t) for t in self.tokenizer(prompt)]
-        except ValueError as error:
-            raise BadRequest(f"prompt: {error}", "prompt") from None
+            raise RequestError(f"prompt: expected a non-empty string; got {short(prompt)}", "prompt")
+        ids = self.prompt_ids(prompt, "prompt")
         return self._job(body, ids, COMPLETION_DEFAULT_TOKENS)
+
+    def prompt_ids(self, text, field):
+        """The ids of `text`, refused once it surely has more tokens than a
+        prompt may: a long text is tokenized piece by piece (each piece
+        cut before a space, so the pieces tokenize as the whole does, give
+        or take a token at each cut), and only a text that fits is then
+        tokenized whole."""
+        most, counted, pieces, start = self.context - 1, 0, 0, 0
+        while len(text) - start > PIECE_CHARACTERS:
+            end = _cut(text, start + PIECE_CHARACTERS)
+            counted += len(self._ids(text[start:end], field))
+            pieces, start = pieces + 1, end
+            if counted - 2 * pieces > most:
+                raise RequestError(
+                    f"{field}: more than {most} tokens in its first {start} of {len(text)} characters; this model's "
+                    f"context is {self.context} tokens, so a prompt may have at most {most}", field,
+                    code="context_length_exceeded",
+                )
+        return self._ids(text, field)
+
+    def _ids(self, text, field):
+        try:
+            return [int(t) for t in self.tokenizer(text)]
+        except ValueError as error:
+            raise RequestError(f"{field}: {error}", field) from None
 
     def chat_job(self, body):
         """The `Job` of a /v1/chat/completions request."""
-        _known(body, CHAT_FIELDS)
+        known(body, CHAT_FIELDS)
         self._check_common(body)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise BadRequest('messages: expected a non-empty list of {"role", "content"} objects', "messages")
+            raise RequestError('messages: expected a non-empty list of {"role", "content"} objects', "messages")
+        if len(messages) > MAX_MESSAGES:
+            raise RequestError(f"messages: {len(messages)} messages; expected at most {MAX_MESSAGES}", "messages")
         for i, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not isinstance(
                 message.get("content"), str
             ):
-                raise BadRequest(f'messages[{i}]: expected {{"role": str, "content": str}}; got {_short(message)}',
-                                 "messages")
+                raise RequestError(f'messages[{i}]: expected {{"role": str, "content": str}}; got {short(message)}',
+                                   "messages")
+        characters = sum(len(m["role"]) + len(m["content"]) for m in messages)
+        if characters > self.max_characters:
+            raise RequestError(
+                f"messages: {characters} characters in all; a context of {self.context} tokens holds at most "
+                f"{self.max_characters}", "messages", code="context_length_exceeded",
+            )
         if getattr(self.tokenizer, "chat_template", None) is None:
-            raise BadRequest(
+            raise RequestError(
                 f"{self.name} has no chat template (a checkpoint's tokenizer_config.json `chat_template`); "
                 "use /v1/completions with a plain prompt", "messages"
             )
         try:
+            self.prompt_ids(self.tokenizer.render_chat([dict(m) for m in messages]), "messages")
             ids = self.tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True)
         except ValueError as error:
-            raise BadRequest(f"messages: {error}", "messages") from None
+            raise RequestError(f"messages: {error}", "messages") from None
         if body.get("max_completion_tokens") is not None:
             if body.get("max_tokens") is not None:
-                raise BadRequest("max_tokens and max_completion_tokens: give one", "max_completion_tokens")
+                raise RequestError("max_tokens and max_completion_tokens: give one", "max_completion_tokens")
             body = {**body, "max_tokens": body["max_completion_tokens"]}
         return self._job(body, ids, None)
 
     def _check_common(self, body):
         model = body.get("model")
         if model is not None and model != self.name:
-            raise NotFound(f"model: {model!r} is not served here; expected {self.name!r} (GET /v1/models)", "model")
+            raise RequestError(f"model: {model!r} is not served here; expected {self.name!r} (GET /v1/models)",
+                               "model", status=404, code="model_not_found")
         if body.get("n", 1) != 1:
-            raise BadRequest(f"n: only 1 is supported; got {_short(body.get('n'))}", "n")
+            raise RequestError(f"n: only 1 is supported; got {short(body.get('n'))}", "n")
         for name in ("presence_penalty", "frequency_penalty"):
             if body.get(name) not in (None, 0, 0.0):
-                raise BadRequest(f"{name}: only 0 is supported; got {_short(body.get(name))}", name)
+                raise RequestError(f"{name}: only 0 is supported; got {short(body.get(name))}", name)
         if body.get("logprobs") not in (None, False):
-            raise BadRequest("logprobs: not supported; expected null or false", "logprobs")
+            raise RequestError("logprobs: not supported; expected null or false", "logprobs")
         if not isinstance(body.get("stream", False), bool):
-            raise BadRequest(f"stream: expected true or false; got {_short(body.get('stream'))}", "stream")
+            raise RequestError(f"stream: expected true or false; got {short(body.get('stream'))}", "stream")
         options = body.get("stream_options")
         if options is not None and (
             not body.get("stream") or not isinstance(options, dict) or set(options) - {"include_usage"}
             or not isinstance(options.get("include_usage", False), bool)
         ):
-            raise BadRequest('stream_options: expected {"include_usage": true or false}, with stream true',
+            raise RequestError('stream_options: expected {"include_usage": true or false}, with stream true',
                              "stream_options")
         if body.get("user") is not None and not isinstance(body["user"], str):
-            raise BadRequest("user: expected a string", "user")
+            raise RequestError("user: expected a string", "user")
 
     def _job(self, body, ids, default_tokens):
         if len(ids) >= self.context:
-            raise BadRequest(
+            raise RequestError(
                 f"the prompt has {len(ids)} tokens; this model's context is {self.context} tokens, so a prompt may "
                 f"have at most {self.context - 1}", "messages" if default_tokens is None else "prompt",
             )
@@ -133,25 +213,25 @@ class Service:
         max_tokens = body.get("max_tokens")
         if max_tokens is None:
             max_tokens = min(default_tokens or room, room)
-        if not _is_int(max_tokens) or not 1 <= max_tokens <= room:
-            raise BadRequest(
+        if not is_int(max_tokens) or not 1 <= max_tokens <= room:
+            raise RequestError(
                 f"max_tokens: expected an integer in [1, {room}] (the context of {self.context} tokens less the "
-                f"prompt's {len(ids)}); got {_short(max_tokens)}", "max_tokens"
+                f"prompt's {len(ids)}); got {short(max_tokens)}", "max_tokens"
             )
-        temperature = _number(body, "temperature", 1.0, 0.0, 2.0, "a number in [0, 2]")
-        top_p = _number(body, "top_p", 1.0, 0.0, 1.0, "a number in (0, 1]")
-        if top_p == 0.0:
-            raise BadRequest("top_p: expected a number in (0, 1]; got 0", "top_p")
+        temperature = number(body, "temperature", 1.0, "a number in [0, 2]", low=0.0, high=2.0)
+        top_p = number(body, "top_p", 1.0, "a number in (0, 1]", above=0.0, high=1.0)
         seed = body.get("seed")
-        if seed is not None and (not _is_int(seed) or not -(2**63) <= seed < 2**63):
-            raise BadRequest(f"seed: expected an integer; got {_short(seed)}", "seed")
+        if seed is not None and (not is_int(seed) or not -(2**63) <= seed < 2**63):
+            raise RequestError(f"seed: expected an integer; got {short(seed)}", "seed")
         stop = body.get("stop")
         stop = [stop] if isinstance(stop, str) else stop
         if stop is not None and (
-            not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop)
+            not isinstance(stop, list) or len(stop) > MAX_STOP_STRINGS
+            or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARACTERS for s in stop)
         ):
-            raise BadRequest(f"stop: expected a string or a list of at most 4 non-empty strings; got {_short(stop)}",
-                             "stop")
+            raise RequestError(
+                f"stop: expected a string or a list of at most {MAX_STOP_STRINGS} non-empty strings of at most "
+                f"{MAX_STOP_CHARACTERS} characters; got {short(stop)}", "stop")
         if temperature == 0.0:
             sampler, temperature = "greedy", 1.0
         else:
@@ -160,42 +240,44 @@ class Service:
 
 
 def create_app(service, api_key=None):
-    """The Starlette app of a `Service`; with `api_key`, every request must
-    carry `Authorization: Bearer API_KEY`."""
+    """The Starlette app of a `Service`; with `api_key`, every request but
+    `GET /health` must carry `Authorization: Bearer API_KEY`."""
 
     async def models(request):
-        refused = _unauthorized(request, api_key)
-        if refused:
-            return refused
-        card = {"id": service.name, "object": "model", "created": service.created, "owned_by": "zoo"}
+        _authorize(request, api_key)
+        card = {"id": service.name, "object": "model", "created": service.created, "owned_by": "zoo",
+                "max_model_len": service.context}
         return JSONResponse({"object": "list", "data": [card]})
+
+    async def health(request):
+        return JSONResponse(service.health())
 
     def endpoint(make_job, chat):
         async def answer(request):
-            refused = _unauthorized(request, api_key)
-            if refused:
-                return refused
+            _authorize(request, api_key)
+            body = await read_json(request, service.limits)
+            job = make_job(body)
             try:
-                body = await read_json(request)
-                job = make_job(body)
-            except BadRequest as error:
-                return _error(error, 404 if isinstance(error, NotFound) else 400)
-            service.scheduler.submit(job)
+                service.scheduler.submit(job)
+            except QueueFull as error:
+                raise RequestError(f"the server is busy: {error}; retry after {RETRY_AFTER_SECONDS} s", status=429,
+                                   code="queue_full", headers={"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
             reply = _Reply(service.name, chat, len(job.prompt_ids))
             if body.get("stream"):
                 include_usage = (body.get("stream_options") or {}).get("include_usage", False)
                 return StreamingResponse(_stream(job, reply, include_usage), media_type="text/event-stream",
                                          headers={"Cache-Control": "no-cache"})
-            return await run_in_threadpool(_whole, job, reply)
+            return await _whole(request, job, reply)
 
         return answer
 
     routes = [
+        Route("/health", health),
         Route("/v1/models", models),
         Route("/v1/completions", endpoint(service.completion_job, chat=False), methods=["POST"]),
         Route("/v1/chat/completions", endpoint(service.chat_job, chat=True), methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+    return web.create_app(routes)
 
 
 class _Reply:
@@ -234,84 +316,101 @@ class _Reply:
         return "data: " + json.dumps(chunk, ensure_ascii=False) + "\n\n"
 
 
-def _whole(job, reply):
-    """The non-streamed answer (run in a worker thread: it waits on the model's)."""
+class _Events:
+    """A job's events, awaited without holding a thread: the model's
+    thread wakes this loop after each event."""
+
+    def __init__(self, job):
+        loop, self.job, self.ready = asyncio.get_running_loop(), job, asyncio.Event()
+        job.wake = lambda: loop.call_soon_threadsafe(self.ready.set)
+
+    async def next(self, disconnected=None):
+        """The next `(kind, value)`; None once the future `disconnected` is done."""
+        while True:
+            self.ready.clear()
+            try:
+                return self.job.events.get_nowait()
+            except queue.Empty:
+                pass
+            if disconnected is None:
+                await self.ready.wait()
+                continue
+            wake = asyncio.ensure_future(self.ready.wait())
+            await asyncio.wait({wake, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+            wake.cancel()
+            if disconnected.done():
+                return None
+
+
+async def _whole(request, job, reply):
+    """The non-streamed answer. A client that leaves before it cancels the
+    job, which frees its place in the queue or stops its decoding."""
+    events, disconnected = _Events(job), asyncio.ensure_future(_disconnected(request))
     text = []
-    for kind, value in job.pieces():
-        if kind == PIECE:
-            text.append(value)
-        elif kind == ERROR:
-            return JSONResponse({"error": {"message": value, "type": "server_error", "param": None, "code": None}},
-                                status_code=500)
-        else:
-            return JSONResponse(reply.whole("".join(text), value))
+    try:
+        while True:
+            event = await events.next(disconnected)
+            if event is None:
+                return Response(status_code=499)  # the client left: nobody reads this
+            kind, value = event
+            if kind == PIECE:
+                text.append(value)
+            elif kind == ERROR:
+                return JSONResponse({"error": {"message": value, "type": "server_error", "param": None,
+                                               "code": None}}, status_code=500)
+            else:
+                return JSONResponse(reply.whole("".join(text), value))
+    finally:
+        disconnected.cancel()
+        job.cancelled = True
+
+
+async def _disconnected(request):
+    """Returns once the client has gone away."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _stream(job, reply, include_usage):
     """The server-sent events of a streamed answer. Leaving early (the
-    client went away) cancels the job, which stops its decoding."""
+    client went away: Starlette cancels this) cancels the job, which stops
+    its decoding."""
+    events = _Events(job)
     try:
         if reply.chat:
             yield reply.chunk(role=True)
         while True:
-            try:
-                kind, value = job.events.get_nowait()
-            except Exception:  # queue.Empty: the model's thread has not answered yet
-                await asyncio.sleep(0.002)
-                continue
+            kind, value = await events.next()
             if kind == PIECE:
                 yield reply.chunk(value)
-            elif kind == ERROR:
+                continue
+            if kind == ERROR:
                 yield "data: " + json.dumps({"error": {"message": value, "type": "server_error", "param": None,
                                                        "code": None}}) + "\n\n"
-                break
             else:
                 yield reply.chunk(finish_reason=value.finish_reason)
                 if include_usage:
                     yield reply.chunk(usage=reply.usage(value))
-                break
+            break
         yield "data: [DONE]\n\n"
     finally:
         job.cancelled = True
 
 
-def _unauthorized(request, api_key):
+def _authorize(request, api_key):
+    """Refuses (401) a request without the API key, where one is set."""
     if api_key is None:
-        return None
+        return
     given = request.headers.get("authorization", "")
     scheme, _, key = given.partition(" ")
     if scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), api_key.encode()):
-        return None
+        return
     message = "missing API key: expected the header Authorization: Bearer KEY" if not given else "wrong API key"
-    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "param": None,
-                                   "code": "invalid_api_key"}}, status_code=401)
+    raise RequestError(message, status=401, code="invalid_api_key")
 
 
-def _error(error, status):
-    kind = "not_found_error" if status == 404 else "invalid_request_error"
-    return JSONResponse({"error": {"message": str(error), "type": kind, "param": getattr(error, "param", None),
-                                   "code": "model_not_found" if status == 404 else None}}, status_code=status)
-
-
-def _known(body, fields):
-    unknown = sorted(set(body) - set(fields))
-    if unknown:
-        raise BadRequest(f"{unknown[0]}: unknown field; expected some of {', '.join(fields)}", unknown[0])
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(body, name, default, low, high, expected):
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
-        raise BadRequest(f"{name}: expected {expected}; got {_short(value)}", name)
-    return float(value)
-
-
-def _short(value):
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _cut(text, end):
+    """Where to end a piece of `text` near `end`: before the last space of
+    the piece's second half, else at `end`."""
+    space = max(text.rfind(" ", end - PIECE_CHARACTERS // 2, end), text.rfind("\n", end - PIECE_CHARACTERS // 2, end))
+    return space if space > end - PIECE_CHARACTERS // 2 else end

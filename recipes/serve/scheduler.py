@@ -8,7 +8,10 @@ compiled decoding step for all of them; shapes rounded up, a batch of
 several requests to `max_batch` rows, so that requests of many sizes share
 a few compiled functions). The active batches
 take turns, one decoding step each, so a new request starts while a long
-one runs.
+one runs; at most `max_batches` of them, and the requests beyond wait in
+a queue of at most `max_queue`: one more is refused (`QueueFull`) rather
+than kept waiting without end. A request cancelled while it waits leaves
+the queue; one cancelled while it decodes ends its row.
 
 Requests share a batch when the same sampler draws for them: greedy ones
 always; sampled ones with the same sampler settings and no seed. A seeded
@@ -29,12 +32,17 @@ from zoo.generation import sampler_config
 PIECE, END, ERROR = "piece", "end", "error"
 
 
+class QueueFull(RuntimeError):
+    """The scheduler's waiting queue is full; the request was not taken."""
+
+
 class Job:
     """One request: its prompt ids, settings, and the events its reader takes.
 
     Events (on `events`, a queue): `(PIECE, text)`, then `(END, row)`
     (the `TextRow`, with `finish_reason` and token counts), or `(ERROR,
-    message)`. The reader sets `cancelled` when it goes away.
+    message)`. The reader sets `cancelled` when it goes away, and may set
+    `wake`, a function called (on the model's thread) after each event.
     """
 
     _ids = itertools.count()
@@ -44,7 +52,13 @@ class Job:
         self.sampler, self.temperature, self.top_p, self.seed = sampler, temperature, top_p, seed
         self.events = queue.Queue()
         self.cancelled = False
+        self.wake = None
         self.id = next(self._ids)
+
+    def put(self, event):
+        self.events.put(event)
+        if self.wake is not None:
+            self.wake()
 
     def batch_key(self, vocabulary_size):
         config = sampler_config(self.sampler, self.temperature, 50, self.top_p, vocabulary_size)
@@ -71,6 +85,9 @@ class Scheduler:
     Args:
         model: a decoder-only language model carrying its tokenizer.
         max_batch: the most requests in one batch.
+        max_queue: the most requests waiting for a batch; `submit` refuses
+            one more with `QueueFull`.
+        max_batches: the most batches decoding at once (taking turns).
         gather_seconds: an idle scheduler that got a request starts its
             batch once no other came for this long (at most ten times it).
 
@@ -78,29 +95,65 @@ class Scheduler:
         ended: the latest ended jobs, `(job id, new tokens computed, finish
             reason or "cancelled")`, oldest first.
         batch_sizes: the number of requests of each of the latest batches.
+        waiting: the requests submitted and not yet decoding.
+        running: the requests decoding now.
     """
 
-    def __init__(self, model, max_batch=8, gather_seconds=0.04):
-        self.model, self.max_batch, self.gather_seconds = model, max_batch, gather_seconds
+    def __init__(self, model, max_batch=8, max_queue=64, max_batches=8, gather_seconds=0.04):
+        self.model, self.max_batch, self.max_queue = model, max_batch, max_queue
+        self.max_batches, self.gather_seconds = max_batches, gather_seconds
         self.ended = collections.deque(maxlen=1000)
         self.batch_sizes = collections.deque(maxlen=1000)
+        self.waiting = self.running = 0
+        self.lock = threading.Lock()
         self.queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="zoo-serve-model", daemon=True)
         self.thread.start()
 
     def submit(self, job):
+        """Queues `job`; `QueueFull` if `max_queue` requests already wait."""
+        with self.lock:
+            if self.waiting >= self.max_queue:
+                raise QueueFull(f"{self.waiting} requests are waiting, the most this server queues (--max-queue)")
+            self.waiting += 1
         self.queue.put(job)
         return job
 
     def _run(self):
-        active = []
+        active, backlog = [], []
         while True:
-            for batch in self._batches(self._arrivals(wait=not active)):
+            backlog.extend(self._arrivals(wait=not active and not backlog))
+            self._drop_cancelled(backlog)
+            while backlog and len(active) < self.max_batches:
+                batch = self._next_batch(backlog)
                 if batch.start():
                     active.append(batch)
             for batch in list(active):
                 if not batch.step():
                     active.remove(batch)
+            with self.lock:
+                self.running = sum(batch.decoding for batch in active)
+
+    def _drop_cancelled(self, backlog):
+        """Frees the places of the waiting jobs whose clients left."""
+        for job in [job for job in backlog if job.cancelled]:
+            backlog.remove(job)
+            self.ended.append((job.id, 0, "cancelled"))
+            with self.lock:
+                self.waiting -= 1
+
+    def _next_batch(self, backlog):
+        """The first waiting job and the next ones that share its sampler,
+        up to `max_batch`, taken from `backlog` as one batch."""
+        key = backlog[0].batch_key(self.model.vocabulary_size)
+        jobs = [job for job in backlog if job.batch_key(self.model.vocabulary_size) == key][: self.max_batch]
+        for job in jobs:
+            backlog.remove(job)
+        with self.lock:
+            self.waiting -= len(jobs)
+            self.running += len(jobs)
+        self.batch_sizes.append(len(jobs))
+        return _Batch(self.model, jobs, self.ended, self.max_batch)
 
     def _arrivals(self, wait):
         """The jobs queued now. An idle scheduler first waits for one, then
@@ -121,15 +174,6 @@ class Scheduler:
             except queue.Empty:
                 return jobs
 
-    def _batches(self, jobs):
-        groups = {}
-        for job in jobs:
-            groups.setdefault(job.batch_key(self.model.vocabulary_size), []).append(job)
-        for group in groups.values():
-            for first in range(0, len(group), self.max_batch):
-                self.batch_sizes.append(len(group[first : first + self.max_batch]))
-                yield _Batch(self.model, group[first : first + self.max_batch], self.ended, self.max_batch)
-
 
 class _Batch:
     """Jobs decoded together by one `TextGeneration`."""
@@ -137,6 +181,11 @@ class _Batch:
     def __init__(self, model, jobs, log, max_batch):
         self.model, self.jobs, self.log, self.max_batch = model, jobs, log, max_batch
         self.ended = [False] * len(jobs)
+
+    @property
+    def decoding(self):
+        """How many of its jobs have not ended."""
+        return self.ended.count(False)
 
     def start(self):
         """Builds the generation; False (each job told why) if it cannot start."""
@@ -172,11 +221,11 @@ class _Batch:
             self._fail(error)
             return False
         for row, piece in pieces or ():
-            self.jobs[row].events.put((PIECE, piece))
+            self.jobs[row].put((PIECE, piece))
         for row, text_row in enumerate(self.generation.rows):
             if not self.ended[row] and (text_row.finish_reason is not None or pieces is None):
                 self.ended[row] = True
-                self.jobs[row].events.put((END, text_row))
+                self.jobs[row].put((END, text_row))
                 self.log.append((self.jobs[row].id, text_row.completion_tokens, text_row.finish_reason))
         return pieces is not None and not all(self.ended)
 
@@ -185,4 +234,4 @@ class _Batch:
         for row, job in enumerate(self.jobs):
             if not self.ended[row]:
                 self.ended[row] = True
-                job.events.put((ERROR, message))
+                job.put((ERROR, message))

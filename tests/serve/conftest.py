@@ -16,16 +16,17 @@ CONTEXT = 32
 class Server:
     """`zoo serve`'s app on a free port of 127.0.0.1 until `stop()`."""
 
-    def __init__(self, model, name="lm", api_key=None, max_batch=8, port=0):
+    def __init__(self, model, name="lm", api_key=None, max_batch=8, port=0, limits=None, **scheduling):
         import uvicorn
 
-        from recipes import server
+        from recipes.serve import web
         from recipes.serve.app import Service, create_app
         from recipes.serve.scheduler import Scheduler
 
-        self.service = Service(model, name, Scheduler(model, max_batch=max_batch))
-        listener = server.listen("127.0.0.1", port)
-        self.url = server.url("127.0.0.1", listener)
+        scheduler = Scheduler(model, max_batch=max_batch, **scheduling)
+        self.service = Service(model, name, scheduler, limits or web.Limits())
+        listener = web.listen("127.0.0.1", port)
+        self.url = web.url("127.0.0.1", listener)
         self.server = uvicorn.Server(uvicorn.Config(create_app(self.service, api_key), log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [listener]}, daemon=True)
         self.thread.start()

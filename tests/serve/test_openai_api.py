@@ -263,14 +263,16 @@ def test_zoo_serve_help_names_its_flags():
     done = subprocess.run([sys.executable, "-m", "recipes.cli", "serve", "-h"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0
-    for flag in ("--port", "--host", "--api-key", "--name", "--max-batch", "--quantize"):
+    for flag in ("--port", "--host", "--api-key", "--name", "--max-batch", "--quantize", "--max-queue",
+                 "--max-request-bytes", "--read-timeout"):
         assert flag in done.stdout
 
 
 def test_zoo_serve_warns_when_another_address_has_no_key_and_serves(tmp_path, lm, monkeypatch, capsys):
     from starlette.testclient import TestClient
 
-    from recipes import cli, server
+    from recipes import cli
+    from recipes.serve import web
 
     answers = {}
 
@@ -280,7 +282,7 @@ def test_zoo_serve_warns_when_another_address_has_no_key_and_serves(tmp_path, lm
         listener.close()
 
     zoo.save(lm, tmp_path / "lm.keras")
-    monkeypatch.setattr(server, "run", run)
+    monkeypatch.setattr(web, "run", run)
     assert cli.main(["serve", str(tmp_path / "lm.keras"), "--host", "0.0.0.0", "--port", "0"]) == 0
     assert capsys.readouterr().err.startswith("zoo serve: warning: listening on 0.0.0.0 without an API key")
     assert answers["address"] == "0.0.0.0"
@@ -297,8 +299,9 @@ def test_zoo_serve_in_a_process_of_its_own_warns_without_a_key_and_serves(tmp_pa
     try:
         warning = process.stderr.readline()
         assert "warning: listening on 0.0.0.0 without an API key" in warning
-        lines = [process.stdout.readline(), process.stdout.readline()]
-        url = lines[1].split()[2]
+        lines = [process.stdout.readline() for _ in range(3)]
+        assert "limits: bodies of at most 1048576 bytes" in lines[1]
+        url = lines[2].split()[2]
         port = url.rsplit(":", 1)[1].split("/")[0]
         response = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=60)
         assert response.json()["data"][0]["id"] == str(tmp_path / "lm.keras")

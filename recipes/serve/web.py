@@ -1,0 +1,236 @@
+"""The HTTP side that `zoo serve` and `zoo explore` share: one request
+error, one set of field parsers, one app factory, a request body read
+within bounds, and listening on an address until Ctrl-C.
+
+A body is read as a stream: a `Content-Length` over the limit is refused
+before any of it is read, and a body sent without one (chunked) is
+refused as soon as it passes the limit, so a client cannot make the
+server hold more than `max_request_bytes` of it. uvicorn stops reading
+the socket while the app has not taken what came (its flow control), so
+a refused body is never buffered whole either.
+
+Needs the `serve` extra (Starlette, uvicorn; `pip install -e .[serve]`).
+"""
+
+import asyncio
+import json
+import math
+import socket
+from dataclasses import dataclass
+
+MIB = 2**20
+
+
+class RequestError(ValueError):
+    """A request refused before any work: the message names what was
+    wrong and what was expected.
+
+    Args:
+        message: one line.
+        param: the request field at fault, or None.
+        status: the HTTP status (400 a bad request, 404 an unknown model,
+            408 a body that came too slowly, 413 a body too large, 429 a
+            full queue).
+        code: a short machine-readable reason, or None.
+        headers: extra response headers (`Retry-After` of a 429).
+    """
+
+    def __init__(self, message, param=None, status=400, code=None, headers=None):
+        super().__init__(message)
+        self.param, self.status, self.code, self.headers = param, status, code, headers
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask of a server before the model sees it.
+
+    Attributes:
+        max_request_bytes: the largest body read; a larger one gets 413.
+        read_timeout: seconds a body may take to arrive whole; a slower
+            one gets 408.
+    """
+
+    max_request_bytes: int = MIB
+    read_timeout: float = 30.0
+
+    def __post_init__(self):
+        if not is_int(self.max_request_bytes) or self.max_request_bytes < 1024:
+            raise ValueError(f"--max-request-bytes {self.max_request_bytes}: expected an integer >= 1024")
+        if not isinstance(self.read_timeout, (int, float)) or not 0 < self.read_timeout < math.inf:
+            raise ValueError(f"--read-timeout {self.read_timeout}: expected a number of seconds > 0")
+
+
+async def read_body(request, limits):
+    """The request's body, read as a stream within `limits`; a
+    `RequestError` (413 or 408) as soon as it cannot be."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise RequestError(f"Content-Length: {short(declared)} is not a number of bytes", status=400)
+        if int(declared) > limits.max_request_bytes:
+            raise _too_large(f"{int(declared)} bytes", limits)
+    chunks, size = [], 0
+
+    async def read():
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_request_bytes:
+                raise _too_large(f"more than {limits.max_request_bytes} bytes", limits)
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), limits.read_timeout)
+    except asyncio.TimeoutError:
+        raise RequestError(
+            f"the body did not arrive within {limits.read_timeout:g} s ({size} bytes came); expected it whole "
+            "within the server's --read-timeout", status=408, code="request_timeout"
+        ) from None
+    return b"".join(chunks)
+
+
+async def read_json(request, limits):
+    """The request's JSON object, read within `limits`; a `RequestError`
+    saying why it is not one."""
+    body = await read_body(request, limits)
+    try:
+        value = json.loads(body or b"null")
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RequestError(f"the body is not JSON ({error}); expected a JSON object") from None
+    except RecursionError:
+        raise RequestError("the body nests too deeply; expected a JSON object of fields") from None
+    if not isinstance(value, dict):
+        raise RequestError(f"the body is {type(value).__name__}; expected a JSON object")
+    return value
+
+
+def _too_large(size, limits):
+    return RequestError(
+        f"the body has {size}; this server reads at most {limits.max_request_bytes} bytes (--max-request-bytes)",
+        status=413, code="request_too_large",
+    )
+
+
+# --- Fields --------------------------------------------------------------------------
+
+
+def is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def short(value):
+    """A value as an error message quotes it: at most 60 characters."""
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def known(body, fields):
+    """Refuses a field not in `fields`."""
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        raise RequestError(f"{unknown[0]}: unknown field; expected some of {', '.join(fields)}", unknown[0])
+
+
+def integer(body, name, low, high, default, required=False):
+    """`body[name]`, an integer in [low, high], or `default` when absent."""
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise RequestError(f"{name}: missing; expected an integer in [{low}, {high}]", name)
+        return default
+    if not is_int(value) or not low <= value <= high:
+        raise RequestError(f"{name}: expected an integer in [{low}, {high}]; got {short(value)}", name)
+    return value
+
+
+def number(body, name, default, expected, low=None, high=None, above=None):
+    """`body[name]`, a finite number with `low <= value <= high` and
+    `value > above` (each bound where given), or `default` when absent;
+    `expected` is what the refusal says was expected."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or (low is not None and value < low)
+        or (high is not None and value > high)
+        or (above is not None and not value > above)
+    ):
+        raise RequestError(f"{name}: expected {expected}; got {short(value)}", name)
+    return float(value)
+
+
+# --- The app ----------------------------------------------------------------------------
+
+
+def openai_error(error):
+    """OpenAI's error object: {"error": {"message", "type", "param", "code"}}."""
+    kinds = {404: "not_found_error", 408: "timeout_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+    return {"error": {"message": str(error), "type": kinds.get(error.status, "invalid_request_error"),
+                      "param": error.param, "code": error.code}}
+
+
+def plain_error(error):
+    """The explorer page's error object: {"error": one line}."""
+    return {"error": str(error)}
+
+
+def refusal(error, shape=openai_error):
+    """The JSON response of a `RequestError`."""
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(shape(error), status_code=error.status, headers=error.headers)
+
+
+def create_app(routes, shape=openai_error):
+    """A Starlette app of `routes` where a `RequestError` raised by an
+    endpoint becomes its response, in `shape`."""
+    from starlette.applications import Starlette
+
+    async def refused(request, error):
+        return refusal(error, shape)
+
+    return Starlette(routes=routes, exception_handlers={RequestError: refused})
+
+
+# --- Listening -----------------------------------------------------------------------------
+
+
+def listen(host, port):
+    """A socket listening on (host, port); port 0 picks a free one.
+
+    Listening before the server starts means a client that connects early
+    waits in the backlog instead of being refused.
+    """
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        raise ValueError(f"--host {host} --port {port}: cannot listen there ({error.strerror}); "
+                         "expected a free port (--port 0 picks one)") from None
+    listener.listen()
+    return listener
+
+
+def url(host, listener):
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{listener.getsockname()[1]}"
+
+
+def run(app, listener):
+    """Serves `app` on `listener` until Ctrl-C."""
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)
+    try:
+        uvicorn.Server(config).run(sockets=[listener])
+    except KeyboardInterrupt:  # uvicorn shuts down, then raises the Ctrl-C it caught again
+        pass
+
+
+def is_loopback(host):
+    return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
