@@ -239,7 +239,7 @@ def make_model(args, data):
 
     import zoo
     from zoo.models import BertClassifier
-    from zoo.models.layout import get_layout_map
+    from zoo.models.sharding import get_layout_map
     from zoo.training import WarmupCosineDecay, adamw, distribution_scope
 
     from recipes.flags import jit_compile_flag

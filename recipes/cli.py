@@ -436,7 +436,7 @@ def _describe(args):
 
 def _explore(args):
     try:
-        from recipes.explore import serve
+        serve = importlib.import_module(SERVERS["explore"]).serve
         import uvicorn  # noqa: F401
     except ImportError as error:
         raise ValueError(f"{error.name} is not installed; expected the explore extra: pip install -e .[explore]") from None
@@ -450,13 +450,17 @@ def _serve(args):
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
 
-        from recipes.serve import serve
+        serve = importlib.import_module(SERVERS["serve"]).serve
     except ImportError as error:
         raise ValueError(f"{error.name} is not installed; expected the serve extra: pip install -e .[serve]") from None
     return serve(args.target, host=args.host, port=args.port, api_key=args.api_key, name=args.name,
                  max_batch=args.max_batch, quantize=args.quantize, max_request_bytes=args.max_request_bytes,
                  read_timeout=args.read_timeout, max_queue=args.max_queue)
 
+
+# The servers sit above the command line: it starts them by module name, as
+# the `zoo` script starts it, and imports nothing of theirs.
+SERVERS = {"explore": "recipes.explore", "serve": "recipes.serve"}
 
 COMMANDS = {
     "sample": _sample,

@@ -157,7 +157,7 @@ def make_model(args, data):
 
     import zoo
     from zoo.data import WordTokenizer
-    from zoo.models.layout import get_layout_map
+    from zoo.models.sharding import get_layout_map
     from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, distribution_scope
 
     from recipes.flags import jit_compile_flag, size_overrides

@@ -240,7 +240,7 @@ def steps_per_call(args):
 def make_model(args, data):
     """The compiled causal LM, carrying its `CharTokenizer`."""
     from zoo.data import CharTokenizer
-    from zoo.models.layout import get_layout_map
+    from zoo.models.sharding import get_layout_map
     from zoo.training import distribution_scope
 
     from recipes.flags import jit_compile_flag, size_overrides

@@ -166,7 +166,7 @@ def load_checkpoint(args):
     """(model, the checkpoint's parameter count): --pretrained with its
     tokenizer, LoRA adapters added with --lora."""
     import zoo
-    from zoo.models.layout import get_layout_map
+    from zoo.models.sharding import get_layout_map
     from zoo.training import distribution_scope
 
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
@@ -213,7 +213,7 @@ def make_model(args, data):
     tenth of the peak; the cross-entropy loss."""
     import keras
 
-    from zoo.models.layout import get_layout_map
+    from zoo.models.sharding import get_layout_map
     from zoo.training import WarmupCosineDecay, adamw, distribution_scope
 
     from recipes.flags import jit_compile_flag

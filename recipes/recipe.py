@@ -46,16 +46,34 @@ def report(recipe, model, args, folder, data):
     return recipe.evaluate(folder.path, model=model)
 
 
+def start(args):
+    """A recipe's start, before TensorFlow runs anything: Keras with
+    TensorFlow (the recipes' pipelines are tf.data), the distribution
+    (--strategy), the seed (--seed: weights, dropout, shuffles) and the
+    compute dtype (--mixed-precision; `args.mixed_precision` becomes what
+    runs, so that run.json records it) and XLA's flags (--jit-compile
+    fusible)."""
+    from zoo.training import start_distribution
+
+    from recipes.flags import jit_compile_flag, set_precision
+    from recipes.startup import load_keras
+
+    keras = load_keras(tensorflow=True)
+    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
+    keras.utils.set_random_seed(args.seed)
+    args.mixed_precision = set_precision(args.mixed_precision)
+    jit_compile_flag(args)  # TensorFlow reads its XLA flags before its first function
+
+
 def run(recipe, argv=None):
     """Runs `recipe` (a module with the parts above) with the command-line
-    flags `argv`: starts Keras (`recipes.startup.start`: the distribution,
+    flags `argv`: starts Keras (`start`: the distribution,
     the seed, the precision, XLA's flags), reads the data, opens the run
     folder, builds and fits the model, then evaluates the saved model,
     records its figures in run.json, prints them (the recipe's own last,
     after `run folder: RUN`) and marks the run finished. Returns the
     recipe's own figure."""
     from recipes.run_folder import final_line, finish, load_model, record_figures
-    from recipes.startup import start
 
     args = recipe.parse(argv)
     start(args)

@@ -1,5 +1,5 @@
 """What a command does before its first Keras import: TensorFlow's log
-level; and a recipe's start.
+level.
 
 TensorFlow's libraries log a few lines as they load (oneDNN, cudart,
 "All log messages before absl::InitializeLog()"), before
@@ -72,20 +72,3 @@ def load_keras(tensorflow=False):
             import tensorflow  # noqa: F401
     return keras
 
-
-def start(args):
-    """A recipe's start, before TensorFlow runs anything: Keras with
-    TensorFlow (the recipes' pipelines are tf.data), the distribution
-    (--strategy), the seed (--seed: weights, dropout, shuffles) and the
-    compute dtype (--mixed-precision; `args.mixed_precision` becomes what
-    runs, so that run.json records it) and XLA's flags (--jit-compile
-    fusible)."""
-    from zoo.training import start_distribution
-
-    from recipes.flags import jit_compile_flag, set_precision
-
-    keras = load_keras(tensorflow=True)
-    start_distribution(args.strategy, mesh=args.mesh, batch_size=args.batch_size)
-    keras.utils.set_random_seed(args.seed)
-    args.mixed_precision = set_precision(args.mixed_precision)
-    jit_compile_flag(args)  # TensorFlow reads its XLA flags before its first function

@@ -309,7 +309,7 @@ def make_model(args, data):
     weights (--ema-momentum, warmed up by --ema-warmup), label-smoothed
     masked loss."""
     import zoo
-    from zoo.models.layout import get_layout_map
+    from zoo.models.sharding import get_layout_map
     from zoo.training import AdamEMAWarmup, MaskedAccuracy, MaskedSparseCrossentropy, distribution_scope
 
     from recipes.flags import jit_compile_flag, size_overrides

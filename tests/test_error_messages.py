@@ -271,9 +271,9 @@ def test_predict_with_a_missing_input_names_it():
         (dict(prompt=[[1, -2]]), r"`prompt` sequence 0 has token id -2 outside the vocabulary \[0, 100\)"),
         (dict(max_new_tokens=-1), r"`max_new_tokens` must be an integer >= 1; got -1\."),
         (dict(max_new_tokens=2.5), r"`max_new_tokens` must be an integer >= 1; got 2\.5\."),
-        (dict(sampler="top_k", k=101), r"`k` must be an integer in \[1, 100\] \(the vocabulary size\); got 101\."),
-        (dict(sampler="top_k", k=2.5), r"`k` must be an integer in \[1, 100\] .*; got 2\.5\."),
-        (dict(sampler="top_p", p=-0.1), r"`p` must be in \(0, 1\] .*; got -0\.1\."),
+        (dict(sampler="top_k", top_k=101), r"`top_k` must be an integer in \[1, 100\] \(the vocabulary size\); got 101\."),
+        (dict(sampler="top_k", top_k=2.5), r"`top_k` must be an integer in \[1, 100\] .*; got 2\.5\."),
+        (dict(sampler="top_p", top_p=-0.1), r"`top_p` must be in \(0, 1\] .*; got -0\.1\."),
         (dict(sampler="temperature", temperature=-1.0), r"`temperature` must be a number > 0; got -1\.0\."),
         (dict(sampler="beam", temperature=0), r"`temperature` must be a number > 0; got 0\."),
         (dict(stop_token_ids=[100]), r"Stop token id 100 is outside the vocabulary \[0, 100\)"),
@@ -311,7 +311,7 @@ def test_bad_generate_arguments_name_the_argument_and_what_it_must_be(models, kw
 def test_a_seed_that_is_not_an_integer_is_an_error(models):
     # Checked after the sampling loop is compiled, so this call compiles it.
     with pytest.raises(ValueError, match=r"`seed` must be an integer or None; got 'a'\."):
-        generate(models["gpt"], [[1, 2]], 1, sampler="top_k", k=5, seed="a")
+        generate(models["gpt"], [[1, 2]], 1, sampler="top_k", top_k=5, seed="a")
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ the rendered page, that names what to lay out first:
     <!-- readme-test: checkpoints runs -->
 
 - `checkpoints`: tiny random stand-ins of the pretrained folders under
-  `checkpoints/` (`python -m tests.pretrained.checkpoints checkpoints`);
+  `checkpoints/` (`python -m tests.checkpoints.stand_ins checkpoints`);
 - `runs`: small run folders under `runs/` holding a `model.keras` with its
   tokenizer, as the recipes write them (tiny untrained models: the blocks
   test the calls, not the quality);
@@ -45,7 +45,7 @@ def python_blocks(pages=PAGES):
 
 
 def lay_out_checkpoints(folder):
-    from tests.pretrained.checkpoints import write_stand_ins
+    from tests.checkpoints.stand_ins import write_stand_ins
 
     write_stand_ins(folder / "checkpoints")
 

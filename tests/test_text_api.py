@@ -52,7 +52,7 @@ def _naive_greedy(model, ids, max_length):
 def test_text_generation_is_the_id_level_call_decoded(lm):
     prompts = ["ROMEO:", "JU"]
     ids = token_id_lists(lm.tokenizer, prompts)
-    for options in ({"sampler": "greedy"}, {"sampler": "top_k", "k": 5, "seed": 3}):
+    for options in ({"sampler": "greedy"}, {"sampler": "top_k", "top_k": 5, "seed": 3}):
         text = zoo.generate(lm, prompts, max_new_tokens=2, **options)
         expected = zoo.generate(lm, ids, 2, **options)
         assert text == [_decode(lm.tokenizer, row + new) for row, new in zip(ids, expected.sequences)]
@@ -75,7 +75,7 @@ def test_generation_past_the_context_window_is_nanogpt_sampling(lm):
 
 @pytest.mark.parametrize("sampler", ["temperature", "top_k", "top_p"])
 def test_sampling_past_the_context_window_is_reproducible_with_a_seed(lm, sampler):
-    options = dict(max_length=40, sampler=sampler, k=10, p=0.9, temperature=1.5)
+    options = dict(max_length=40, sampler=sampler, top_k=10, top_p=0.9, temperature=1.5)
     first = zoo.generate(lm, "ROMEO:", seed=7, **options)
     assert first == zoo.generate(lm, "ROMEO:", seed=7, **options)
     assert len(first) == 40 and first.startswith("ROMEO:")
@@ -95,9 +95,22 @@ def test_a_stop_token_ends_text_generation():
     assert text == _decode(tokenizer, prompt + free[: free.index(stop)])  # the stop token ends the text, unwritten
 
 
+@pytest.mark.parametrize("former, current", [("k", "top_k"), ("p", "top_p")])
+def test_the_samplers_former_keywords_are_refused_naming_the_current_ones(lm, former, current):
+    message = rf"`{former}` is renamed; pass {current}="
+    with pytest.raises(TypeError, match=message):
+        zoo.generate(lm, "ROMEO:", max_new_tokens=2, **{former: 1})
+    with pytest.raises(TypeError, match=message):
+        zoo.generate(lm, [[1, 2]], 2, **{former: 1})
+    with pytest.raises(TypeError, match=message):
+        zoo.stream(lm, "ROMEO:", max_new_tokens=2, **{former: 1})
+    with pytest.raises(TypeError, match=message):
+        zoo.text.TextGeneration(lm, [[1, 2]], 2, **{former: 1})
+
+
 def test_token_id_calls_are_unchanged(lm):
-    out = zoo.generate(lm, [[1, 2, 3], [4, 5]], max_new_tokens=3, sampler="top_k", k=4, seed=1)
-    expected = zoo.generate(lm, [[1, 2, 3], [4, 5]], 3, sampler="top_k", k=4, seed=1)
+    out = zoo.generate(lm, [[1, 2, 3], [4, 5]], max_new_tokens=3, sampler="top_k", top_k=4, seed=1)
+    expected = zoo.generate(lm, [[1, 2, 3], [4, 5]], 3, sampler="top_k", top_k=4, seed=1)
     assert isinstance(out, generation.GenerationOutput)
     assert out.sequences == expected.sequences
     np.testing.assert_array_equal(out.token_ids, expected.token_ids)

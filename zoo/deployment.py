@@ -1,4 +1,5 @@
-"""Exports for runtimes without the zoo: TensorFlow SavedModel, ONNX, LiteRT.
+"""`zoo.export`: a checkpoint others load (Hugging Face, keras-hub), or an
+export for a runtime without the zoo: TensorFlow SavedModel, ONNX, LiteRT.
 
 Each goes through Keras' own `model.export`; the zoo adds the checks before
 any work, the folder layout, the tokenizer, and for a `BertClassifier` on
@@ -43,6 +44,89 @@ QUANTIZED_REFUSALS = {
 
 class ExportError(ValueError):
     """A model or format that cannot be exported, said in one line."""
+
+
+def export(model, path, format="huggingface", overwrite=False):
+    """Write a zoo model as a checkpoint folder others load, or for a runtime.
+
+    Args:
+        model: a zoo `GPTCausalLM` / `GPTBackbone` (GPT-2), a
+            `BertMaskedLM`, `BertClassifier`, `BertSentenceEncoder` or
+            `BertBackbone`, or a `LlamaCausalLM` / `LlamaBackbone`,
+            typically from `from_pretrained` or fine-tuned here. Its
+            `tokenizer` is written beside the weights (keras-hub's
+            GPT2Tokenizer / BytePairTokenizer, BertTokenizer /
+            WordPieceTokenizer, a `HuggingFaceTokenizer`). A model without
+            one (or with another kind) gets weights and config only, and a
+            warning says the tokenizer files were not written: other tools
+            can load the weights, `from_pretrained` needs the tokenizer
+            files added.
+        path: the folder to write (created; an existing non-empty folder
+            only with `overwrite=True`).
+        format: "huggingface": `config.json` with transformers' keys,
+            `model.safetensors` with transformers' tensor names and shapes,
+            and the tokenizer files (`vocab.json` + `merges.txt`,
+            `vocab.txt`, or `tokenizer.json` + `tokenizer_config.json` +
+            `generation_config.json`) - `transformers`' `from_pretrained(path)`
+            loads it. A Llama-family model is written as `model_type`
+            "qwen3" when it has Qwen3's query/key norm, "qwen2" when it
+            has Qwen2's Q, K and V biases, else "llama".
+            "keras-hub": keras-hub's `save_to_preset` of the matching
+            keras-hub model (`GPT2CausalLM`, `BertMaskedLM`,
+            `BertTextClassifier`, `Llama3CausalLM`, `QwenCausalLM`,
+            `Qwen3CausalLM`, or the backbone) with the same weights -
+            e.g. `keras_hub.models.GPT2CausalLM.from_preset(path)` loads it.
+            "tf_saved_model", "onnx", "litert": any zoo model (every
+            family and task), through Keras' `model.export`, for
+            `tf.saved_model.load` / TF Serving, `onnxruntime` and the LiteRT
+            interpreter; the batch and length dimensions stay dynamic and
+            the inputs keep the model's names. The folder holds the
+            SavedModel itself, or `model.onnx`, or `model.tflite`, with the
+            tokenizer's Hugging Face files beside it (in `assets.extra` of a
+            SavedModel). A `BertClassifier` exported on TensorFlow also gets
+            a `classify_text` signature: sentences in, the tokenizer inside,
+            `probabilities` and `labels` out, as `zoo.classify` gives them.
+            An int8 model exports to all three; a float8 one to
+            "tf_saved_model" only. These need the `export` extra.
+            See docs/deploying.md.
+        overwrite: replace the files of an existing folder.
+
+    A quantized model (`model.quantize`) is refused by the two checkpoint
+    formats: both hold float weights, and a dequantized copy would pass the quantization
+    error on as if it were the model's.
+
+    Returns:
+        The folder, a `pathlib.Path`. `from_pretrained(path)` loads it back
+        with the same weights, logits and token ids.
+
+    Example:
+    ```python
+    zoo.export(lm, "my_gpt2", format="huggingface")
+    lm2 = zoo.from_pretrained("my_gpt2")
+    ```
+    """
+    from zoo.checkpoints import FORMATS, huggingface, keras_hub
+    from zoo.models import BertSentenceEncoder, quantization_mode
+
+    if format in RUNTIME_FORMATS:
+        return export_for_runtime(model, path, format, overwrite=overwrite)
+    if format not in FORMATS:
+        raise ValueError(f"format={format!r}; expected one of {', '.join(map(repr, FORMATS + RUNTIME_FORMATS))}.")
+    mode = quantization_mode(model)
+    if mode is not None:
+        raise ValueError(
+            f"export writes float weights, and this {type(model).__name__} is quantized ({mode}); expected a "
+            "float model: export it before quantizing (or load its float file), and quantize after loading."
+        )
+    folder = Path(path)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())) and not overwrite:
+        raise FileExistsError(f"{folder}: exists and is not empty; pass overwrite=True to replace its files.")
+    tokenizer = getattr(model, "tokenizer", None)
+    if isinstance(model, BertSentenceEncoder):  # its pooling has no weights: the backbone is the checkpoint
+        model = model.backbone
+    driver = keras_hub if format == "keras-hub" else huggingface
+    driver.export(model, folder, tokenizer)
+    return folder
 
 
 def export_for_runtime(model, path, format, overwrite=False):
@@ -162,7 +246,7 @@ def _text_endpoint(model):
     """sentences -> {"probabilities", "labels"}, packed as `zoo.classify`
     packs them (`[CLS] tokens [SEP]`, cut to the window, [PAD] = 0), or
     None where the SavedModel cannot carry the tokenizer."""
-    from zoo.inference import _special_id
+    from zoo.text.tokens import special_id
     from zoo.models import BertClassifier
 
     tokenizer = getattr(model, "tokenizer", None)
@@ -178,7 +262,7 @@ def _text_endpoint(model):
         return None
     import tensorflow as tf
 
-    cls_id, sep_id = _special_id(tokenizer, "cls"), _special_id(tokenizer, "sep")
+    cls_id, sep_id = special_id(tokenizer, "cls"), special_id(tokenizer, "sep")
     window = model.backbone.max_sequence_length
 
     def classify_text(sentences):
@@ -208,13 +292,13 @@ def _is_graph_tokenizer(tokenizer):
 def _write_tokenizer(model, folder, destination):
     """The tokenizer files of the Hugging Face export, where the family has
     them, into `folder` (the staging copy of `destination`)."""
-    from zoo.checkpoints import families
+    from zoo.checkpoints import registry
 
     tokenizer = getattr(model, "tokenizer", None) or getattr(getattr(model, "backbone", None), "tokenizer", None)
     if tokenizer is None:
         return
     try:
-        family = families.for_model(model)
+        family = registry.for_model(model)
     except ValueError:
         family = None
     backbone = getattr(model, "backbone", model)

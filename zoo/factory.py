@@ -126,17 +126,31 @@ def describe(name, **overrides):
 def _shapes_only(name, **overrides):
     """The model of `build(name, **overrides)` with its weights' shapes and
     no values: in a Keras stateless scope the variables defer their
-    initializers, which are then dropped. Counting a billion parameters
-    takes a second, not a minute and the memory; the model cannot run."""
-    import keras
-    from keras.src.backend.common import global_state
+    initializers. Counting a billion parameters takes a second, not a minute
+    and the memory; the model cannot run.
 
-    pending = list(global_state.get_global_attribute("uninitialized_variables", []) or [])
-    try:
-        with keras.StatelessScope(initialize_variables=False):
-            return build(name, **overrides)
-    finally:
-        global_state.set_global_attribute("uninitialized_variables", pending)
+    Built on a thread of its own: Keras keeps the deferred variables in
+    thread-local state, and a later stateless scope of the caller's thread
+    would initialize them all; that state ends with this thread."""
+    import threading
+
+    import keras
+
+    built = {}
+
+    def build_shapes():
+        try:
+            with keras.StatelessScope(initialize_variables=False):
+                built["model"] = build(name, **overrides)
+        except BaseException as error:  # raised again on the caller's thread
+            built["error"] = error
+
+    thread = threading.Thread(target=build_shapes, name="zoo-shapes-only")
+    thread.start()
+    thread.join()
+    if "error" in built:
+        raise built["error"]
+    return built["model"]
 
 
 def plot(model_or_name, path, **kwargs):

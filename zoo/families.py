@@ -1,7 +1,8 @@
 """The model families, each registered once, beside its models.
 
 A family is one typed record: its name (the presets' `family`), its
-backbone class, its tasks and the module of its checkpoint mapping. The
+backbone class, its tasks and the module of its weight map (its
+weights' names in Hugging Face and keras-hub checkpoints). The
 factory (`zoo.build`), the checkpoint drivers (`zoo.checkpoints`), the
 `zoo` command and the explorer read this registry; none of them names a
 family in a branch of its own.
@@ -34,8 +35,8 @@ class Family:
         backbone: the backbone class, built from a preset's config.
         tasks: {task name: `Task`}; `zoo.build(name, task=None)` is the
             backbone.
-        checkpoints: the dotted name of the module that maps the family to
-            Hugging Face and keras-hub checkpoints (`zoo.models.llama.checkpoints`),
+        weight_map: the dotted name of the module that maps the family to
+            Hugging Face and keras-hub checkpoints (`zoo.models.llama.weight_map`),
             or None for a family without one; imported when first read.
         description: one line for listings.
         presets: {preset name: `zoo.models.config.Preset`}, instances of
@@ -45,7 +46,7 @@ class Family:
     name: str
     backbone: type
     tasks: dict = field(default_factory=dict)
-    checkpoints: str = None
+    weight_map: str = None
     description: str = ""
     presets: dict = field(default_factory=dict)
 
@@ -54,9 +55,9 @@ class Family:
         """The family's config class (`zoo.models.config.ModelConfig`)."""
         return self.backbone.config_class
 
-    def checkpoint_module(self):
-        """The family's checkpoint module, or None."""
-        return None if self.checkpoints is None else importlib.import_module(self.checkpoints)
+    def weight_map_module(self):
+        """The family's weight map module, or None."""
+        return None if self.weight_map is None else importlib.import_module(self.weight_map)
 
     def owns(self, model):
         """Whether `model` (a backbone, or a task with a `.backbone`) is of this family."""

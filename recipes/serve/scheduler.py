@@ -191,7 +191,7 @@ class _Batch:
         """Builds the generation; False (each job told why) if it cannot start."""
         first = self.jobs[0]
         try:
-            self.generation = zoo.inference.TextGeneration(
+            self.generation = zoo.text.TextGeneration(
                 self.model,
                 [job.prompt_ids for job in self.jobs],
                 [job.max_tokens for job in self.jobs],
@@ -199,7 +199,7 @@ class _Batch:
                 sampler=first.sampler,
                 seed=first.seed,
                 temperature=first.temperature,
-                p=first.top_p,
+                top_p=first.top_p,
                 bucket=self.max_batch if len(self.jobs) > 1 else True,  # two batch shapes: 1 and max_batch
             )
             self.steps = self.generation.steps(every_token=True)

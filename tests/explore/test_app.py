@@ -141,7 +141,7 @@ def test_sampling_is_reproducible_by_seed_and_its_narrowest_settings_are_greedy(
 @pytest.mark.parametrize("new_tokens", [6, 40])  # 40: past the context of 32
 def test_a_sampled_stream_is_zoo_generate_with_the_same_seed(clients, models, sampler, settings, new_tokens):
     stream = generate(clients["language_model"], max_new_tokens=new_tokens, sampler=sampler, seed=11, **settings)
-    options = {"k": settings.get("top_k", 50), "p": settings.get("top_p", 0.9),
+    options = {"top_k": settings.get("top_k", 50), "top_p": settings.get("top_p", 0.9),
                "temperature": settings.get("temperature", 1.0)}
     expected = zoo.generate(models["language_model"], PROMPT, max_new_tokens=new_tokens, sampler=sampler, seed=11,
                             **options)
@@ -269,7 +269,7 @@ def test_a_get_of_a_post_endpoint_is_refused(clients):
 
 
 def test_open_target_reads_a_run_folder_a_keras_file_and_a_checkpoint_folder(tmp_path, models):
-    from tests.pretrained.checkpoints import hf_gpt2_folder
+    from tests.checkpoints.stand_ins import hf_gpt2_folder
 
     lm = models["language_model"]
     (tmp_path / "run").mkdir()

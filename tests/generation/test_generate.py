@@ -136,12 +136,12 @@ def test_beam_search_with_one_beam_is_greedy(gpt, gpt_greedy):
 
 
 def test_top_k_with_k_1_is_greedy(gpt, gpt_greedy):
-    out = generate(gpt, GPT_PROMPTS, NEW, sampler="top_k", k=1, seed=3)
+    out = generate(gpt, GPT_PROMPTS, NEW, sampler="top_k", top_k=1, seed=3)
     assert out.sequences == gpt_greedy.sequences
 
 
 def test_sampling_with_a_seed_is_reproducible(gpt):
-    kwargs = dict(sampler="top_p", temperature=3.0, p=0.95)
+    kwargs = dict(sampler="top_p", temperature=3.0, top_p=0.95)
     first = generate(gpt, GPT_PROMPTS, NEW, seed=7, **kwargs).sequences
     assert generate(gpt, GPT_PROMPTS, NEW, seed=7, **kwargs).sequences == first
     assert generate(gpt, GPT_PROMPTS, NEW, seed=8, **kwargs).sequences != first
@@ -234,9 +234,9 @@ def test_second_call_with_the_same_shapes_does_not_retrace(gpt, gpt_greedy):
         (dict(prompt=[1, 2, 3]), "one flat sequence"),
         (dict(max_new_tokens=0), "max_new_tokens"),
         (dict(prompt=[[1] * 30], max_new_tokens=3), "maximum sequence length 32"),
-        (dict(sampler="top_p", p=0.0), r"`p` must be in \(0, 1\]"),
-        (dict(sampler="top_p", p=1.5), r"`p` must be in \(0, 1\]"),
-        (dict(sampler="top_k", k=0), r"`k` must be an integer in \[1, 100\]"),
+        (dict(sampler="top_p", top_p=0.0), r"`top_p` must be in \(0, 1\]"),
+        (dict(sampler="top_p", top_p=1.5), r"`top_p` must be in \(0, 1\]"),
+        (dict(sampler="top_k", top_k=0), r"`top_k` must be an integer in \[1, 100\]"),
         (dict(sampler="temperature", temperature=0.0), "temperature"),
         (dict(sampler="beam", num_beams=0), "num_beams"),
         (dict(sampler="nucleus"), "Unknown sampler"),

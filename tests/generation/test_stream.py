@@ -21,8 +21,8 @@ NEW_TOKENS = 40  # the first 10 inside the window of 16, the rest past it
 SAMPLERS = [
     dict(),
     dict(sampler="temperature", temperature=1.3, seed=5),
-    dict(sampler="top_k", k=6, seed=1),
-    dict(sampler="top_p", p=0.8, temperature=0.9, seed=2),
+    dict(sampler="top_k", top_k=6, seed=1),
+    dict(sampler="top_p", top_p=0.8, temperature=0.9, seed=2),
 ]
 
 
@@ -68,7 +68,7 @@ def test_max_length_counts_the_prompt_as_in_zoo_generate(lm):
 
 
 def test_a_stop_string_cuts_the_text_where_zoo_generate_cuts_it(lm):
-    options = dict(max_new_tokens=NEW_TOKENS, sampler="top_k", k=4, seed=7)
+    options = dict(max_new_tokens=NEW_TOKENS, sampler="top_k", top_k=4, seed=7)
     free = zoo.generate(lm, "ROMEO:", **options)[6:]
     stop = free[4:6]
     cut = free.index(stop)
@@ -80,7 +80,7 @@ def test_a_stop_string_cuts_the_text_where_zoo_generate_cuts_it(lm):
 
 
 def test_a_piece_holds_back_what_may_begin_a_stop_string():
-    from zoo.inference import TextRow
+    from zoo.text.text_generation import TextRow
 
     tokenizer = CharTokenizer.from_text("abcd\n")
     row = TextRow(tokenizer, tokenizer("a").tolist(), 1, ("\n\n",), ())
@@ -92,9 +92,9 @@ def test_a_piece_holds_back_what_may_begin_a_stop_string():
 
 
 def test_a_piece_is_never_half_a_utf8_character():
-    from tests.pretrained.llama_checkpoints import tokenizer_json
+    from tests.checkpoints.llama_checkpoints import tokenizer_json
     from zoo.data import HuggingFaceTokenizer
-    from zoo.inference import TextRow
+    from zoo.text.text_generation import TextRow
 
     tokenizer = HuggingFaceTokenizer(tokenizer_json("qwen2"))
     first, second = (tokenizer.token_to_id(byte) for byte in ("Ã", "©"))  # the two bytes of "é", byte-level
@@ -112,10 +112,10 @@ def test_a_streamed_translation_is_zoo_translate_with_one_beam():
     for sentence in ["ein hund läuft", "zwei männer im"]:  # one length: one compiled program
         expected = zoo.translate(model, [sentence], num_beams=1)[0]
         assert "".join(zoo.stream(model, sentence)) == expected
-    sampled = "".join(zoo.stream(model, "ein hund", sampler="top_k", k=3, seed=1, max_new_tokens=6))
+    sampled = "".join(zoo.stream(model, "ein hund", sampler="top_k", top_k=3, seed=1, max_new_tokens=6))
     start, end = tokenizer.get_vocabulary().index("[START]"), tokenizer.get_vocabulary().index("[END]")
     source = tokenizer("ein hund").tolist()
-    new = zoo.generate(model, [[start]], 6, sampler="top_k", k=3, seed=1, stop_token_ids=[end],
+    new = zoo.generate(model, [[start]], 6, sampler="top_k", top_k=3, seed=1, stop_token_ids=[end],
                                   source=[source]).sequences[0]
     new = new[:-1] if new and new[-1] == end else new
     assert sampled == (tokenizer.detokenize(new) if new else "")

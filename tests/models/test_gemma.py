@@ -3,7 +3,7 @@ norms as the layers compute them, and the backbone's invariants (cached ==
 full pass past the window, no future leak, padding, reload).
 
 The logits against a float64 reference of transformers' Gemma3ForCausalLM,
-and against keras-hub's, are in tests/pretrained/test_gemma.py.
+and against keras-hub's, are in tests/checkpoints/test_gemma.py.
 """
 
 import keras

@@ -267,7 +267,7 @@ def test_text_generation_past_the_context_slides_and_sampling_is_seeded():
         window = np.array([ids[-8:]], "int32")
         ids.append(int(np.argmax(_np(lm({"token_ids": window}))[0, -1])))
     assert zoo.generate(lm, "ROMEO:", max_length=30) == tokenizer.detokenize(ids)
-    options = dict(max_length=40, sampler="top_k", k=10, seed=7)
+    options = dict(max_length=40, sampler="top_k", top_k=10, seed=7)
     assert zoo.generate(lm, "ROMEO:", **options) == zoo.generate(lm, "ROMEO:", **options)
     backbone = LlamaBackbone.from_config(lm.backbone.get_config())  # a bare backbone generates with its head
     backbone.set_weights(lm.backbone.get_weights())

@@ -14,7 +14,7 @@ import pytest
 
 import zoo
 from tests.models.conftest import bert_inputs, gpt_inputs, seq2seq_inputs
-from tests.pretrained import checkpoints
+from tests.checkpoints import stand_ins
 from zoo.data import CharTokenizer, train_word_piece
 from zoo import generate
 from zoo.models import QUANTIZATION_MODES, quantization_mode
@@ -170,7 +170,7 @@ def test_a_float_model_config_has_no_quantization_entry(name, task, tokenizers, 
 
 
 def test_from_pretrained_quantizes_after_loading(tmp_path):
-    folder = checkpoints.hf_gpt2_folder(tmp_path / "gpt2")
+    folder = stand_ins.hf_gpt2_folder(tmp_path / "gpt2")
     quantized = zoo.from_pretrained(folder, quantize="int8")
     expected = zoo.from_pretrained(folder)
     expected.quantize("int8")

@@ -5,7 +5,7 @@ import pytest
 
 import zoo
 from zoo import families
-from zoo.checkpoints import families as checkpoint_families
+from zoo.checkpoints import registry as checkpoint_registry
 from zoo.presets import PRESETS
 
 
@@ -23,15 +23,15 @@ def test_every_preset_names_a_registered_family_and_builds_its_backbone_class():
 
 
 def test_the_checkpoint_drivers_read_the_families_modules():
-    modules = {f.name: f.checkpoint_module() for f in families.FAMILIES.values()}
+    modules = {f.name: f.weight_map_module() for f in families.FAMILIES.values()}
     assert {name: m.__name__ if m else None for name, m in modules.items()} == {
-        "gpt": "zoo.models.gpt.checkpoints", "llama": "zoo.models.llama.checkpoints", "gemma": "zoo.models.gemma.checkpoints",
-        "bert": "zoo.models.bert.checkpoints", "transformer": None,
+        "gpt": "zoo.models.gpt.weight_map", "llama": "zoo.models.llama.weight_map", "gemma": "zoo.models.gemma.weight_map",
+        "bert": "zoo.models.bert.weight_map", "transformer": None,
     }
-    assert set(checkpoint_families.FAMILIES) == {m for m in modules.values() if m is not None}
-    assert checkpoint_families.for_model(zoo.build("gemma3-nano", task="causal_lm")) is modules["gemma"]
+    assert set(checkpoint_registry.WEIGHT_MAPS) == {m for m in modules.values() if m is not None}
+    assert checkpoint_registry.for_model(zoo.build("gemma3-nano", task="causal_lm")) is modules["gemma"]
     with pytest.raises(ValueError, match="Checkpoints exist for .*; got a EncoderDecoder"):
-        checkpoint_families.for_model(zoo.build("transformer-tiny"))
+        checkpoint_registry.for_model(zoo.build("transformer-tiny"))
 
 
 def test_a_family_is_registered_once_and_an_unknown_one_is_named():

@@ -31,7 +31,7 @@ def test_every_recipe_has_main_and_evaluate_and_uses_only_public_zoo_names():
         recipe = importlib.import_module(module)
         assert callable(recipe.main) and callable(recipe.evaluate), name
         source = Path(recipe.__file__).read_text(encoding="utf-8")
-        for private in ("zoo.training.run", "zoo.data.buckets", "zoo.presets", "zoo.cli", "zoo.training.checkpoints"):
+        for private in ("zoo.training.run", "zoo.data.buckets", "zoo.presets", "zoo.cli", "zoo.training.callbacks"):
             assert private not in source, (name, private)
         assert not re.search(r"zoo(\.\w+)*\._", source), name  # no underscore names of zoo
 

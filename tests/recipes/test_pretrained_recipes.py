@@ -9,7 +9,7 @@ import pytest
 
 import zoo
 from recipes import bert_classify, gpt_finetune
-from tests.pretrained import checkpoints as ck
+from tests.checkpoints import stand_ins as ck
 from tests.recipes.same_seed import assert_equal_weights, run_printing
 from tests.recipes.test_bert import sentiment_rows, write_tsv
 
@@ -113,7 +113,7 @@ def test_bert_classify_fine_tunes_a_keras_hub_preset(tmp_path, capsys, monkeypat
 
 @pytest.mark.integration
 def test_gpt_finetune_with_lora_trains_only_adapters_of_a_llama_family_checkpoint(tmp_path, capsys):
-    from tests.pretrained import llama_checkpoints as lk
+    from tests.checkpoints import llama_checkpoints as lk
 
     checkpoint = lk.hf_folder(tmp_path / "qwen2", "qwen2")
     (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")

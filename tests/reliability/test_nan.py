@@ -11,7 +11,7 @@ import tensorflow as tf
 from recipes import gpt_char
 from recipes.run_folder import OutputFolder, callbacks
 from zoo.saving import load, load_weights
-from zoo.training.checkpoints import NonFiniteLossError
+from zoo.training.callbacks import NonFiniteLossError
 
 TEXT = "Tester:\nA small text the test writes for itself, with enough characters.\n\nAll:\nAgain, again.\n\n" * 30
 

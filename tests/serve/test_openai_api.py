@@ -53,7 +53,7 @@ def test_a_greedy_completion_is_zoo_generate(served, lm):
 @pytest.mark.parametrize("options", [dict(temperature=0.8, seed=4), dict(temperature=1.3, top_p=0.7, seed=9)])
 def test_a_seeded_sampled_completion_is_zoo_generate_with_that_seed(served, lm, options):
     answer = served.client().completions.create(model="lm", prompt=PROMPT, max_tokens=14, **options)
-    sampler = dict(sampler="top_p", p=options["top_p"]) if "top_p" in options else dict(sampler="temperature")
+    sampler = dict(sampler="top_p", top_p=options["top_p"]) if "top_p" in options else dict(sampler="temperature")
     assert answer.choices[0].text == expected(lm, max_tokens=14, seed=options["seed"],
                                               temperature=options["temperature"], **sampler)
 
@@ -215,7 +215,7 @@ CHATML = (
 
 @pytest.fixture(scope="module")
 def chat_folder(tmp_path_factory):
-    from tests.pretrained.llama_checkpoints import hf_folder
+    from tests.checkpoints.llama_checkpoints import hf_folder
 
     folder = hf_folder(tmp_path_factory.mktemp("qwen") / "qwen2-chat", "qwen2")
     config = json.loads((folder / "tokenizer_config.json").read_text())

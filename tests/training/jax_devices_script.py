@@ -22,7 +22,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import zoo  # noqa: E402
-from zoo.models.layout import get_layout_map  # noqa: E402
+from zoo.models.sharding import get_layout_map  # noqa: E402
 from zoo.training import MaskedSparseCrossentropy, distribution_scope  # noqa: E402
 
 B, T = 8, 8

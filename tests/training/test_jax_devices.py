@@ -17,7 +17,7 @@ import keras
 import pytest
 
 import zoo
-from zoo.models.layout import get_layout_map
+from zoo.models.sharding import get_layout_map
 from zoo.training import distribution as distribution_lib
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,5 @@
-"""Real checkpoints in and out: `from_pretrained(path, task)` and `export(model, path, format)`.
+"""Real checkpoints in and out: `from_pretrained(path, task)`, and the drivers
+that `zoo.export(model, path, format)` writes them with.
 
     lm = zoo.from_pretrained("gpt2_base_en", task="causal_lm")     # a keras-hub preset folder
     bert = zoo.from_pretrained("bert-base-uncased", task="classifier", num_classes=2)  # a Hugging Face folder
@@ -13,11 +14,11 @@ One driver per format, one file per family:
 * `keras_hub`: a keras-hub preset (`save_to_preset`: `config.json` with a
   backbone's `registered_name`, `model.weights.h5`, `tokenizer.json` and
   `assets/tokenizer/...`, optionally `task.json`);
-* each family's `checkpoints` module, in its folder beside its models
-  (`zoo.models.gpt.checkpoints` for GPT-2, `bert`, `llama` for Llama,
+* each family's weight map, in its folder beside its models
+  (`zoo.models.gpt.weight_map` for GPT-2, `bert`, `llama` for Llama,
   Mistral, Qwen2, Qwen3, SmolLM2 and TinyLlama, `gemma` for Gemma 3's
   text models): its config in and out, tensor names, tokenizer and
-  keras-hub weight copy; `families` finds the one of a checkpoint or a
+  keras-hub weight copy; `registry` finds the one of a checkpoint or a
   model.
 
 A handle (`hf://ORG/NAME[@REVISION]`, a keras-hub preset name, `kaggle://...`)
@@ -30,35 +31,13 @@ embedding table raises one `CheckpointError` naming the file. Nothing loads
 partially.
 """
 
-import importlib
-import warnings
 from pathlib import Path
 
-from zoo.checkpoints import families, huggingface, keras_hub
-from zoo.checkpoints.common import CheckpointError, TensorName, assign_tensors, read_json, tensors_of
+from zoo.checkpoints import huggingface, keras_hub, registry
 from zoo.checkpoints.hub import checkpoint_folder, is_handle
+from zoo.models.tensor_names import CheckpointError, TensorName, assign_tensors, read_json, tensors_of
 
 FORMATS = ("keras-hub", "huggingface")
-
-# The families' checkpoint modules moved into the families' folders; the
-# old names still import, with a warning, for one release.
-_MOVED = {
-    "gpt2": "zoo.models.gpt.checkpoints",
-    "bert": "zoo.models.bert.checkpoints",
-    "llama": "zoo.models.llama.checkpoints",
-    "gemma3": "zoo.models.gemma.checkpoints",
-}
-
-
-def __getattr__(name):
-    if name in _MOVED:
-        warnings.warn(
-            f"zoo.checkpoints.{name} is now {_MOVED[name]}; the old name goes in the next release.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return importlib.import_module(_MOVED[name])
-    raise AttributeError(f"module 'zoo.checkpoints' has no attribute {name!r}")
 
 __all__ = [
     "FORMATS",
@@ -67,7 +46,6 @@ __all__ = [
     "assign_huggingface_tensors",
     "checkpoint_folder",
     "checkpoint_format",
-    "export",
     "from_keras_hub",
     "from_pretrained",
     "huggingface_names",
@@ -174,89 +152,6 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
     return model
 
 
-def export(model, path, format="huggingface", overwrite=False):
-    """Write a zoo model as a checkpoint folder others load, or for a runtime.
-
-    Args:
-        model: a zoo `GPTCausalLM` / `GPTBackbone` (GPT-2), a
-            `BertMaskedLM`, `BertClassifier`, `BertSentenceEncoder` or
-            `BertBackbone`, or a `LlamaCausalLM` / `LlamaBackbone`,
-            typically from `from_pretrained` or fine-tuned here. Its
-            `tokenizer` is written beside the weights (keras-hub's
-            GPT2Tokenizer / BytePairTokenizer, BertTokenizer /
-            WordPieceTokenizer, a `HuggingFaceTokenizer`). A model without
-            one (or with another kind) gets weights and config only, and a
-            warning says the tokenizer files were not written: other tools
-            can load the weights, `from_pretrained` needs the tokenizer
-            files added.
-        path: the folder to write (created; an existing non-empty folder
-            only with `overwrite=True`).
-        format: "huggingface": `config.json` with transformers' keys,
-            `model.safetensors` with transformers' tensor names and shapes,
-            and the tokenizer files (`vocab.json` + `merges.txt`,
-            `vocab.txt`, or `tokenizer.json` + `tokenizer_config.json` +
-            `generation_config.json`) - `transformers`' `from_pretrained(path)`
-            loads it. A Llama-family model is written as `model_type`
-            "qwen3" when it has Qwen3's query/key norm, "qwen2" when it
-            has Qwen2's Q, K and V biases, else "llama".
-            "keras-hub": keras-hub's `save_to_preset` of the matching
-            keras-hub model (`GPT2CausalLM`, `BertMaskedLM`,
-            `BertTextClassifier`, `Llama3CausalLM`, `QwenCausalLM`,
-            `Qwen3CausalLM`, or the backbone) with the same weights -
-            e.g. `keras_hub.models.GPT2CausalLM.from_preset(path)` loads it.
-            "tf_saved_model", "onnx", "litert": any zoo model (every
-            family and task), through Keras' `model.export`, for
-            `tf.saved_model.load` / TF Serving, `onnxruntime` and the LiteRT
-            interpreter; the batch and length dimensions stay dynamic and
-            the inputs keep the model's names. The folder holds the
-            SavedModel itself, or `model.onnx`, or `model.tflite`, with the
-            tokenizer's Hugging Face files beside it (in `assets.extra` of a
-            SavedModel). A `BertClassifier` exported on TensorFlow also gets
-            a `classify_text` signature: sentences in, the tokenizer inside,
-            `probabilities` and `labels` out, as `zoo.classify` gives them.
-            An int8 model exports to all three; a float8 one to
-            "tf_saved_model" only. These need the `export` extra.
-            See docs/deploying.md.
-        overwrite: replace the files of an existing folder.
-
-    A quantized model (`model.quantize`) is refused by the two checkpoint
-    formats: both hold float weights, and a dequantized copy would pass the quantization
-    error on as if it were the model's.
-
-    Returns:
-        The folder, a `pathlib.Path`. `from_pretrained(path)` loads it back
-        with the same weights, logits and token ids.
-
-    Example:
-    ```python
-    zoo.export(lm, "my_gpt2", format="huggingface")
-    lm2 = zoo.from_pretrained("my_gpt2")
-    ```
-    """
-    from zoo.deployment import RUNTIME_FORMATS, export_for_runtime
-    from zoo.models import BertSentenceEncoder, quantization_mode
-
-    if format in RUNTIME_FORMATS:
-        return export_for_runtime(model, path, format, overwrite=overwrite)
-    if format not in FORMATS:
-        raise ValueError(f"format={format!r}; expected one of {', '.join(map(repr, FORMATS + RUNTIME_FORMATS))}.")
-    mode = quantization_mode(model)
-    if mode is not None:
-        raise ValueError(
-            f"export writes float weights, and this {type(model).__name__} is quantized ({mode}); expected a "
-            "float model: export it before quantizing (or load its float file), and quantize after loading."
-        )
-    folder = Path(path)
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())) and not overwrite:
-        raise FileExistsError(f"{folder}: exists and is not empty; pass overwrite=True to replace its files.")
-    tokenizer = getattr(model, "tokenizer", None)
-    if isinstance(model, BertSentenceEncoder):  # its pooling has no weights: the backbone is the checkpoint
-        model = model.backbone
-    driver = keras_hub if format == "keras-hub" else huggingface
-    driver.export(model, folder, tokenizer)
-    return folder
-
-
 # --- The weight mappings, for models already in memory -------------------------------------------
 
 
@@ -284,15 +179,10 @@ def from_keras_hub(backbone, dtype=None, **overrides):
     ```
     """
     name = f"keras_hub>{type(backbone).__name__}"
-    if name not in families.KERAS_HUB_BACKBONES:
-        from zoo.models.llama import checkpoints as llama
-
-        llamas = ", ".join(n.split(">")[1] for n in llama.KERAS_HUB_BACKBONES)
-        raise ValueError(
-            f"from_keras_hub converts a keras-hub GPT2Backbone or BertBackbone, or a Llama-family backbone "
-            f"({llamas}); got {type(backbone).__name__}."
-        )
-    return families.KERAS_HUB_BACKBONES[name].from_keras_hub(backbone, dtype=dtype, **overrides)
+    if name not in registry.KERAS_HUB_BACKBONES:
+        known = ", ".join(n.split(">")[1] for n in registry.KERAS_HUB_BACKBONES)
+        raise ValueError(f"from_keras_hub converts a keras-hub backbone of {known}; got {type(backbone).__name__}.")
+    return registry.KERAS_HUB_BACKBONES[name].from_keras_hub(backbone, dtype=dtype, **overrides)
 
 
 def to_keras_hub(backbone):
@@ -314,14 +204,14 @@ def keras_hub_incompatibilities(backbone):
     model of the family cannot hold (a refusal) or computes slightly
     differently (an approximation, e.g. keras-hub's GELU is always the tanh
     approximation)."""
-    return families.for_model(backbone).keras_hub_incompatibilities(backbone)
+    return registry.for_model(backbone).keras_hub_incompatibilities(backbone)
 
 
 def huggingface_names(model):
     """(architecture, [TensorName, ...]): the transformers class name of a zoo
     model and its table, zoo variable <-> transformers tensor, in checkpoint
     order (what `export` writes)."""
-    return families.for_model(model).huggingface_names(model)
+    return registry.for_model(model).huggingface_names(model)
 
 
 def huggingface_tensors(model):

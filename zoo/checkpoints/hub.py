@@ -25,8 +25,8 @@ import os
 import re
 from pathlib import Path
 
-from zoo.checkpoints import families
-from zoo.checkpoints.common import CheckpointError
+from zoo.checkpoints import registry
+from zoo.models.tensor_names import CheckpointError
 
 HF_PREFIX = "hf://"
 KAGGLE_PREFIX = "kaggle://"
@@ -201,7 +201,7 @@ def keras_hub_folder(handle):
             check_file_exists(handle, optional)
         if check_file_exists(handle, "tokenizer.json"):
             tokenizer = json.loads(Path(get_file(handle, "tokenizer.json")).read_text(encoding="utf-8"))
-            for asset in families.KERAS_HUB_TOKENIZERS.get(tokenizer.get("registered_name"), ()):
+            for asset in registry.KERAS_HUB_TOKENIZERS.get(tokenizer.get("registered_name"), ()):
                 get_file(handle, f"assets/tokenizer/{asset}")
     except Exception as error:  # Kaggle's client and keras-hub raise many kinds, each with its own words
         first = (str(error).strip().splitlines() or [""])[0]

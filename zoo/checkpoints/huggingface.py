@@ -13,8 +13,8 @@ import warnings
 
 import numpy as np
 
-from zoo.checkpoints import families
-from zoo.checkpoints.common import (
+from zoo.checkpoints import registry
+from zoo.models.tensor_names import (
     CheckpointError,
     assign_tensors,
     check_vocabulary,
@@ -96,7 +96,7 @@ def load(folder, task="auto", num_classes=None, dtype=None):
     """A zoo model with the weights and tokenizer of a Hugging Face folder (see `zoo.from_pretrained`)."""
     config_file = folder / "config.json"
     config = read_json(config_file)
-    family = families.for_model_type(config.get("model_type"), config_file)
+    family = registry.for_model_type(config.get("model_type"), config_file)
     architecture, head, zoo_config = family.from_huggingface_config(config, config_file)
     files = safetensors_files(folder)
     tensors = Tensors(files)
@@ -161,7 +161,7 @@ def export(model, folder, tokenizer):
 
     from zoo.files import atomic_path
 
-    family = families.for_model(model)
+    family = registry.for_model(model)
     backbone = getattr(model, "backbone", model)
     family.check_huggingface_export(backbone)
     hf_config = family.to_huggingface_config(model)

@@ -10,8 +10,8 @@ checked before keras-hub reads any.
 
 import warnings
 
-from zoo.checkpoints import families
-from zoo.checkpoints.common import (
+from zoo.checkpoints import registry
+from zoo.models.tensor_names import (
     CheckpointError,
     check_vocabulary,
     fresh_head_warning,
@@ -36,11 +36,11 @@ def read_tokenizer(folder):
     require_files(folder, "tokenizer.json", why="the preset's tokenizer (save_to_preset of a task with a preprocessor)")
     config = read_json(folder / "tokenizer.json")
     assets = folder / "assets" / "tokenizer"
-    expected = families.KERAS_HUB_TOKENIZERS.get(config.get("registered_name"))
+    expected = registry.KERAS_HUB_TOKENIZERS.get(config.get("registered_name"))
     if expected is None:
         raise CheckpointError(
             f"{folder / 'tokenizer.json'}: a {config.get('registered_name')}; expected one of "
-            f"{', '.join(families.KERAS_HUB_TOKENIZERS)}."
+            f"{', '.join(registry.KERAS_HUB_TOKENIZERS)}."
         )
     require_files(assets, *expected, why="the tokenizer's vocabulary (keras-hub's save_to_preset writes it)")
     try:
@@ -55,12 +55,12 @@ def load(folder, task="auto", num_classes=None, dtype=None):
     import keras_hub
 
     config = read_json(folder / "config.json")
-    family = families.for_keras_hub_backbone(config.get("registered_name"), folder / "config.json")
+    family = registry.for_keras_hub_backbone(config.get("registered_name"), folder / "config.json")
     weights_files = [folder / "model.weights.h5"]
     if (folder / "model.weights.json").is_file():  # sharded
         weights_files = [folder / f for f in read_json(folder / "model.weights.json").get("weight_map", {}).values()]
     task_config = read_json(folder / "task.json") if (folder / "task.json").is_file() else None
-    head = families.KERAS_HUB_TASKS.get(task_config.get("registered_name")) if task_config else None
+    head = registry.KERAS_HUB_TASKS.get(task_config.get("registered_name")) if task_config else None
     if head in family.HEADS_WITH_WEIGHTS:
         weights_files.append(folder / "task.weights.h5")
     for file in dict.fromkeys(weights_files):
@@ -108,7 +108,7 @@ def load(folder, task="auto", num_classes=None, dtype=None):
 def to_keras_hub(backbone):
     """The zoo backbone as the family's keras-hub backbone with the same weights; a
     ValueError naming what keras-hub cannot hold."""
-    family = families.for_model(backbone)
+    family = registry.for_model(backbone)
     refusals, _ = family.keras_hub_incompatibilities(backbone)
     if refusals:
         raise ValueError(f"Cannot convert this {type(backbone).__name__} to keras-hub: {'; '.join(refusals)}.")
@@ -117,7 +117,7 @@ def to_keras_hub(backbone):
 
 def export(model, folder, tokenizer):
     """Writes `model` as a keras-hub preset (see `zoo.export`)."""
-    family = families.for_model(model)
+    family = registry.for_model(model)
     backbone = getattr(model, "backbone", model)
     refusals, approximations = family.keras_hub_incompatibilities(backbone)
     if refusals:

@@ -31,7 +31,7 @@ import keras
 import numpy as np
 
 from zoo.data.errors import DataError
-from zoo.data.tokenizers import _strings
+from zoo.data.tokenizers import python_strings
 from zoo.files import write_text
 
 ASSET_FILE = "tokenizer.json"
@@ -274,7 +274,7 @@ class HuggingFaceTokenizer(keras.layers.Layer):
         backend = self._checked()
         if isinstance(inputs, bytes):
             inputs = inputs.decode("utf-8")
-        texts = [inputs] if isinstance(inputs, str) else _strings(inputs)
+        texts = [inputs] if isinstance(inputs, str) else python_strings(inputs)
         encodings = backend.encode_batch(texts, add_special_tokens=self.add_bos is None)
         prefix = [self.start_token_id] if self.add_bos else []
         rows = [np.asarray(prefix + encoding.ids, dtype=np.int32) for encoding in encodings]
@@ -525,7 +525,7 @@ def train_sentence_piece(texts, vocabulary_size, algorithm="unigram", reserved_t
         raise ValueError(
             f"vocabulary_size: expected an int above the {len(reserved_tokens)} reserved tokens; got {vocabulary_size!r}."
         )
-    texts = _strings(texts)
+    texts = python_strings(texts)
     cached = None
     if cache is not None:
         cached = Path(cache) / f"{_training_digest(texts, vocabulary_size, algorithm, reserved_tokens)}.json"

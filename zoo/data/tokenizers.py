@@ -311,7 +311,7 @@ class _VocabularyTokenizer(keras.layers.Layer):
             inputs = inputs.decode("utf-8")
         if isinstance(inputs, str):
             return np.asarray(vocabulary.encode(inputs), dtype=np.int32)
-        return [self.tokenize(text) for text in _strings(inputs)]
+        return [self.tokenize(text) for text in python_strings(inputs)]
 
     def call(self, inputs):
         return self.tokenize(inputs)
@@ -444,7 +444,7 @@ class WordTokenizer(_VocabularyTokenizer):
         return self._checked().tokens
 
 
-def _strings(inputs):
+def python_strings(inputs):
     """A list of Python str from a list, tuple or array of str or bytes."""
     if hasattr(inputs, "numpy"):
         inputs = inputs.numpy()

@@ -12,9 +12,6 @@ returns every beam; `Decoding` runs a generation step by step (`zoo.stream`
 and `zoo serve` use it).
 """
 
-import importlib
-import warnings
-
 from zoo.generation.api import BeamSearchOutput, GenerationOutput, beam_search
 from zoo.generation.compiled import trace_count
 from zoo.generation.engine import Decoding
@@ -31,14 +28,3 @@ __all__ = [
     "trace_count",
 ]
 
-
-def __getattr__(name):
-    if name == "generate":
-        warnings.warn(
-            "zoo.generation.generate is zoo.generate (the same arguments and result on token ids); "
-            "the old name goes in the next release.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return importlib.import_module("zoo.inference").generate
-    raise AttributeError(f"module 'zoo.generation' has no attribute {name!r}")

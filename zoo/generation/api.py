@@ -90,11 +90,12 @@ def generate_ids(
     source=None,
     source_padding_mask=None,
     temperature=1.0,
-    k=50,
-    p=0.9,
+    top_k=50,
+    top_p=0.9,
     num_beams=4,
     length_penalty=1.0,
     pad_token_id=0,
+    **kwargs,
 ):
     """Continue each prompt by up to `max_new_tokens` tokens: the token-id
     level that `zoo.generate` runs (call that: it takes text too).
@@ -109,8 +110,8 @@ def generate_ids(
             encoder-decoder, the decoder's start (e.g. [[bos]] * B).
         max_new_tokens: the most new tokens per sequence, >= 1.
         sampler: "greedy"; "temperature" (sample from softmax(logits /
-            temperature)); "top_k" (from the k most likely); "top_p" (from
-            the smallest set with probability >= p, nucleus sampling);
+            temperature)); "top_k" (from the top_k most likely); "top_p" (from
+            the smallest set with probability >= top_p, nucleus sampling);
             "beam" (the best of `num_beams` beams; `beam_search` returns
             them all).
         stop_token_ids: ids that end a sequence; the stop token is the last
@@ -121,8 +122,8 @@ def generate_ids(
         source, source_padding_mask: the encoder input of an
             encoder-decoder, in the same forms as `prompt`.
         temperature: > 0; divides the logits (all samplers but greedy).
-        k: top-k's k, 1 <= k <= vocabulary size.
-        p: top-p's p, in (0, 1].
+        top_k: top-k's k, 1 <= top_k <= vocabulary size.
+        top_p: top-p's p, in (0, 1].
         num_beams, length_penalty: see `beam_search`.
         pad_token_id: fills the padded positions of the returned arrays.
 
@@ -137,6 +138,7 @@ def generate_ids(
     out.sequences  # two lists of at most 8 new token ids
     ```
     """
+    samplers.refuse_renamed(kwargs, "generate_ids")
     samplers.check_name(sampler)
     if sampler == "beam":
         beams = beam_search(
@@ -159,7 +161,7 @@ def generate_ids(
             sequences=[row[0] for row in beams.sequences],
         )
     check_model(model)
-    config = samplers.sampler_config(sampler, temperature, k, p, model.vocabulary_size)
+    config = samplers.sampler_config(sampler, temperature, top_k, top_p, model.vocabulary_size)
     decoding = Decoding(
         model, prompt, max_new_tokens, config, stop_token_ids, seed,
         padding_mask=padding_mask, source=source, source_padding_mask=source_padding_mask,

@@ -179,10 +179,11 @@ class BeamSearchLoop:
 
     Args:
         model: the model (held weakly).
-        static: as `zoo.generation.loop.SamplingLoop`'s.
+        static: the request's traced shapes, stop tokens and cache stages
+            (`zoo.generation.engine.Static`).
         num_beams, length_penalty, temperature: `BeamSearch`'s.
 
-    Call arguments: as `SamplingLoop`'s. Returns `(token_ids (B, K, L),
+    Call arguments: as `zoo.generation.loop.Prefill`'s. Returns `(token_ids (B, K, L),
     scores (B, K))`.
     """
 

@@ -1,7 +1,7 @@
 """The decoding engine: one sampled generation, run step by step.
 
-`zoo.generate`, `zoo.generate`, `zoo.stream`, `zoo serve` and
-`zoo explore` all decode through a `Decoding`:
+`zoo.generate`, `zoo.stream`, `zoo serve` and `zoo explore` all decode
+through a `Decoding` (text through `zoo.text.TextGeneration`):
 
     decoding = Decoding(model, [[1, 2, 3]], budgets=8, config=("greedy",))
     for new in decoding.steps(every_token=True):

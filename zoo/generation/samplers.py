@@ -17,26 +17,45 @@ def check_name(sampler):
         raise ValueError(f"Unknown sampler {sampler!r}; expected one of {', '.join(map(repr, SAMPLERS))}.")
 
 
+# Former keyword names of the samplers' settings: refused in one line that
+# names the current one, so that a caller's old `k=40` is not silently lost.
+RENAMED = {"k": "top_k", "p": "top_p"}
+
+
+def refuse_renamed(kwargs, owner):
+    """A TypeError for a former name in `kwargs` (`k`, `p`), naming its
+    current one; for any other name, Python's own TypeError."""
+    for former, current in RENAMED.items():
+        if former in kwargs:
+            raise TypeError(f"{owner}: `{former}` is renamed; pass {current}={kwargs[former]!r}.")
+    if kwargs:
+        raise TypeError(f"{owner}() got an unexpected keyword argument {next(iter(kwargs))!r}")
+
+
 def check_temperature(temperature):
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
         raise ValueError(f"`temperature` must be a number > 0; got {temperature!r}.")
 
 
-def sampler_config(sampler, temperature, k, p, vocabulary_size):
+def sampler_config(sampler, temperature, top_k, top_p, vocabulary_size):
     """The hashable configuration of a keras-hub sampler, checked:
-    ("greedy",), ("temperature", t), ("top_k", t, k) or ("top_p", t, p)."""
+    ("greedy",), ("temperature", t), ("top_k", t, top_k) or ("top_p", t, top_p)."""
     if sampler == "greedy":
         return ("greedy",)
     check_temperature(temperature)
     if sampler == "temperature":
         return ("temperature", float(temperature))
     if sampler == "top_k":
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 1 <= k <= vocabulary_size:
-            raise ValueError(f"`k` must be an integer in [1, {vocabulary_size}] (the vocabulary size); got {k!r}.")
-        return ("top_k", float(temperature), int(k))
-    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p <= 1:
-        raise ValueError(f"`p` must be in (0, 1] (top-p keeps the most likely tokens up to probability p); got {p!r}.")
-    return ("top_p", float(temperature), float(p))
+        if not isinstance(top_k, (int, np.integer)) or isinstance(top_k, bool) or not 1 <= top_k <= vocabulary_size:
+            raise ValueError(
+                f"`top_k` must be an integer in [1, {vocabulary_size}] (the vocabulary size); got {top_k!r}."
+            )
+        return ("top_k", float(temperature), int(top_k))
+    if not isinstance(top_p, (int, float)) or isinstance(top_p, bool) or not 0 < top_p <= 1:
+        raise ValueError(
+            f"`top_p` must be in (0, 1] (top-p keeps the most likely tokens up to probability top_p); got {top_p!r}."
+        )
+    return ("top_p", float(temperature), float(top_p))
 
 
 def keras_hub_sampler(config, seed=0):
@@ -65,7 +84,7 @@ def sampler_options(top_p=None, top_k=None):
     ```
     """
     if top_p is not None:
-        return {"sampler": "top_p", "p": top_p}
+        return {"sampler": "top_p", "top_p": top_p}
     if top_k is not None:
-        return {"sampler": "top_k", "k": top_k}
+        return {"sampler": "top_k", "top_k": top_k}
     return {"sampler": "temperature"}

@@ -6,7 +6,7 @@ h heads, g key/value heads, k head width (d / h unless set).
 
 import keras
 
-from zoo.layers._block_utils import check_block_args, input_keras_mask, output_keras_mask, padding_as_keras_mask
+from zoo.layers.block_masks import check_block_args, input_keras_mask, output_keras_mask, padding_as_keras_mask
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import FeedForward
 from zoo.layers.multi_head_attention import MultiHeadAttention

@@ -29,7 +29,7 @@ import re
 import keras
 
 from zoo.layers.token_embedding import eager_values, first_out_of_range
-from zoo.models.layout import get_layout_map
+from zoo.models.sharding import get_layout_map
 
 # Keras' weight quantization that needs no calibration data, and the layer types each one covers.
 QUANTIZATION_MODES = ("int8", "int4", "float8")
@@ -356,7 +356,7 @@ class ZooModel(keras.Model):
     @staticmethod
     def get_layout_map(device_mesh, model_parallel_dim_name="model", data_parallel_dim_name="batch"):
         """The `keras.distribution.LayoutMap` of model parallelism, as
-        keras-hub's backbones have it: `zoo.models.layout.get_layout_map`
+        keras-hub's backbones have it: `zoo.models.sharding.get_layout_map`
         (every family names its layers alike, so one map serves all)."""
         return get_layout_map(device_mesh, model_parallel_dim_name, data_parallel_dim_name)
 

@@ -208,11 +208,11 @@ def fields_from_huggingface(get, head_dim=None, max_sequence_length=2048):
 def huggingface_tensor_names(backbone, prefix="model."):
     """transformers' tensor names of a rotary decoder (`LlamaModel`,
     `Gemma3TextModel`, ...), each beside the zoo variable it is
-    (`zoo.checkpoints.common.TensorName`): `q_proj`, `k_proj` and `v_proj`
+    (`zoo.models.tensor_names.TensorName`): `q_proj`, `k_proj` and `v_proj`
     are column blocks of the fused kernel, q/k norms where the attention
     has them, two norms per layer or four with sandwich norms, and the
     untied `lm_head` where there is one."""
-    from zoo.checkpoints.common import TensorName, fused_linear
+    from zoo.models.tensor_names import TensorName, fused_linear
 
     p = prefix
     query_width = backbone.num_heads * backbone.head_dim  # h k

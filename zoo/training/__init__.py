@@ -5,7 +5,7 @@ Stands alone: imports neither the models nor the data pipelines.
 """
 
 from zoo.training.bleu import corpus_bleu
-from zoo.training.checkpoints import Backup, BestModel, NonFiniteLossError, ResumableCSVLogger, TerminateOnNonFinite
+from zoo.training.callbacks import Backup, BestModel, NonFiniteLossError, ResumableCSVLogger, TerminateOnNonFinite
 from zoo.training.distribution import STRATEGIES, distribution_scope, start_distribution, worker_output
 from zoo.training.losses import MaskedAccuracy, MaskedSparseCrossentropy
 from zoo.training.optimizers import AdamEMAWarmup, adamw

@@ -15,7 +15,7 @@ register(
             "classifier": Task(BertClassifier, ("num_classes", "classifier_dropout")),
             "sentence_encoder": Task(BertSentenceEncoder, ("pooling", "normalize")),
         },
-        checkpoints="zoo.models.bert.checkpoints",
+        weight_map="zoo.models.bert.weight_map",
         description="BERT: the encoder, masked-LM pretraining, classification, sentence embeddings",
         presets=PRESETS,
     )

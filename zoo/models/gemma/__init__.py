@@ -11,7 +11,7 @@ register(
         "gemma",
         Gemma3Backbone,
         tasks={"causal_lm": Task(Gemma3CausalLM)},
-        checkpoints="zoo.models.gemma.checkpoints",
+        weight_map="zoo.models.gemma.weight_map",
         description="Gemma 3: sandwich norms, GeGLU, q/k norms, sliding-window local layers",
         presets=PRESETS,
     )

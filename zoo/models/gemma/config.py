@@ -46,7 +46,7 @@ class Gemma3Config(RotaryDecoderConfig):
 
     References:
         The fields of transformers' `Gemma3TextConfig`, under the zoo's
-        names (see `zoo.models.gemma.checkpoints`).
+        names (see `zoo.models.gemma.weight_map`).
     """
 
     max_sequence_length: int = 32768

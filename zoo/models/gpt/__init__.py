@@ -11,7 +11,7 @@ register(
         "gpt",
         GPTBackbone,
         tasks={"causal_lm": Task(GPTCausalLM)},
-        checkpoints="zoo.models.gpt.checkpoints",
+        weight_map="zoo.models.gpt.weight_map",
         description="GPT-1 and GPT-2: learned positions, LayerNorm, GELU",
         presets=PRESETS,
     )

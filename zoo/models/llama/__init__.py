@@ -11,7 +11,7 @@ register(
         "llama",
         LlamaBackbone,
         tasks={"causal_lm": Task(LlamaCausalLM)},
-        checkpoints="zoo.models.llama.checkpoints",
+        weight_map="zoo.models.llama.weight_map",
         description="Llama, Mistral, Qwen2/3, SmolLM2, TinyLlama: RMSNorm, rotary, grouped-query attention, SwiGLU",
         presets=PRESETS,
     )

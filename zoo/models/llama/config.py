@@ -34,7 +34,7 @@ class LlamaConfig(RotaryDecoderConfig):
 
     References:
         The fields of transformers' `LlamaConfig`, `Qwen2Config` and
-        `Qwen3Config`, under the zoo's names (see `zoo.models.llama.checkpoints`).
+        `Qwen3Config`, under the zoo's names (see `zoo.models.llama.weight_map`).
     """
 
     rms_norm_epsilon: float = 1e-5

@@ -11,7 +11,7 @@ register(
         "transformer",
         EncoderDecoder,
         tasks={"seq2seq": Task()},
-        checkpoints=None,
+        weight_map=None,
         description="The encoder-decoder of Vaswani et al. 2017 (its output is already logits)",
         presets=PRESETS,
     )

@@ -8,7 +8,7 @@ keras-hub keeps separate (d, h, k) query, key and value kernels (Keras'
 
 import numpy as np
 
-from zoo.checkpoints.common import copy_dense, copy_layer_norm, to_numpy
+from zoo.models.tensor_names import copy_dense, copy_layer_norm, to_numpy
 
 __all__ = [
     "block_sizes",

@@ -19,7 +19,7 @@ import keras
 # variable path pattern (a regular expression over the whole path) -> the
 # mesh axis of each dimension, "model" standing for the model-parallel
 # axis. Each variable matches one pattern at most.
-MEGATRON_LAYOUT = {
+MEGATRON_SHARDING = {
     ".*token_embedding/embeddings": (None, "model"),  # (V, d): width
     ".*attention/(query_key_value|query|key_value)/kernel": (None, "model"),  # (d, n*d): heads
     ".*attention/(query_key_value|query|key_value)/bias": ("model",),
@@ -65,6 +65,6 @@ def get_layout_map(device_mesh, model_parallel_dim_name="model", data_parallel_d
             f"got {model_parallel_dim_name!r}."
         )
     layout_map = keras.distribution.LayoutMap(device_mesh)
-    for pattern, axes in MEGATRON_LAYOUT.items():
+    for pattern, axes in MEGATRON_SHARDING.items():
         layout_map[pattern] = tuple(model_parallel_dim_name if axis == "model" else axis for axis in axes)
     return layout_map

@@ -9,8 +9,8 @@ import pytest
 from safetensors.numpy import load_file
 
 import zoo
-from tests.pretrained import checkpoints as ck
-from tests.pretrained.test_from_pretrained import TOLERANCE, _np, bert_inputs, gpt_inputs
+from tests.checkpoints import stand_ins as ck
+from tests.checkpoints.test_from_pretrained import TOLERANCE, _np, bert_inputs, gpt_inputs
 
 
 def assert_same_weights(a, b):

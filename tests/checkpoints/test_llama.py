@@ -16,8 +16,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import zoo
-from tests.pretrained import llama_checkpoints as lc
-from tests.pretrained.test_from_pretrained import TOLERANCE, _np
+from tests.checkpoints import llama_checkpoints as lc
+from tests.checkpoints.test_from_pretrained import TOLERANCE, _np
 from zoo.checkpoints import CheckpointError
 
 CASES = list(lc.CASES)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.checkpoints.common import (
+from zoo.models.tensor_names import (
     CheckpointError,
     check_vocabulary,
     read_architecture,
@@ -87,13 +87,13 @@ DEFAULT_CONTEXT = 2048
 
 
 def build_backbone(zoo_config, dtype=None):
-    from zoo.models import LlamaBackbone
+    from zoo.models.llama.model import LlamaBackbone
 
     return LlamaBackbone(**zoo_config, dtype=dtype)
 
 
 def build_task(backbone, task, num_classes=None):
-    from zoo.models import LlamaCausalLM
+    from zoo.models.llama.model import LlamaCausalLM
 
     return LlamaCausalLM(backbone) if task == "causal_lm" else backbone
 
@@ -212,7 +212,8 @@ def huggingface_names(model):
     return f"{CLASS_PREFIXES[model_type(backbone)]}ForCausalLM", huggingface_tensor_names(backbone)
 
 
-def _prefix(checkpoint_names):
+def module_prefix(checkpoint_names):
+    """transformers' "model." before the backbone's tensor names, where a checkpoint's names have it."""
     return "model." if any(n.startswith("model.") for n in checkpoint_names) else ""
 
 
@@ -222,7 +223,7 @@ def checkpoint_name(name):
 
 def import_names(model, checkpoint_names, with_head):
     """The table in the checkpoint's layout (`*Model` files have no `model.` prefix)."""
-    return huggingface_tensor_names(getattr(model, "backbone", model), prefix=_prefix(checkpoint_names))
+    return huggingface_tensor_names(getattr(model, "backbone", model), prefix=module_prefix(checkpoint_names))
 
 
 def ignorable(name):
@@ -234,7 +235,7 @@ def tied_copies(model, checkpoint_names):
     """(copy, original) pairs that must be equal: `lm_head.weight` beside a tied embedding."""
     if getattr(model, "backbone", model).lm_head is not None:
         return []
-    return [("lm_head.weight", f"{_prefix(checkpoint_names)}embed_tokens.weight")]
+    return [("lm_head.weight", f"{module_prefix(checkpoint_names)}embed_tokens.weight")]
 
 
 # --- Hugging Face: tokenizer ---------------------------------------------------------------
@@ -391,7 +392,7 @@ def _hub_config(hub):
 
 def from_keras_hub(backbone, dtype=None, **overrides):
     """A keras-hub Llama / Llama 3 / Mistral / Qwen / Qwen3 backbone -> the zoo `LlamaBackbone` with the same weights."""
-    from zoo.models import LlamaBackbone
+    from zoo.models.llama.model import LlamaBackbone
 
     model = LlamaBackbone(**{**_hub_config(backbone), "dtype": dtype or backbone.dtype_policy.name, **overrides})
     values = {}
@@ -501,7 +502,7 @@ def keras_hub_task(model, hub_backbone, hub_tokenizer, folder):
     """keras-hub's Llama3CausalLM / QwenCausalLM / Qwen3CausalLM over `hub_backbone`; None for a backbone."""
     import keras_hub
 
-    from zoo.models import LlamaCausalLM
+    from zoo.models.llama.model import LlamaCausalLM
 
     if not isinstance(model, LlamaCausalLM):
         return None

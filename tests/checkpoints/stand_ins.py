@@ -2,7 +2,7 @@
 formats, built here (nothing downloads), and float64 NumPy references of
 both models that read the Hugging Face tensors directly.
 
-    python -m tests.pretrained.checkpoints [FOLDER]
+    python -m tests.checkpoints.stand_ins [FOLDER]
 
 writes tiny random stand-ins named as the real checkpoints (gpt2,
 bert-base-uncased, gpt2_base_en, bert_base_en_uncased) into FOLDER (the

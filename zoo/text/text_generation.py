@@ -1,39 +1,25 @@
-"""Text in, text out: the models that carry a tokenizer, used on strings.
+"""Text generation: `zoo.generate` and `zoo.stream` on text, and
+`TextGeneration`, the one way text enters the decoding engine
+(`zoo.generation.Decoding`): `zoo.generate`, `zoo.stream`, `zoo serve` and
+`zoo explore` all decode through it, so they pick the same tokens for the
+same seed.
 
     lm = zoo.load("runs/gpt_char/model.keras")  # a GPTCausalLM with its CharTokenizer
-    zoo.generate(lm, "ROMEO:", max_length=300, sampler="top_k", k=40, seed=0)  # str
+    zoo.generate(lm, "ROMEO:", max_length=300, sampler="top_k", top_k=40, seed=0)  # str
     for piece in zoo.stream(lm, "ROMEO:", max_new_tokens=300):  # the same text, piece by piece
         print(piece, end="")
-    zoo.translate(transformer, ["ein hund läuft .", "zwei männer"])  # list of str
-    zoo.classify(classifier, ["a gripping film"]).probabilities  # (N, C)
-    zoo.embed(encoder, ["a sentence", "another one"])  # (N, d)
 
-A model carries its tokenizer as `model.tokenizer` (see `zoo.models.base`),
-saved inside its `.keras` file. These functions tokenize, call the
-token-id level (`zoo.generation`'s engine and the models themselves) and
-decode. `generate` takes text or token ids: on ids it returns the engine's
-`GenerationOutput`.
-
-Shape letters: N sentences, B batch, W the model's window (its
-`max_sequence_length`: the most positions it attends over), V vocabulary,
-C classes, d width.
+Shape letters: B prompts, W the model's window (its `max_sequence_length`).
 """
 
-import dataclasses
-
-import keras
 import numpy as np
 
 from zoo.data.tokenizers import token_id_lists
 from zoo.generation import samplers
 from zoo.generation.api import generate_ids
 from zoo.generation.engine import Decoding, check_stop_tokens
-from zoo.generation.samplers import SAMPLERS  # noqa: F401  (zoo.inference.SAMPLERS)
-from zoo.models import BertClassifier, BertSentenceEncoder, CausalLM, DecoderStack, EncoderDecoder
-
-# The default of `stop_token_ids`: the tokenizer's end token for text (as
-# keras-hub's CausalLM), none for token ids.
-AUTO = "auto"
+from zoo.models import CausalLM, DecoderStack, EncoderDecoder
+from zoo.text.tokens import AUTO, auto_stop_ids, check_not_empty, decode, is_auto, is_text, special_id, tokenizer_of
 
 
 def generate(
@@ -46,8 +32,8 @@ def generate(
     *,
     max_length=None,
     temperature=1.0,
-    k=50,
-    p=0.9,
+    top_k=50,
+    top_p=0.9,
     stop=None,
     **kwargs,
 ):
@@ -84,9 +70,9 @@ def generate(
             text); None continues the sampler's random state.
         max_length: for text, the most tokens of prompt plus continuation,
             as keras-hub's `CausalLM.generate`.
-        temperature, k, p: the samplers' settings (greedy reads none;
-            `temperature` divides the logits, `k` is top-k's k,
-            `p` top-p's p).
+        temperature, top_k, top_p: the samplers' settings (greedy reads
+            none; `temperature` divides the logits, `top_k` is top-k's k,
+            `top_p` top-p's p). The former names `k` and `p` are refused.
         stop: for text, stop strings (a str or a list of str): the new
             text ends before the first one it contains, as OpenAI's `stop`.
         **kwargs: passed to the token-id loop (`num_beams`,
@@ -105,12 +91,14 @@ def generate(
 
     tokenizer = CharTokenizer.from_text("ROMEO: JULIET: abcdefghijklmnopqrstuvwxyz\\n")
     lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
-    text = zoo.generate(lm, "ROMEO:", max_length=100, sampler="top_k", k=5, seed=0)  # 100 characters
+    text = zoo.generate(lm, "ROMEO:", max_length=100, sampler="top_k", top_k=5, seed=0)  # 100 characters
     ```
     """
-    if _is_text(prompt):
+    samplers.refuse_renamed({name: kwargs[name] for name in samplers.RENAMED if name in kwargs}, "zoo.generate")
+    if is_text(prompt):
         return _generate_text(
-            model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, k, p, stop, kwargs
+            model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, top_k, top_p, stop,
+            kwargs,
         )
     if max_length is not None:
         raise ValueError(
@@ -126,11 +114,11 @@ def generate(
         prompt,
         max_new_tokens,
         sampler=sampler,
-        stop_token_ids=None if _is_auto(stop_token_ids) else stop_token_ids,
+        stop_token_ids=None if is_auto(stop_token_ids) else stop_token_ids,
         seed=seed,
         temperature=temperature,
-        k=k,
-        p=p,
+        top_k=top_k,
+        top_p=top_p,
         **kwargs,
     )
 
@@ -145,10 +133,11 @@ def stream(
     *,
     max_length=None,
     temperature=1.0,
-    k=50,
-    p=0.9,
+    top_k=50,
+    top_p=0.9,
     stop=None,
     skip_prompt=False,
+    **kwargs,
 ):
     """Yield the text of `zoo.generate` in pieces, as its tokens are chosen.
 
@@ -180,10 +169,11 @@ def stream(
 
     tokenizer = CharTokenizer.from_text("ROMEO: JULIET: abcdefghijklmnopqrstuvwxyz\\n")
     lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
-    for piece in zoo.stream(lm, "ROMEO:", max_new_tokens=20, sampler="top_k", k=5, seed=0):
+    for piece in zoo.stream(lm, "ROMEO:", max_new_tokens=20, sampler="top_k", top_k=5, seed=0):
         print(piece, end="", flush=True)
     ```
     """
+    samplers.refuse_renamed(kwargs, "zoo.stream")
     if not isinstance(prompt, str):
         raise ValueError(f"zoo.stream takes one prompt, a str; got {type(prompt).__name__}.")
     rows = _text_prompts(model, prompt, "zoo.stream")
@@ -191,7 +181,7 @@ def stream(
         max_new_tokens = min(len(rows[0]) + 10, model.max_sequence_length - 1)  # as zoo.translate
     budgets = _text_budgets(model, rows, max_new_tokens, max_length)
     generation = TextGeneration(model, rows, budgets, stop=stop, stop_token_ids=stop_token_ids, sampler=sampler,
-                                seed=seed, temperature=temperature, k=k, p=p)
+                                seed=seed, temperature=temperature, top_k=top_k, top_p=top_p)
     return _pieces(generation, skip_prompt or isinstance(model, EncoderDecoder))
 
 
@@ -200,171 +190,6 @@ def _pieces(generation, skip_prompt):
         yield generation.rows[0].prompt_text
     for _, piece in generation.pieces():
         yield piece
-
-
-def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6, batch_size=128):
-    """Translate sentences with an encoder-decoder that carries its tokenizer.
-
-    As the translate and demo recipes decode: each source is tokenized (no
-    start or end token) and cut to the model's window W, the decoder starts
-    from `[START]` and stops at `[END]` (the tokenizer's `start_token_id`
-    / `end_token_id`, or those tokens of its vocabulary), and the tokens
-    before `[END]` are detokenized. Sentences are decoded in order of
-    length, `batch_size` at a time, so a batch's compiled search is shared
-    by sentences of similar length.
-
-    Args:
-        model: an `EncoderDecoder` carrying a tokenizer: the target's, and
-            the source's too unless the model carries a `source_tokenizer`.
-        sentences: a list of str.
-        max_length: the most target tokens of a translation (`[END]`
-            included); by default the longest source of the batch plus 10,
-            at most W - 1.
-        num_beams: beam search with this many beams; 1 is greedy decoding.
-        length_penalty: beam score `log_prob / length ** length_penalty`.
-        batch_size: sentences per call.
-
-    Returns:
-        A list of str, one translation per sentence.
-
-    Example:
-
-    ```python
-    import zoo
-    from zoo.data import WordTokenizer
-
-    tokenizer = WordTokenizer.from_texts(["a dog runs", "ein hund läuft"])
-    model = zoo.build("transformer-tiny", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
-    zoo.translate(model, ["a dog runs"], num_beams=2)  # a list of one str
-    ```
-    """
-    if not isinstance(model, EncoderDecoder):
-        raise ValueError(
-            f"zoo.translate needs an EncoderDecoder; got a {type(model).__name__} "
-            "(use zoo.generate for a GPTCausalLM, zoo.classify for a BertClassifier)."
-        )
-    tokenizer = _tokenizer_of(model, "zoo.translate")
-    sentences = _sentences(sentences, "zoo.translate")
-    for name, value in (("num_beams", num_beams), ("batch_size", batch_size)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
-    window = model.max_sequence_length
-    if max_length is not None and not (isinstance(max_length, int) and 1 <= max_length <= window - 1):
-        raise ValueError(
-            f"`max_length` must be an integer in [1, {window - 1}] (the model's context {window} minus the "
-            f"start token); got {max_length!r}."
-        )
-    start, end = _special_id(tokenizer, "start"), _special_id(tokenizer, "end")
-    source_tokenizer = model.source_tokenizer or tokenizer
-    sources = [ids[:window] for ids in token_id_lists(source_tokenizer, sentences)]
-    _check_not_empty(sources, sentences)
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    outputs = [None] * len(sources)
-    for first in range(0, len(order), batch_size):
-        rows = order[first : first + batch_size]
-        chunk = [sources[i] for i in rows]
-        result = generate_ids(
-            model,
-            [[start]] * len(chunk),
-            max_length or min(max(map(len, chunk)) + 10, window - 1),
-            sampler="beam" if num_beams > 1 else "greedy",
-            stop_token_ids=[end],
-            source=chunk,
-            num_beams=num_beams,
-            length_penalty=length_penalty,
-        )
-        for i, tokens in zip(rows, result.sequences):
-            tokens = [int(t) for t in tokens]
-            outputs[i] = _decode(tokenizer, tokens[: tokens.index(end)] if end in tokens else tokens)
-    return outputs
-
-
-@dataclasses.dataclass(frozen=True)
-class Classification:
-    """What `classify` returns.
-
-    Attributes:
-        labels: N predicted classes: ints, or the names given.
-        probabilities: (N, num_classes) float32, the softmax of the logits.
-    """
-
-    labels: list
-    probabilities: np.ndarray
-
-
-def classify(model, sentences, label_names=None, batch_size=32):
-    """Classify sentences with a `BertClassifier` that carries its tokenizer.
-
-    Each sentence is packed as the bert_classify recipe trains:
-    `[CLS] tokens [SEP]`, cut to the model's window, segment ids 0,
-    padded with `[PAD]` (id 0) behind a padding mask.
-
-    Args:
-        model: a `BertClassifier` carrying a WordPiece tokenizer.
-        sentences: a list of str.
-        label_names: optional names of the classes, in class order.
-        batch_size: sentences per forward pass.
-
-    Returns:
-        A `Classification`: `labels` and `probabilities` (N, num_classes).
-
-    Example:
-
-    ```python
-    import zoo
-    from zoo.data import train_word_piece
-
-    tokenizer = train_word_piece(["a gripping film", "a dull film"], vocabulary_size=50)
-    classifier = zoo.build("bert-tiny", "classifier", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
-    result = zoo.classify(classifier, ["a gripping film", "dull"], label_names=["negative", "positive"])
-    result.labels  # two of "negative" and "positive" (the model is untrained)
-    ```
-    """
-    if not isinstance(model, BertClassifier):
-        raise ValueError(f"zoo.classify needs a BertClassifier; got a {type(model).__name__}.")
-    if label_names is not None and len(label_names) != model.num_classes:
-        raise ValueError(
-            f"`label_names` has {len(label_names)} names but the model has {model.num_classes} classes."
-        )
-    logits = _bert_outputs(model, sentences, batch_size, "zoo.classify").astype("float64")
-    logits -= logits.max(axis=-1, keepdims=True)
-    probabilities = np.exp(logits)
-    probabilities /= probabilities.sum(axis=-1, keepdims=True)
-    classes = probabilities.argmax(axis=-1).tolist()
-    labels = [label_names[c] for c in classes] if label_names is not None else classes
-    return Classification(labels, probabilities.astype("float32"))
-
-
-def embed(model, sentences, batch_size=32):
-    """Sentence embeddings from a `BertSentenceEncoder` that carries its
-    tokenizer, packed as `classify` packs them.
-
-    Args:
-        model: a `BertSentenceEncoder`.
-        sentences: a list of str.
-        batch_size: sentences per forward pass.
-
-    Returns:
-        (N, d) float32 NumPy array (unit vectors if the encoder normalizes).
-
-    Example:
-
-    ```python
-    import zoo
-    from zoo.data import train_word_piece
-
-    tokenizer = train_word_piece(["a dog runs", "a dog is running"], vocabulary_size=50)
-    encoder = zoo.build("bert-tiny", "sentence_encoder", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
-    vectors = zoo.embed(encoder, ["a dog runs", "a dog is running"])  # (2, 32)
-    float(vectors[0] @ vectors[1])  # their cosine similarity
-    ```
-    """
-    if not isinstance(model, BertSentenceEncoder):
-        raise ValueError(f"zoo.embed needs a BertSentenceEncoder; got a {type(model).__name__}.")
-    return _bert_outputs(model, sentences, batch_size, "zoo.embed").astype("float32")
-
-
-# --- Text generation -------------------------------------------------------------
 
 
 class TextGeneration:
@@ -388,7 +213,7 @@ class TextGeneration:
             model goes on past its window (nanoGPT's sliding window).
         stop: stop strings: None, a str, a list of str, or one such per row
             (a list of B lists).
-        stop_token_ids, sampler, seed, temperature, k, p: as `zoo.generate`'s.
+        stop_token_ids, sampler, seed, temperature, top_k, top_p: as `zoo.generate`'s.
         bucket: round the compiled shapes up, see `zoo.generation.Decoding`.
 
     Attributes:
@@ -398,22 +223,23 @@ class TextGeneration:
     """
 
     def __init__(self, model, prompt_ids, budgets, *, stop=None, stop_token_ids=AUTO, sampler="greedy", seed=None,
-                 temperature=1.0, k=50, p=0.9, bucket=False):
-        tokenizer = _tokenizer_of(model, "zoo.generate")
+                 temperature=1.0, top_k=50, top_p=0.9, bucket=False, **kwargs):
+        samplers.refuse_renamed(kwargs, "TextGeneration")
+        tokenizer = tokenizer_of(model, "zoo.generate")
         if sampler == "beam":
             raise ValueError("sampler='beam' cannot stream (the best beam changes until the end); use zoo.generate.")
         samplers.check_name(sampler)
-        config = samplers.sampler_config(sampler, temperature, k, p, model.vocabulary_size)
+        config = samplers.sampler_config(sampler, temperature, top_k, top_p, model.vocabulary_size)
         batch = len(prompt_ids)
         stops = _stop_strings(stop, batch)
         if isinstance(model, EncoderDecoder):
-            start, end = _special_id(tokenizer, "start"), _special_id(tokenizer, "end")
-            ends = [end] if _is_auto(stop_token_ids) else stop_token_ids
+            start, end = special_id(tokenizer, "start"), special_id(tokenizer, "end")
+            ends = [end] if is_auto(stop_token_ids) else stop_token_ids
             self.decoding = Decoding(model, [[start]] * batch, budgets, config, ends, seed, source=prompt_ids,
                                      bucket=bucket)
             text_prompts = [[] for _ in prompt_ids]
         else:
-            ends = _auto_stop_ids(tokenizer) if _is_auto(stop_token_ids) else stop_token_ids
+            ends = auto_stop_ids(tokenizer) if is_auto(stop_token_ids) else stop_token_ids
             self.decoding = Decoding(model, prompt_ids, budgets, config, ends, seed, slide=True, bucket=bucket)
             text_prompts = prompt_ids
         ends = self.decoding.stop_token_ids
@@ -461,7 +287,7 @@ class TextRow:
 
     def __init__(self, tokenizer, prompt_ids, prompt_tokens, stop, stop_token_ids):
         self.tokenizer, self.prompt_ids, self.stop, self.stop_token_ids = tokenizer, list(prompt_ids), stop, stop_token_ids
-        self.prompt_text = _decode(tokenizer, self.prompt_ids)
+        self.prompt_text = decode(tokenizer, self.prompt_ids)
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = 0
         self.text = ""  # the new text given out so far
@@ -488,10 +314,10 @@ class TextRow:
         return piece
 
     def _new_text(self, ids):
-        full = _decode(self.tokenizer, self.prompt_ids + ids)
+        full = decode(self.tokenizer, self.prompt_ids + ids)
         if full.startswith(self.prompt_text):
             return full[len(self.prompt_text):]
-        return _decode(self.tokenizer, ids)
+        return decode(self.tokenizer, ids)
 
 
 def _without_unfinished_end(text, stop):
@@ -529,9 +355,9 @@ def _text_prompts(model, prompt, what):
     """The tokenizer's ids of a str or a list of str (cut to the model's
     window for an encoder-decoder's sources)."""
     if isinstance(model, EncoderDecoder):
-        tokenizer = model.source_tokenizer or _tokenizer_of(model, what)
+        tokenizer = model.source_tokenizer or tokenizer_of(model, what)
     elif isinstance(model, (CausalLM, DecoderStack)):
-        tokenizer = _tokenizer_of(model, what)
+        tokenizer = tokenizer_of(model, what)
     else:
         raise ValueError(
             f"{what} on text needs a causal LM (a GPTCausalLM, LlamaCausalLM or Gemma3CausalLM) or an EncoderDecoder; "
@@ -539,7 +365,7 @@ def _text_prompts(model, prompt, what):
         )
     texts = [prompt] if isinstance(prompt, str) else list(prompt)
     rows = token_id_lists(tokenizer, texts)
-    _check_not_empty(rows, texts)
+    check_not_empty(rows, texts)
     if isinstance(model, EncoderDecoder):
         rows = [row[: model.max_sequence_length] for row in rows]
     return rows
@@ -564,8 +390,8 @@ def _text_budgets(model, rows, max_new_tokens, max_length):
     return budgets
 
 
-def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, k, p, stop,
-                   kwargs):
+def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, top_k, top_p,
+                   stop, kwargs):
     if isinstance(model, EncoderDecoder):
         raise ValueError("zoo.generate on text takes a decoder-only model; for an EncoderDecoder use zoo.translate.")
     rows = _text_prompts(model, prompt, "zoo.generate")
@@ -576,20 +402,20 @@ def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_toke
     if kwargs:
         raise ValueError(f"zoo.generate on text takes no {', '.join(sorted(kwargs))} (only with sampler='beam').")
     generation = TextGeneration(model, rows, budgets, stop=stop, stop_token_ids=stop_token_ids, sampler=sampler,
-                                seed=seed, temperature=temperature, k=k, p=p)
+                                seed=seed, temperature=temperature, top_k=top_k, top_p=top_p)
     texts = [row.prompt_text + new for row, new in zip(generation.rows, generation.run())]
     return texts[0] if isinstance(prompt, str) else texts
 
 
 def _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, kwargs):
-    tokenizer = _tokenizer_of(model, "zoo.generate")
+    tokenizer = tokenizer_of(model, "zoo.generate")
     window = (model.backbone if isinstance(model, CausalLM) else model).max_sequence_length
     if max(len(r) + b for r, b in zip(rows, budgets)) > window:
         raise ValueError(
             f"sampler='beam' generates within the model's context of {window} tokens only; ask for fewer "
             "tokens or use 'greedy', 'temperature', 'top_k' or 'top_p'."
         )
-    ends = _auto_stop_ids(tokenizer) if _is_auto(stop_token_ids) else stop_token_ids
+    ends = auto_stop_ids(tokenizer) if is_auto(stop_token_ids) else stop_token_ids
     result = generate_ids(model, rows, max(budgets), sampler="beam", stop_token_ids=ends,
                                  temperature=temperature, **kwargs)
     stops = _stop_strings(stop, len(rows))
@@ -599,110 +425,3 @@ def _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, 
         text_row.update([int(t) for t in new][:budget], "length")
         texts.append(text_row.prompt_text + text_row.text)
     return texts[0] if isinstance(prompt, str) else texts
-
-
-# --- BERT inputs -------------------------------------------------------------------
-
-
-def _bert_outputs(model, sentences, batch_size, what):
-    """The model's outputs for `[CLS] tokens [SEP]`, as bert_classify packs them."""
-    tokenizer = _tokenizer_of(model, what)
-    sentences = _sentences(sentences, what)
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive integer; got {batch_size!r}.")
-    cls_id, sep_id = _special_id(tokenizer, "cls"), _special_id(tokenizer, "sep")
-    window = model.backbone.max_sequence_length
-    packed = [([cls_id] + ids[: window - 2] + [sep_id])[:window] for ids in token_id_lists(tokenizer, sentences)]
-    length = max(map(len, packed))
-    token_ids = np.zeros((len(packed), length), "int32")  # [PAD] is id 0
-    for i, row in enumerate(packed):
-        token_ids[i, : len(row)] = row
-    inputs = {
-        "token_ids": token_ids,
-        "segment_ids": np.zeros_like(token_ids),
-        "padding_mask": (np.arange(length)[None, :] < np.array([len(r) for r in packed])[:, None]).astype("int32"),
-    }
-    return np.asarray(model.predict(inputs, batch_size=batch_size, verbose=0))
-
-
-# --- Tokenizers --------------------------------------------------------------------
-
-_SPECIAL = {
-    "start": ("start_token_id", "[START]"),
-    "end": ("end_token_id", "[END]"),
-    "cls": ("cls_token_id", "[CLS]"),
-    "sep": ("sep_token_id", "[SEP]"),
-}
-
-
-def _tokenizer_of(model, what):
-    for owner in (model, getattr(model, "backbone", None)):
-        tokenizer = getattr(owner, "tokenizer", None)
-        if tokenizer is not None:
-            return tokenizer
-    raise ValueError(
-        f"{what}: the {type(model).__name__} carries no tokenizer; pass token ids or attach one with "
-        "model.tokenizer = ... (a keras-hub tokenizer, zoo.data.CharTokenizer, WordTokenizer or HuggingFaceTokenizer)."
-    )
-
-
-def _special_id(tokenizer, kind):
-    """The id of a special token: the tokenizer's `<kind>_token_id`, else its
-    vocabulary's `[KIND]` token."""
-    attribute, token = _SPECIAL[kind]
-    value = getattr(tokenizer, attribute, None)
-    if value is not None:
-        return int(value)
-    vocabulary = tokenizer.get_vocabulary()
-    if token in vocabulary:
-        return vocabulary.index(token)
-    raise ValueError(
-        f"the tokenizer ({type(tokenizer).__name__}) has no {token} token; expected one in its vocabulary "
-        f"(or a `{attribute}`), as the recipes' tokenizers have."
-    )
-
-
-def _auto_stop_ids(tokenizer):
-    # A checkpoint may declare several end ids (Llama 3 instruct: <|end_of_text|> and <|eot_id|>).
-    ends = getattr(tokenizer, "end_token_ids", None)
-    if ends:
-        return [int(end) for end in ends]
-    end = getattr(tokenizer, "end_token_id", None)
-    return None if end is None else [int(end)]
-
-
-def _decode(tokenizer, ids):
-    """A tokenizer's text for one sequence of ids, as a Python str."""
-    if not len(ids):
-        return ""
-    text = tokenizer.detokenize([list(ids)])
-    if not isinstance(text, (str, list, tuple)):
-        text = keras.ops.convert_to_numpy(text)
-    text = text if isinstance(text, str) else text[0]
-    if isinstance(text, np.ndarray):
-        text = text.item()
-    return text.decode("utf-8") if isinstance(text, bytes) else str(text)
-
-
-def _is_text(prompt):
-    if isinstance(prompt, str):
-        return True
-    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(isinstance(t, str) for t in prompt)
-
-
-def _is_auto(value):
-    return isinstance(value, str) and value == AUTO
-
-
-def _sentences(sentences, what):
-    if isinstance(sentences, str):
-        raise ValueError(f"{what} takes a list of sentences; got one str (wrap it: [sentence]).")
-    if not isinstance(sentences, (list, tuple)) or not sentences or not all(isinstance(s, str) for s in sentences):
-        raise ValueError(f"{what} takes a non-empty list of str; got {type(sentences).__name__}.")
-    return list(sentences)
-
-
-def _check_not_empty(rows, texts):
-    for i, (row, text) in enumerate(zip(rows, texts)):
-        if not row:
-            raise ValueError(f"text {i} ({text!r}) has no tokens; expected at least one.")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.pretrained import checkpoints as ck
+from tests.checkpoints import stand_ins as ck
 
 
 @pytest.fixture(scope="session")

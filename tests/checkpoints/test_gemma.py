@@ -18,8 +18,8 @@ import pytest
 from safetensors.numpy import load_file
 
 import zoo
-from tests.pretrained import gemma_checkpoints as gc
-from tests.pretrained.test_from_pretrained import TOLERANCE, _np
+from tests.checkpoints import gemma_checkpoints as gc
+from tests.checkpoints.test_from_pretrained import TOLERANCE, _np
 from zoo.checkpoints import CheckpointError
 
 CASES = list(gc.CASES)

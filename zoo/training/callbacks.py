@@ -114,7 +114,7 @@ class Backup(keras.callbacks.BackupAndRestore):
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ValueError(
                 f"{path}: not a readable backup record ({error}); expected the JSON written by "
-                "zoo.training.checkpoints.Backup. Delete the backup folder to start over."
+                "zoo.training.callbacks.Backup. Delete the backup folder to start over."
             ) from None
 
     def _load_model(self):

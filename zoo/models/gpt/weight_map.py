@@ -11,8 +11,8 @@ keras-hub keeps separate (d, h, k) q, k, v kernels.
 
 import json
 
-from zoo.checkpoints import keras_hub_layers
-from zoo.checkpoints.common import (
+from zoo.models import keras_hub_layers
+from zoo.models.tensor_names import (
     CheckpointError,
     TensorName,
     check_vocabulary,
@@ -36,13 +36,13 @@ END_TOKEN = "<|endoftext|>"
 
 
 def build_backbone(zoo_config, dtype=None):
-    from zoo.models import GPTBackbone
+    from zoo.models.gpt.model import GPTBackbone
 
     return GPTBackbone(**zoo_config, dtype=dtype)
 
 
 def build_task(backbone, task, num_classes=None):
-    from zoo.models import GPTCausalLM
+    from zoo.models.gpt.model import GPTCausalLM
 
     return GPTCausalLM(backbone) if task == "causal_lm" else backbone
 
@@ -148,7 +148,7 @@ def backbone_names(backbone, prefix="transformer."):
 def huggingface_names(model):
     """(architecture, table) of the export: `GPT2LMHeadModel` for a causal LM
     (the head is tied to `wte`, no tensor of its own), `GPT2Model` for a backbone."""
-    from zoo.models import GPTCausalLM
+    from zoo.models.gpt.model import GPTCausalLM
 
     if isinstance(model, GPTCausalLM):
         return "GPT2LMHeadModel", backbone_names(model.backbone)
@@ -230,7 +230,7 @@ def write_huggingface_tokenizer(tokenizer, folder, model):
 
 def from_keras_hub(backbone, dtype=None, **overrides):
     """keras-hub's `GPT2Backbone` -> the zoo `GPTBackbone` with the same weights."""
-    from zoo.models import GPTBackbone
+    from zoo.models.gpt.model import GPTBackbone
 
     model = GPTBackbone(
         **{
@@ -290,7 +290,7 @@ def keras_hub_task(model, hub_backbone, hub_tokenizer, folder):
     """keras-hub's GPT2CausalLM over `hub_backbone` for a causal LM; None for a backbone."""
     import keras_hub
 
-    from zoo.models import GPTCausalLM
+    from zoo.models.gpt.model import GPTCausalLM
 
     if not isinstance(model, GPTCausalLM):
         return None

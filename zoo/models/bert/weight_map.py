@@ -19,8 +19,8 @@ import warnings
 
 import numpy as np
 
-from zoo.checkpoints import keras_hub_layers
-from zoo.checkpoints.common import (
+from zoo.models import keras_hub_layers
+from zoo.models.tensor_names import (
     CheckpointError,
     TensorName,
     check_vocabulary,
@@ -52,13 +52,13 @@ SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]")
 
 
 def build_backbone(zoo_config, dtype=None):
-    from zoo.models import BertBackbone
+    from zoo.models.bert.model import BertBackbone
 
     return BertBackbone(**zoo_config, dtype=dtype)
 
 
 def build_task(backbone, task, num_classes=None):
-    from zoo.models import BertClassifier, BertMaskedLM, BertSentenceEncoder
+    from zoo.models.bert.model import BertClassifier, BertMaskedLM, BertSentenceEncoder
 
     if task == "masked_lm":
         return BertMaskedLM(backbone)
@@ -114,7 +114,7 @@ def check_huggingface_export(backbone):
 
 
 def to_huggingface_config(model):
-    from zoo.models import BertClassifier
+    from zoo.models.bert.model import BertClassifier
 
     config = getattr(model, "backbone", model).get_config()
     architecture, _ = huggingface_names(model)
@@ -179,7 +179,7 @@ def backbone_names(backbone, prefix="", pooler=True):
 def huggingface_names(model):
     """(architecture, table) of the export: `BertModel` for a backbone or
     sentence encoder, `BertForMaskedLM` (no pooler), `BertForSequenceClassification`."""
-    from zoo.models import BertClassifier, BertMaskedLM, BertSentenceEncoder
+    from zoo.models.bert.model import BertClassifier, BertMaskedLM, BertSentenceEncoder
 
     if isinstance(model, BertMaskedLM):
         head = [
@@ -298,7 +298,7 @@ MASKED_LM_HEAD_NOTE = (
 
 def from_keras_hub(backbone, dtype=None, **overrides):
     """keras-hub's `BertBackbone` -> the zoo `BertBackbone` with the same weights."""
-    from zoo.models import BertBackbone
+    from zoo.models.bert.model import BertBackbone
 
     model = BertBackbone(
         **{
@@ -366,7 +366,7 @@ def keras_hub_task(model, hub_backbone, hub_tokenizer, folder):
     """keras-hub's BertTextClassifier / BertMaskedLM with the zoo head's weights; None for a backbone."""
     import keras_hub
 
-    from zoo.models import BertClassifier, BertMaskedLM
+    from zoo.models.bert.model import BertClassifier, BertMaskedLM
 
     models = keras_hub.models
     length = hub_backbone.max_sequence_length

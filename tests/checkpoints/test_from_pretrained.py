@@ -8,7 +8,7 @@ import pytest
 from safetensors.numpy import load_file
 
 import zoo
-from tests.pretrained import checkpoints as ck
+from tests.checkpoints import stand_ins as ck
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 

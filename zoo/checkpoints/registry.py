@@ -1,7 +1,7 @@
-"""The checkpoint families, and which one a checkpoint or a model belongs to.
+"""The families' weight maps, and which one a checkpoint or a model belongs to.
 
-A family's checkpoint mapping is the `checkpoints` module of its folder
-(`zoo/models/llama/checkpoints.py`), and each has the same names:
+A family's weight map is the `weight_map` module of its folder
+(`zoo/models/llama/weight_map.py`), and each has the same names:
 
 * who it is: `NAME`, `MODEL_TYPES` (transformers' `model_type`s),
   `TASKS`, `DEFAULT_TASK`, `HEADS_WITH_WEIGHTS` (tasks whose head has
@@ -23,20 +23,21 @@ A family's checkpoint mapping is the `checkpoints` module of its folder
   `keras_hub_task(model, hub_backbone, hub_tokenizer, folder)`.
 
 A family names its module in its `zoo.families.Family` record
-(`checkpoints="zoo.models.llama.checkpoints"`); `FAMILIES` are the modules of
-every registered family that has one.
+(`weight_map="zoo.models.llama.weight_map"`); `WEIGHT_MAPS` are the modules of
+every registered family that has one. The drivers reach a family only
+through this registry, and a family never imports the drivers.
 """
 
-from zoo import families as _registry
+from zoo import families
 from zoo import models  # noqa: F401  (registers the families)
-from zoo.checkpoints.common import CheckpointError
+from zoo.models.tensor_names import CheckpointError
 
-FAMILIES = tuple(f.checkpoint_module() for f in _registry.FAMILIES.values() if f.checkpoints is not None)
+WEIGHT_MAPS = tuple(f.weight_map_module() for f in families.FAMILIES.values() if f.weight_map is not None)
 
-MODEL_TYPES = {model_type: family for family in FAMILIES for model_type in family.MODEL_TYPES}
-KERAS_HUB_BACKBONES = {name: family for family in FAMILIES for name in family.KERAS_HUB_BACKBONES}
-KERAS_HUB_TASKS = {name: task for family in FAMILIES for name, task in family.KERAS_HUB_TASKS.items()}
-KERAS_HUB_TOKENIZERS = {name: files for family in FAMILIES for name, files in family.KERAS_HUB_TOKENIZERS.items()}
+MODEL_TYPES = {model_type: family for family in WEIGHT_MAPS for model_type in family.MODEL_TYPES}
+KERAS_HUB_BACKBONES = {name: family for family in WEIGHT_MAPS for name in family.KERAS_HUB_BACKBONES}
+KERAS_HUB_TASKS = {name: task for family in WEIGHT_MAPS for name, task in family.KERAS_HUB_TASKS.items()}
+KERAS_HUB_TOKENIZERS = {name: files for family in WEIGHT_MAPS for name, files in family.KERAS_HUB_TOKENIZERS.items()}
 
 
 def for_model_type(model_type, config_file):
@@ -60,9 +61,9 @@ def for_keras_hub_backbone(registered_name, config_file):
 
 def for_model(model):
     """The family of a zoo model (a backbone or a task on one); a ValueError for another model."""
-    family = _registry.of_model(model)
-    if family is not None and family.checkpoints is not None:
-        return family.checkpoint_module()
+    family = families.of_model(model)
+    if family is not None and family.weight_map is not None:
+        return family.weight_map_module()
     raise ValueError(
         f"Checkpoints exist for zoo GPT, BERT, Llama-family and Gemma 3 models; got a {type(model).__name__}."
     )

@@ -19,8 +19,8 @@ keras-hub's Gemma 3 presets are not read or written.
 
 import functools
 
-from zoo.checkpoints.common import CheckpointError, read_architecture, refuse_config_value
-from zoo.models.llama.checkpoints import _prefix, checkpoint_name, read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
+from zoo.models.tensor_names import CheckpointError, read_architecture, refuse_config_value
+from zoo.models.llama.weight_map import checkpoint_name, module_prefix, read_huggingface_tokenizer, write_huggingface_tokenizer  # noqa: F401
 from zoo.models.rotary_decoder import fields_from_huggingface, huggingface_fields, huggingface_tensor_names
 
 NAME = "Gemma 3"
@@ -35,13 +35,13 @@ KERAS_HUB_TOKENIZERS = {}
 
 
 def build_backbone(zoo_config, dtype=None):
-    from zoo.models import Gemma3Backbone
+    from zoo.models.gemma.model import Gemma3Backbone
 
     return Gemma3Backbone(**zoo_config, dtype=dtype)
 
 
 def build_task(backbone, task, num_classes=None):
-    from zoo.models import Gemma3CausalLM
+    from zoo.models.gemma.model import Gemma3CausalLM
 
     return Gemma3CausalLM(backbone) if task == "causal_lm" else backbone
 
@@ -104,7 +104,7 @@ def check_huggingface_export(backbone):
 
 
 def to_huggingface_config(model):
-    from zoo.models.llama.checkpoints import special_ids
+    from zoo.models.llama.weight_map import special_ids
     from zoo.data import HuggingFaceTokenizer
 
     backbone = getattr(model, "backbone", model)
@@ -142,7 +142,7 @@ def huggingface_names(model):
 
 def import_names(model, checkpoint_names, with_head):
     """The table in the checkpoint's layout (`Gemma3TextModel` files have no `model.` prefix)."""
-    return huggingface_tensor_names(getattr(model, "backbone", model), prefix=_prefix(checkpoint_names))
+    return huggingface_tensor_names(getattr(model, "backbone", model), prefix=module_prefix(checkpoint_names))
 
 
 def ignorable(name):
@@ -152,7 +152,7 @@ def ignorable(name):
 
 def tied_copies(model, checkpoint_names):
     """(copy, original) pairs that must be equal: `lm_head.weight` beside the embedding."""
-    return [("lm_head.weight", f"{_prefix(checkpoint_names)}embed_tokens.weight")]
+    return [("lm_head.weight", f"{module_prefix(checkpoint_names)}embed_tokens.weight")]
 
 
 # --- Hugging Face: tokenizer ---------------------------------------------------------------

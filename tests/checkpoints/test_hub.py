@@ -1,5 +1,5 @@
 """Checkpoints by handle: `zoo.from_pretrained("hf://ORG/NAME")` against a
-Hugging Face Hub endpoint on 127.0.0.1 (tests/pretrained/hub_server.py),
+Hugging Face Hub endpoint on 127.0.0.1 (tests/checkpoints/hub_server.py),
 with an empty Hugging Face cache per test. A handle loads the same model
 as its local folder, from the cache when offline, at a pinned revision;
 what cannot be fetched is refused in one line naming the handle; and the
@@ -17,9 +17,9 @@ import pytest
 import zoo
 from recipes import bert_classify, cli, gpt_finetune
 from recipes.explore import engine
-from tests.pretrained import checkpoints as ck
-from tests.pretrained import llama_checkpoints as lc
-from tests.pretrained.hub_server import HubServer, point_huggingface_hub
+from tests.checkpoints import stand_ins as ck
+from tests.checkpoints import llama_checkpoints as lc
+from tests.checkpoints.hub_server import HubServer, point_huggingface_hub
 from zoo.checkpoints import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[2]

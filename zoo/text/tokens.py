@@ -1,0 +1,117 @@
+"""What the text API shares: a model's tokenizer, its special ids, a
+sequence's text, the checks of text input, and BERT's packing of
+sentences.
+
+Shape letters: N sentences, W the model's window (its
+`max_sequence_length`).
+"""
+
+import keras
+import numpy as np
+
+from zoo.data.tokenizers import token_id_lists
+
+# The default of `stop_token_ids`: the tokenizer's end token for text (as
+# keras-hub's CausalLM), none for token ids.
+AUTO = "auto"
+
+SPECIAL = {
+    "start": ("start_token_id", "[START]"),
+    "end": ("end_token_id", "[END]"),
+    "cls": ("cls_token_id", "[CLS]"),
+    "sep": ("sep_token_id", "[SEP]"),
+}
+
+
+def tokenizer_of(model, what):
+    for owner in (model, getattr(model, "backbone", None)):
+        tokenizer = getattr(owner, "tokenizer", None)
+        if tokenizer is not None:
+            return tokenizer
+    raise ValueError(
+        f"{what}: the {type(model).__name__} carries no tokenizer; pass token ids or attach one with "
+        "model.tokenizer = ... (a keras-hub tokenizer, zoo.data.CharTokenizer, WordTokenizer or HuggingFaceTokenizer)."
+    )
+
+
+def special_id(tokenizer, kind):
+    """The id of a special token: the tokenizer's `<kind>_token_id`, else its
+    vocabulary's `[KIND]` token."""
+    attribute, token = SPECIAL[kind]
+    value = getattr(tokenizer, attribute, None)
+    if value is not None:
+        return int(value)
+    vocabulary = tokenizer.get_vocabulary()
+    if token in vocabulary:
+        return vocabulary.index(token)
+    raise ValueError(
+        f"the tokenizer ({type(tokenizer).__name__}) has no {token} token; expected one in its vocabulary "
+        f"(or a `{attribute}`), as the recipes' tokenizers have."
+    )
+
+
+def auto_stop_ids(tokenizer):
+    # A checkpoint may declare several end ids (Llama 3 instruct: <|end_of_text|> and <|eot_id|>).
+    ends = getattr(tokenizer, "end_token_ids", None)
+    if ends:
+        return [int(end) for end in ends]
+    end = getattr(tokenizer, "end_token_id", None)
+    return None if end is None else [int(end)]
+
+
+def decode(tokenizer, ids):
+    """A tokenizer's text for one sequence of ids, as a Python str."""
+    if not len(ids):
+        return ""
+    text = tokenizer.detokenize([list(ids)])
+    if not isinstance(text, (str, list, tuple)):
+        text = keras.ops.convert_to_numpy(text)
+    text = text if isinstance(text, str) else text[0]
+    if isinstance(text, np.ndarray):
+        text = text.item()
+    return text.decode("utf-8") if isinstance(text, bytes) else str(text)
+
+
+def is_text(prompt):
+    if isinstance(prompt, str):
+        return True
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(isinstance(t, str) for t in prompt)
+
+
+def is_auto(value):
+    return isinstance(value, str) and value == AUTO
+
+
+def sentence_list(sentences, what):
+    if isinstance(sentences, str):
+        raise ValueError(f"{what} takes a list of sentences; got one str (wrap it: [sentence]).")
+    if not isinstance(sentences, (list, tuple)) or not sentences or not all(isinstance(s, str) for s in sentences):
+        raise ValueError(f"{what} takes a non-empty list of str; got {type(sentences).__name__}.")
+    return list(sentences)
+
+
+def check_not_empty(rows, texts):
+    for i, (row, text) in enumerate(zip(rows, texts)):
+        if not row:
+            raise ValueError(f"text {i} ({text!r}) has no tokens; expected at least one.")
+
+
+def bert_outputs(model, sentences, batch_size, what):
+    """The model's outputs for `[CLS] tokens [SEP]`, as bert_classify packs them."""
+    tokenizer = tokenizer_of(model, what)
+    sentences = sentence_list(sentences, what)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer; got {batch_size!r}.")
+    cls_id, sep_id = special_id(tokenizer, "cls"), special_id(tokenizer, "sep")
+    window = model.backbone.max_sequence_length
+    packed = [([cls_id] + ids[: window - 2] + [sep_id])[:window] for ids in token_id_lists(tokenizer, sentences)]
+    length = max(map(len, packed))
+    token_ids = np.zeros((len(packed), length), "int32")  # [PAD] is id 0
+    for i, row in enumerate(packed):
+        token_ids[i, : len(row)] = row
+    inputs = {
+        "token_ids": token_ids,
+        "segment_ids": np.zeros_like(token_ids),
+        "padding_mask": (np.arange(length)[None, :] < np.array([len(r) for r in packed])[:, None]).astype("int32"),
+    }
+    return np.asarray(model.predict(inputs, batch_size=batch_size, verbose=0))

@@ -1,0 +1,87 @@
+"""Translation: `zoo.translate`, sentences in and out through an
+encoder-decoder that carries its tokenizer.
+
+Shape letters: N sentences, W the model's window (its `max_sequence_length`).
+"""
+
+from zoo.data.tokenizers import token_id_lists
+from zoo.generation.api import generate_ids
+from zoo.models import EncoderDecoder
+from zoo.text.tokens import check_not_empty, decode, sentence_list, special_id, tokenizer_of
+
+
+def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6, batch_size=128):
+    """Translate sentences with an encoder-decoder that carries its tokenizer.
+
+    As the translate and demo recipes decode: each source is tokenized (no
+    start or end token) and cut to the model's window W, the decoder starts
+    from `[START]` and stops at `[END]` (the tokenizer's `start_token_id`
+    / `end_token_id`, or those tokens of its vocabulary), and the tokens
+    before `[END]` are detokenized. Sentences are decoded in order of
+    length, `batch_size` at a time, so a batch's compiled search is shared
+    by sentences of similar length.
+
+    Args:
+        model: an `EncoderDecoder` carrying a tokenizer: the target's, and
+            the source's too unless the model carries a `source_tokenizer`.
+        sentences: a list of str.
+        max_length: the most target tokens of a translation (`[END]`
+            included); by default the longest source of the batch plus 10,
+            at most W - 1.
+        num_beams: beam search with this many beams; 1 is greedy decoding.
+        length_penalty: beam score `log_prob / length ** length_penalty`.
+        batch_size: sentences per call.
+
+    Returns:
+        A list of str, one translation per sentence.
+
+    Example:
+
+    ```python
+    import zoo
+    from zoo.data import WordTokenizer
+
+    tokenizer = WordTokenizer.from_texts(["a dog runs", "ein hund läuft"])
+    model = zoo.build("transformer-tiny", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
+    zoo.translate(model, ["a dog runs"], num_beams=2)  # a list of one str
+    ```
+    """
+    if not isinstance(model, EncoderDecoder):
+        raise ValueError(
+            f"zoo.translate needs an EncoderDecoder; got a {type(model).__name__} "
+            "(use zoo.generate for a GPTCausalLM, zoo.classify for a BertClassifier)."
+        )
+    tokenizer = tokenizer_of(model, "zoo.translate")
+    sentences = sentence_list(sentences, "zoo.translate")
+    for name, value in (("num_beams", num_beams), ("batch_size", batch_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
+    window = model.max_sequence_length
+    if max_length is not None and not (isinstance(max_length, int) and 1 <= max_length <= window - 1):
+        raise ValueError(
+            f"`max_length` must be an integer in [1, {window - 1}] (the model's context {window} minus the "
+            f"start token); got {max_length!r}."
+        )
+    start, end = special_id(tokenizer, "start"), special_id(tokenizer, "end")
+    source_tokenizer = model.source_tokenizer or tokenizer
+    sources = [ids[:window] for ids in token_id_lists(source_tokenizer, sentences)]
+    check_not_empty(sources, sentences)
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    outputs = [None] * len(sources)
+    for first in range(0, len(order), batch_size):
+        rows = order[first : first + batch_size]
+        chunk = [sources[i] for i in rows]
+        result = generate_ids(
+            model,
+            [[start]] * len(chunk),
+            max_length or min(max(map(len, chunk)) + 10, window - 1),
+            sampler="beam" if num_beams > 1 else "greedy",
+            stop_token_ids=[end],
+            source=chunk,
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+        )
+        for i, tokens in zip(rows, result.sequences):
+            tokens = [int(t) for t in tokens]
+            outputs[i] = decode(tokenizer, tokens[: tokens.index(end)] if end in tokens else tokens)
+    return outputs
