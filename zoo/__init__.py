@@ -36,6 +36,8 @@ _EXPORTS = {
     "translate": "zoo.text",
     "classify": "zoo.text",
     "embed": "zoo.text",
+    "score": "zoo.text.scoring",
+    "score_rolling": "zoo.text.scoring",
     "from_keras_hub": "zoo.checkpoints",
     "from_pretrained": "zoo.checkpoints",
     "export": "zoo.deployment",
