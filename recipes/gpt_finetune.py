@@ -34,7 +34,7 @@ from pathlib import Path
 
 from recipes import lm_data
 from recipes.errors import run_recipe
-from recipes.lm_data import add_language_model_flags, eval_inputs, fit_steps, save_sample
+from recipes.lm_data import LORA_TARGETS, add_language_model_flags, eval_inputs, fit_steps, save_sample  # noqa: F401
 from recipes.recipe import run
 
 # --- Defaults: a short fine-tuning run of GPT-2 small (124M) on one CPU or GPU.
@@ -62,10 +62,6 @@ DEFAULTS = dict(
     output="runs/gpt_finetune",
     seed=1337,
 )
-
-
-# Every projection of the attention and feed-forward layers (PEFT's usual set for Llama-style models).
-LORA_TARGETS = ("query_key_value", "output", "gate", "intermediate")
 
 
 def encode_text(tokenizer, text):
@@ -165,19 +161,7 @@ def parse(argv):
 def load_checkpoint(args):
     """(model, the checkpoint's parameter count): --pretrained with its
     tokenizer, LoRA adapters added with --lora."""
-    import zoo
-    from zoo.models.sharding import get_layout_map
-    from zoo.training import distribution_scope
-
-    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
-        model = zoo.from_pretrained(args.pretrained, task="causal_lm")
-        parameters = model.count_params()  # the checkpoint's, before any adapters
-        if args.lora:
-            model.enable_lora(args.lora, target_names=LORA_TARGETS)
-    window = model.backbone.max_sequence_length
-    if args.sequence_length > window:
-        make_parser().error(f"--sequence-length {args.sequence_length}: the checkpoint's context is {window} tokens")
-    return model, parameters
+    return lm_data.load_checkpoint(args, make_parser())
 
 
 def read_data(args):
@@ -213,23 +197,10 @@ def make_model(args, data):
     tenth of the peak; the cross-entropy loss."""
     import keras
 
-    from zoo.models.sharding import get_layout_map
-    from zoo.training import WarmupCosineDecay, adamw, distribution_scope
+    from recipes.lm_data import compile_finetuning
 
-    from recipes.flags import jit_compile_flag
-
-    model = data["model"]
-    schedule = WarmupCosineDecay(
-        args.learning_rate, args.warmup_steps, args.steps, args.learning_rate * DEFAULTS["min_learning_rate_fraction"]
-    )
-    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
-        model.compile(
-            optimizer=adamw(schedule, weight_decay=args.weight_decay, beta_2=DEFAULTS["beta_2"],
-                            global_clipnorm=DEFAULTS["clipnorm"], model=model),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            jit_compile=jit_compile_flag(args),
-        )
-    return model
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return compile_finetuning(data["model"], args, loss, DEFAULTS)
 
 
 def fit(model, args, folder, data):

@@ -116,6 +116,53 @@ def split_loss(recipe, folder, data, split, model, split_ids):
     return {figure_name("loss", split): mean_cross_entropy(model, x, y, args["batch_size"])}
 
 
+# Every projection of the attention and feed-forward layers (PEFT's usual set for Llama-style models).
+LORA_TARGETS = ("query_key_value", "output", "gate", "intermediate")
+
+
+def load_checkpoint(args, parser):
+    """(model, the checkpoint's parameter count): --pretrained with its
+    tokenizer, LoRA adapters added with --lora; a --sequence-length past
+    the checkpoint's context is `parser`'s error."""
+    import zoo
+    from zoo.models.sharding import get_layout_map
+    from zoo.training import distribution_scope
+
+    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
+        model = zoo.from_pretrained(args.pretrained, task="causal_lm")
+        parameters = model.count_params()  # the checkpoint's, before any adapters
+        if args.lora:
+            model.enable_lora(args.lora, target_names=LORA_TARGETS)
+    window = model.backbone.max_sequence_length
+    if args.sequence_length > window:
+        parser.error(f"--sequence-length {args.sequence_length}: the checkpoint's context is {window} tokens")
+    return model, parameters
+
+
+def compile_finetuning(model, args, loss, defaults):
+    """What the fine-tuning recipes compile: AdamW (--weight-decay on the
+    matrices, `defaults`' beta_2 and global clipnorm) with a --warmup-steps
+    linear warm-up, then cosine decay over --steps to `defaults`'
+    min_learning_rate_fraction of --learning-rate; `loss`; under --strategy.
+    Returns the model."""
+    from zoo.models.sharding import get_layout_map
+    from zoo.training import WarmupCosineDecay, adamw, distribution_scope
+
+    from recipes.flags import jit_compile_flag
+
+    schedule = WarmupCosineDecay(
+        args.learning_rate, args.warmup_steps, args.steps, args.learning_rate * defaults["min_learning_rate_fraction"]
+    )
+    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
+        model.compile(
+            optimizer=adamw(schedule, weight_decay=args.weight_decay, beta_2=defaults["beta_2"],
+                            global_clipnorm=defaults["clipnorm"], model=model),
+            loss=loss,
+            jit_compile=jit_compile_flag(args),
+        )
+    return model
+
+
 def save_sample(text, folder):
     """samples.txt: the sample a run ends with, also printed."""
     (folder / "samples.txt").write_text(text, encoding="utf-8")

@@ -320,18 +320,34 @@ class HuggingFaceTokenizer(keras.layers.Layer):
             ValueError: the tokenizer has no chat template, or the template
                 refused the messages (its `raise_exception`).
         """
-        text = self.render_chat(messages, add_generation_prompt)
-        prefix = [self.start_token_id] if self.add_bos and not text.startswith(self._token(self.start_token_id)) else []
-        return prefix + self._checked().encode(text, add_special_tokens=False).ids
+        return self.tokenize_chat(self.render_chat(messages, add_generation_prompt))[0]
 
-    def render_chat(self, messages, add_generation_prompt=True):
-        """The text of `apply_chat_template`, before tokenizing."""
-        if self.chat_template is None:
+    def tokenize_chat(self, text):
+        """The ids of a rendered conversation (`render_chat`'s text) as
+        `apply_chat_template` makes them, and where each id is in `text`.
+
+        Args:
+            text: str, a conversation rendered by the chat template.
+
+        Returns:
+            `(ids, offsets)`: a list of int ids and a list of `(start, end)`
+            character spans in `text`, one per id; a BOS added in front
+            spans `(0, 0)`.
+        """
+        prefix = [self.start_token_id] if self.add_bos and not text.startswith(self._token(self.start_token_id)) else []
+        encoding = self._checked().encode(text, add_special_tokens=False)
+        return prefix + encoding.ids, [(0, 0)] * len(prefix) + [tuple(span) for span in encoding.offsets]
+
+    def render_chat(self, messages, add_generation_prompt=True, chat_template=None):
+        """The text of `apply_chat_template`, before tokenizing; rendered by
+        `chat_template` (a Jinja template) when given, else the tokenizer's own."""
+        chat_template = chat_template or self.chat_template
+        if chat_template is None:
             raise ValueError(
                 "the tokenizer has no chat template (tokenizer_config.json's `chat_template`); expected an "
                 "instruction-tuned checkpoint, or a plain completion instead of chat"
             )
-        return _render_chat(self.chat_template, messages, add_generation_prompt,
+        return _render_chat(chat_template, messages, add_generation_prompt,
                             bos_token=self._token(self.start_token_id), eos_token=self._token(self.end_token_id))
 
     def _token(self, token_id):
