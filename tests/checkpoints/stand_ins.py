@@ -5,9 +5,11 @@ both models that read the Hugging Face tensors directly.
     python -m tests.checkpoints.stand_ins [FOLDER]
 
 writes tiny random stand-ins named as the real checkpoints (gpt2,
-bert-base-uncased, gpt2_base_en, bert_base_en_uncased) into FOLDER (the
-current one by default), with the real context lengths, so that the
-"Start from pretrained weights" commands of docs/pretrained.md run offline.
+bert-base-uncased, gpt2_base_en, bert_base_en_uncased, and a Qwen2 layout
+with a chat template as Qwen2.5-0.5B-Instruct) into FOLDER (the current one
+by default), with the real context lengths (the Qwen one: 256), so that the
+"Start from pretrained weights" commands of docs/pretrained.md and the
+fine-tuning ones of docs/fine-tuning.md run offline.
 
 Every weight is random (biases and LayerNorms included), so a tensor put in
 the wrong place changes the logits.
@@ -345,6 +347,18 @@ def write_stand_ins(folder="."):
     hf_bert_folder(folder / "bert-base-uncased", "BertForMaskedLM", max_sequence_length=512)
     keras_hub_gpt2_preset(folder / "gpt2_base_en", max_sequence_length=1024)
     keras_hub_bert_preset(folder / "bert_base_en_uncased", task=None, max_sequence_length=512)
+    chat_folder(folder / "Qwen2.5-0.5B-Instruct")
+    return folder
+
+
+def chat_folder(folder):
+    """A tiny random Qwen2 checkpoint with Qwen's ChatML chat template, as an instruction-tuned one ships."""
+    from tests.checkpoints.llama_checkpoints import hf_folder
+    from zoo.data import CHATML
+
+    folder = hf_folder(folder, "qwen2")
+    settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "chat_template": CHATML}), encoding="utf-8")
     return folder
 
 

@@ -16,6 +16,7 @@ import pytest
 
 import zoo
 from recipes import cli, sft
+from tests.checkpoints import stand_ins
 from tests.checkpoints.llama_checkpoints import hf_folder
 from zoo.data import CHATML
 
@@ -49,10 +50,7 @@ def write_jsonl(path, rows):
 
 @pytest.fixture(scope="module")
 def chat_folder(tmp_path_factory):
-    folder = hf_folder(tmp_path_factory.mktemp("qwen") / "qwen2-chat", "qwen2")
-    config = json.loads((folder / "tokenizer_config.json").read_text())
-    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": CHATML}))
-    return folder
+    return stand_ins.chat_folder(tmp_path_factory.mktemp("qwen") / "qwen2-chat")
 
 
 @pytest.fixture(scope="module")
