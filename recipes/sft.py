@@ -335,7 +335,8 @@ def evaluate(folder, data=None, split="val", model=None):
         folder: the run folder.
         data: JSON Lines chat files, every conversation of which is scored;
             None is the run's own `split`.
-        split: "val" (the run's validation conversations) or "train".
+        split: "val" (the run's validation conversations: the first
+            --eval-batches batches of them) or "train" (as many).
         model: the loaded model, or None to load `folder/model.keras`.
 
     Returns:
@@ -358,7 +359,7 @@ def evaluate(folder, data=None, split="val", model=None):
     else:
         conversations = read_chat(data)
     examples = chat_examples(model, conversations, args.sequence_length, args.train_on_prompt)
-    inputs, targets, weights = final_validation(examples, args)
+    inputs, targets, weights = final_validation(examples, args) if data is None else next_token_arrays(examples)
     return {figure_name("loss", split): mean_cross_entropy(model, inputs, targets, args.batch_size, weights)}
 
 
