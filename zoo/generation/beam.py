@@ -87,37 +87,7 @@ class BeamSearch:
         def unflat(x):  # (B*K, ...) -> (B, K, ...)
             return ops.reshape(x, (batch, K) + tuple(x.shape[1:]))
 
-        def gather(x, indices):  # x (B, K', ...), indices (B, M) -> (B, M, ...)
-            for _ in range(len(x.shape) - 2):
-                indices = indices[..., None]
-            return ops.take_along_axis(x, indices, axis=1)
-
-        def is_stop(tokens):
-            hit = ops.zeros_like(tokens, dtype="bool")
-            for stop in stop_token_ids or ():
-                hit = ops.logical_or(hit, ops.equal(tokens, stop))
-            return hit
-
-        def row_done(index, log_probs, finished_scores):
-            """No alive beam can still beat the worst of K finished ones."""
-            generated = index - prompt_lengths  # (B,) new tokens so far
-            best_alive = ops.max(log_probs, axis=1)  # (B,) log-probs only fall
-            bound = ops.maximum(
-                best_alive / self._penalty(ops.minimum(generated + 1, max_new_tokens)),
-                best_alive / self._penalty(ops.full_like(generated, max_new_tokens)),
-            )
-            worst_finished = ops.min(finished_scores, axis=1)
-            return ops.logical_and(worst_finished > _NEG / 2, worst_finished >= bound)
-
-        sequences = ops.repeat(prompt[:, None, :], K, axis=1)  # (B, K, L)
-        cache = tree.map_structure(lambda x: ops.repeat(x, K, axis=0), cache)
-        # Only the first beam is alive at first: the others are its copies.
-        log_probs = ops.broadcast_to(
-            ops.convert_to_tensor([[0.0] + [_NEG] * (K - 1)], "float32"), (batch, K)
-        )
-        finished = ops.zeros((batch, K, length), "int32")
-        finished_scores = ops.full((batch, K), _NEG, "float32")
-        done = ops.zeros((batch,), "bool")
+        sequences, cache, log_probs, finished, finished_scores, done = self._start(prompt, cache)
 
         def cond(index, cache, sequences, log_probs, finished, finished_scores, done):
             return ops.logical_not(ops.all(ops.logical_or(done, index >= budget_end)))
@@ -130,14 +100,14 @@ class BeamSearch:
             top_log_probs, top = ops.top_k(ops.reshape(candidates, (batch, K * vocabulary)), 2 * K)
             source_beam = top // vocabulary  # (B, 2K)
             tokens = top % vocabulary
-            extended = gather(sequences, source_beam)  # (B, 2K, L)
+            extended = _gather(sequences, source_beam)  # (B, 2K, L)
             at_index = positions[None, None, :] == index
             extended = ops.where(at_index, tokens[..., None], extended)
-            stopped = is_stop(tokens)
+            stopped = _is_stop(tokens, stop_token_ids)
 
             # The K best candidates that did not stop stay alive.
             new_log_probs, alive = ops.top_k(ops.where(stopped, _NEG, top_log_probs), K)
-            new_sequences = gather(extended, alive)
+            new_sequences = _gather(extended, alive)
             new_source = ops.take_along_axis(source_beam, alive, axis=1)  # (B, K)
 
             # Candidates that stopped join the finished set, length-penalised.
@@ -146,7 +116,7 @@ class BeamSearch:
             pool_scores = ops.concatenate([finished_scores, ops.where(stopped, scores, _NEG)], axis=1)
             pool = ops.concatenate([finished, extended], axis=1)  # (B, 3K, L)
             new_finished_scores, best = ops.top_k(pool_scores, K)
-            new_finished = gather(pool, best)
+            new_finished = _gather(pool, best)
 
             # Rows inside their prompt, past their budget, or done stay as they are.
             frozen = ops.logical_or(ops.logical_or(mask[:, index], index >= budget_end), done)
@@ -157,9 +127,10 @@ class BeamSearch:
             finished_scores = ops.where(keep, finished_scores, new_finished_scores)
             if K > 1:
                 source = ops.where(keep, beam_range[None, :], new_source)
-                cache = tree.map_structure(lambda x: flat(gather(unflat(x), source)), cache)
+                cache = tree.map_structure(lambda x: flat(_gather(unflat(x), source)), cache)
             index = index + 1
-            done = ops.logical_or(done, row_done(index, log_probs, finished_scores))
+            finished_rows = self._row_done(index, log_probs, finished_scores, prompt_lengths, max_new_tokens)
+            done = ops.logical_or(done, finished_rows)
             return index, cache, sequences, log_probs, finished, finished_scores, done
 
         state = (sequences, log_probs, finished, finished_scores, done)
@@ -169,8 +140,50 @@ class BeamSearch:
         alive_scores = log_probs / self._penalty(ops.full_like(prompt_lengths, max_new_tokens))[:, None]
         alive_scores = ops.where(done[:, None], _NEG, alive_scores)
         scores, best = ops.top_k(ops.concatenate([finished_scores, alive_scores], axis=1), K)
-        token_ids = gather(ops.concatenate([finished, sequences], axis=1), best)
+        token_ids = _gather(ops.concatenate([finished, sequences], axis=1), best)
         return token_ids, scores
+
+    def _start(self, prompt, cache):
+        """The search's first state: every row's K beams (the prompt, the
+        cache repeated per beam), only the first alive (the others are its
+        copies), and no finished hypothesis."""
+        K = self.num_beams
+        batch, length = prompt.shape[0], prompt.shape[1]
+        sequences = ops.repeat(prompt[:, None, :], K, axis=1)  # (B, K, L)
+        cache = tree.map_structure(lambda x: ops.repeat(x, K, axis=0), cache)
+        log_probs = ops.broadcast_to(
+            ops.convert_to_tensor([[0.0] + [_NEG] * (K - 1)], "float32"), (batch, K)
+        )
+        finished = ops.zeros((batch, K, length), "int32")
+        finished_scores = ops.full((batch, K), _NEG, "float32")
+        done = ops.zeros((batch,), "bool")
+        return sequences, cache, log_probs, finished, finished_scores, done
+
+    def _row_done(self, index, log_probs, finished_scores, prompt_lengths, max_new_tokens):
+        """(B,) whether no alive beam of a row can still beat the worst of its K finished ones."""
+        generated = index - prompt_lengths  # (B,) new tokens so far
+        best_alive = ops.max(log_probs, axis=1)  # (B,) log-probs only fall
+        bound = ops.maximum(
+            best_alive / self._penalty(ops.minimum(generated + 1, max_new_tokens)),
+            best_alive / self._penalty(ops.full_like(generated, max_new_tokens)),
+        )
+        worst_finished = ops.min(finished_scores, axis=1)
+        return ops.logical_and(worst_finished > _NEG / 2, worst_finished >= bound)
+
+
+def _gather(x, indices):
+    """x (B, K', ...), indices (B, M) -> (B, M, ...): each row's entries at its indices."""
+    for _ in range(len(x.shape) - 2):
+        indices = indices[..., None]
+    return ops.take_along_axis(x, indices, axis=1)
+
+
+def _is_stop(tokens, stop_token_ids):
+    """Whether each token is one of `stop_token_ids`."""
+    hit = ops.zeros_like(tokens, dtype="bool")
+    for stop in stop_token_ids or ():
+        hit = ops.logical_or(hit, ops.equal(tokens, stop))
+    return hit
 
 
 class BeamSearchLoop:

@@ -146,34 +146,11 @@ class DecoderBlock(keras.layers.Layer):
         self.self_attention_options = dict(self_attention_options or {})
         self.supports_masking = True
 
-        policy = self.dtype_policy
-
-        def attention(cross, name, **options):
-            arguments = dict(
-                dropout=self.attention_dropout,
-                cross_attention=cross,
-                use_bias=use_bias,
-                use_output_bias=use_bias,
-                kernel_initializer=self.kernel_initializer,
-                output_kernel_initializer=self.output_kernel_initializer,
-                norm_epsilon=norm_epsilon,
-                normalization="gemma_rms_norm" if normalization == "gemma_rms_norm" else "rms_norm",
-                dtype=policy,
-                name=name,
-            )
-            return MultiHeadAttention(num_heads, **{**arguments, **options})
-
-        def add_norm(name):
-            return AddNorm(
-                norm_first, dropout, norm_epsilon, use_bias=use_bias, normalization=normalization,
-                sandwich_norm=sandwich_norm, dtype=policy, name=name,
-            )
-
-        self.self_attention = attention(False, "self_attention", **self.self_attention_options)
-        self.self_attention_add_norm = add_norm("self_attention_add_norm")
+        self.self_attention = self._attention(False, "self_attention", **self.self_attention_options)
+        self.self_attention_add_norm = self._add_norm("self_attention_add_norm")
         if use_cross_attention:
-            self.cross_attention_layer = attention(True, "cross_attention")
-            self.cross_attention_add_norm = add_norm("cross_attention_add_norm")
+            self.cross_attention_layer = self._attention(True, "cross_attention")
+            self.cross_attention_add_norm = self._add_norm("cross_attention_add_norm")
         self.feed_forward = FeedForward(
             intermediate_dim,
             activation,
@@ -181,10 +158,33 @@ class DecoderBlock(keras.layers.Layer):
             output_kernel_initializer=self.output_kernel_initializer,
             use_bias=use_bias,
             gated=gated_feed_forward,
-            dtype=policy,
+            dtype=self.dtype_policy,
             name="feed_forward",
         )
-        self.feed_forward_add_norm = add_norm("feed_forward_add_norm")
+        self.feed_forward_add_norm = self._add_norm("feed_forward_add_norm")
+
+    def _attention(self, cross, name, **options):
+        """A sub-layer's `MultiHeadAttention`: the block's settings, then `options`."""
+        arguments = dict(
+            dropout=self.attention_dropout,
+            cross_attention=cross,
+            use_bias=self.use_bias,
+            use_output_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer,
+            output_kernel_initializer=self.output_kernel_initializer,
+            norm_epsilon=self.norm_epsilon,
+            normalization="gemma_rms_norm" if self.normalization == "gemma_rms_norm" else "rms_norm",
+            dtype=self.dtype_policy,
+            name=name,
+        )
+        return MultiHeadAttention(self.num_heads, **{**arguments, **options})
+
+    def _add_norm(self, name):
+        """A sub-layer's residual connection and norm (`AddNorm`)."""
+        return AddNorm(
+            self.norm_first, self.dropout, self.norm_epsilon, use_bias=self.use_bias,
+            normalization=self.normalization, sandwich_norm=self.sandwich_norm, dtype=self.dtype_policy, name=name,
+        )
 
     def build(self, x_shape, encoder_output_shape=None):
         input_shape = x_shape

@@ -277,7 +277,7 @@ class TextGeneration:
 
     def run(self):
         """Decodes to the end (in whole cache stages); returns the B new texts."""
-        for _ in self.pieces(every_token=False):
+        for _ in self.steps(every_token=False):
             pass
         return [row.text for row in self.rows]
 
