@@ -220,6 +220,20 @@ class TextGeneration:
         rows: B `TextRow`s: `prompt_text`, `text` (the new text so far),
             `finish_reason` ("stop", "length" or None), `prompt_tokens`,
             `completion_tokens`.
+        decoding: the engine's `zoo.generation.Decoding` under it: per
+            row, `new_tokens` (the ids chosen so far) and `probabilities`
+            (the model's probability of each), for a caller that shows
+            tokens as well as text.
+
+    Example:
+
+    ```python
+    prompt_ids = zoo.data.token_id_lists(lm.tokenizer, ["ROMEO:"])
+    generation = TextGeneration(lm, prompt_ids, 20, sampler="top_k", top_k=5, seed=0)
+    for pieces in generation.steps():  # after each token: [(row, piece), ...]
+        ids, probabilities = generation.decoding.new_tokens[0], generation.decoding.probabilities[0]
+    generation.rows[0].text  # the new text, as zoo.generate(lm, "ROMEO:", ...) continues it
+    ```
     """
 
     def __init__(self, model, prompt_ids, budgets, *, stop=None, stop_token_ids=AUTO, sampler="greedy", seed=None,
