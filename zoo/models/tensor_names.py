@@ -1,8 +1,10 @@
-"""What the checkpoint families and formats share: the error, reading JSON
-files, the tensor-name table and copying Keras variables.
+"""What the families' weight maps share: the error, reading JSON files,
+the tensor-name table and copying Keras variables. It sits beside the
+families, below the checkpoint drivers, so that both import it and neither
+imports the other.
 
-A family file (`gpt2`, `bert`, `llama`) describes its checkpoints with a
-table of `TensorName`s, zoo variable <-> Hugging Face tensor; the
+A family's weight map (`zoo/models/gpt/weight_map.py`, `bert`, `llama`,
+`gemma`) describes its checkpoints with a table of `TensorName`s, zoo variable <-> Hugging Face tensor; the
 Hugging Face driver checks a folder against that table and assigns it
 (`assign_tensors`), the export reads it back (`tensors_of`), so export
 then import is the identity.

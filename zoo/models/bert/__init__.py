@@ -1,4 +1,4 @@
-"""The BERT family: its config, models, presets and checkpoint mapping, registered once."""
+"""The BERT family: its config, models, presets and weight map, registered once."""
 
 from zoo.families import Family, Task, register
 from zoo.models.bert.config import PRESETS

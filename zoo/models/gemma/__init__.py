@@ -1,4 +1,4 @@
-"""The Gemma 3 family (the text models): its config, models, presets and checkpoint mapping, registered once."""
+"""The Gemma 3 family (the text models): its config, models, presets and weight map, registered once."""
 
 from zoo.families import Family, Task, register
 from zoo.models.gemma.config import PRESETS

@@ -1,4 +1,4 @@
-"""The GPT family (GPT-1, GPT-2): its config, models, presets and checkpoint mapping, registered once."""
+"""The GPT family (GPT-1, GPT-2): its config, models, presets and weight map, registered once."""
 
 from zoo.families import Family, Task, register
 from zoo.models.gpt.config import PRESETS

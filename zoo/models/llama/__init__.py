@@ -1,4 +1,4 @@
-"""The Llama family (Llama 3.2, Mistral, Qwen2.5/3, SmolLM2, TinyLlama): its config, models, presets and checkpoint mapping, registered once."""
+"""The Llama family (Llama 3.2, Mistral, Qwen2.5/3, SmolLM2, TinyLlama): its config, models, presets and weight map, registered once."""
 
 from zoo.families import Family, Task, register
 from zoo.models.llama.config import PRESETS

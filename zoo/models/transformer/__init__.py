@@ -1,4 +1,4 @@
-"""The encoder-decoder Transformer family (Vaswani et al. 2017): its config, models, presets and checkpoint mapping, registered once."""
+"""The encoder-decoder Transformer family (Vaswani et al. 2017): its config, models and presets, registered once."""
 
 from zoo.families import Family, Task, register
 from zoo.models.transformer.config import PRESETS
