@@ -6,6 +6,8 @@
     zoo translate RUN "sentence" ...       beam search, one translation a line
     zoo classify RUN "sentence" ...        label and probability per sentence
     zoo eval RUN [--data DIR_OR_TFDS] [--split SPLIT]
+    zoo evaluate TARGET --tasks NAMES [--include-path DIR --num-fewshot N --limit N --output FILE]
+                                           the lm-evaluation-harness's tasks (hellaswag, your own YAML)
                                            (sample, translate, classify, eval, explore: --quantize int8|int4|float8)
     zoo presets [--family F]               list the presets
     zoo data list                          the data sets by name: files, sizes, sources, cached or not
@@ -34,13 +36,14 @@ import sys
 from pathlib import Path
 
 from recipes.errors import REFUSED, error_line
-from recipes.flags import PORT, POSITIVE, POSITIVE_INT, Number
+from recipes.flags import COUNT, PORT, POSITIVE, POSITIVE_INT, Number
 from recipes.startup import load_keras
 
 # name -> (module, one line)
 RECIPES = {
     "gpt_char": ("recipes.gpt_char", "character-level GPT on Tiny Shakespeare (nanoGPT's baby GPT)"),
     "gpt_finetune": ("recipes.gpt_finetune", "fine-tune a pretrained GPT-2 (keras-hub or Hugging Face folder) on a text"),
+    "sft": ("recipes.sft", "chat / instruction fine-tuning of a causal LM on conversations (JSONL), its template kept"),
     "translate": ("recipes.translate", "encoder-decoder Transformer on Multi30k, German -> English (BLEU)"),
     "bert_pretrain": ("recipes.bert_pretrain", "pretrain a small BERT with the masked language model"),
     "bert_classify": ("recipes.bert_classify", "fine-tune BERT on SST-2 sentiment (from a pretrained run or scratch)"),
@@ -49,7 +52,7 @@ RECIPES = {
 # zoo.export's formats: for runtimes (exported on TensorFlow), then checkpoints.
 EXPORT_FORMATS = ("tf_saved_model", "onnx", "litert", "huggingface", "keras-hub")
 # What each recipe's model does with text, for `zoo sample/translate/classify`.
-USES = {"gpt_char": "sample", "gpt_finetune": "sample", "translate": "translate", "demo": "translate", "bert_classify": "classify"}
+USES = {"gpt_char": "sample", "gpt_finetune": "sample", "sft": "sample", "translate": "translate", "demo": "translate", "bert_classify": "classify"}
 
 
 def recipe_name(name):
@@ -103,20 +106,45 @@ def parser():
                           "checkpoint: a folder or a handle (hf://ORG/NAME[@REVISION])")
     classify.add_argument("sentences", nargs="+", metavar="SENTENCE", help="sentences to classify")
     classify.add_argument("--labels", default=None,
-                          help="comma-separated class names in class order, e.g. negative,positive")
+                          help="comma-separated class names in class order, e.g. negative,positive (default: the "
+                          "names saved with the model)")
+    classify.add_argument("--pair", action="append", default=None, metavar="SENTENCE",
+                          help="the second sentence of a pair, once for each SENTENCE (a sentence-pair classifier)")
+    classify.add_argument("--all", action="store_true", help="print every class's probability, not only the best")
     _add_quantize(classify)
 
     evaluate = commands.add_parser(
         "eval", help="the run's own metric on any split",
         description="The run's own metric: val loss (gpt_char, bert_pretrain), BLEU (translate), "
-        "accuracy (bert_classify, demo). On the run's own data and validation split it is the figure "
-        "the recipe printed last.",
+        "accuracy (bert_classify: after each class's precision, recall and F1; demo). On the run's own data and validation split it is the figure "
+        "the recipe printed last. The field's benchmarks (EleutherAI's lm-evaluation-harness: hellaswag, arc_easy, "
+        "wikitext, your own task files) run with `zoo evaluate`.",
     )
     evaluate.add_argument("run", metavar="RUN", help="a run folder")
-    evaluate.add_argument("--data", default=None, help="a local path or tfds:NAME; default: the run's own --data")
+    evaluate.add_argument("--data", default=None, help="a local path (a CSV, TSV or JSONL file with the run's "
+                          "columns for bert_classify) or tfds:NAME; default: the run's own --data")
     evaluate.add_argument("--split", default=None,
                           help="default: the run's validation split (val; dev for bert_classify)")
     _add_quantize(evaluate)
+
+    harness = commands.add_parser(
+        "evaluate", help="a language model on the lm-evaluation-harness's tasks (hellaswag, your own YAML files)",
+        description="Run EleutherAI's lm-evaluation-harness (needs the eval extra: pip install -e .[eval]) on a "
+        "causal LM or an encoder-decoder and print its table; docs/evaluating.md shows tasks of your own.",
+    )
+    harness.add_argument("target", metavar="TARGET",
+                         help="a run folder (holding model.keras), a .keras file, or a checkpoint: a folder "
+                         "or a handle (hf://ORG/NAME[@REVISION])")
+    harness.add_argument("--tasks", required=True,
+                         help="comma-separated task or group names, e.g. hellaswag,arc_easy (built-in tasks "
+                         "download their data sets)")
+    harness.add_argument("--include-path", default=None, metavar="DIR",
+                         help="a folder of your own task YAML files (the harness's format)")
+    harness.add_argument("--num-fewshot", type=COUNT, default=None, help="examples in each prompt (default: the task's)")
+    harness.add_argument("--limit", type=POSITIVE, default=None,
+                         help="the most documents per task (an integer), or a fraction of them (below 1)")
+    harness.add_argument("--batch-size", type=POSITIVE_INT, default=8, help="rows per forward pass")
+    harness.add_argument("--output", default=None, metavar="FILE", help="write the harness's results JSON here")
 
     data = commands.add_parser(
         "data", help="the data sets the recipes read by name: list them, download them ahead of time",
@@ -347,11 +375,21 @@ def _translate(args):
 def _classify(args):
     import zoo
 
+    if args.pair is not None and len(args.pair) != len(args.sentences):
+        raise ValueError(f"--pair given {len(args.pair)} times for {len(args.sentences)} sentences; expected one "
+                         "--pair for each SENTENCE")
     model = open_model(args.run, "classify", args.quantize)
     names = args.labels.split(",") if args.labels else None
-    result = zoo.classify(model, args.sentences, label_names=names)
-    for sentence, label, probabilities in zip(args.sentences, result.labels, result.probabilities):
-        print(f"{label}\t{float(probabilities.max()):.4f}\t{sentence}")
+    sentences = list(zip(args.sentences, args.pair)) if args.pair else args.sentences
+    result = zoo.classify(model, sentences, label_names=names)
+    names = names or getattr(model, "label_names", None) or [str(c) for c in range(model.num_classes)]
+    for sentence, label, probabilities in zip(sentences, result.labels, result.probabilities):
+        text = sentence if isinstance(sentence, str) else "\t".join(sentence)
+        if args.all:
+            shown = " ".join(f"{name}={float(p):.4f}" for name, p in zip(names, probabilities))
+            print(f"{label}\t{shown}\t{text}")
+        else:
+            print(f"{label}\t{float(probabilities.max()):.4f}\t{text}")
     return 0
 
 
@@ -367,6 +405,21 @@ def _eval(args):
         record_figures(args.run, split, figures, data=args.data)
     for metric, value in figures.items():  # the run's own figure last
         final_line(metric, value)
+    return 0
+
+
+def _evaluate(args):
+    try:
+        evaluate = importlib.import_module("recipes.evaluate")
+    except ImportError as error:
+        raise ValueError(f"{error.name} is not installed; expected the eval extra: pip install -e .[eval]") from None
+    tasks = [name.strip() for name in args.tasks.split(",") if name.strip()]
+    if not tasks:
+        raise ValueError(f"--tasks {args.tasks!r} names no task; expected comma-separated names, e.g. hellaswag,arc_easy")
+    limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
+    results = evaluate.evaluate(args.target, tasks, include_path=args.include_path, num_fewshot=args.num_fewshot,
+                                limit=limit, batch_size=args.batch_size, output=args.output)
+    print(evaluate.tables(results))
     return 0
 
 
@@ -467,6 +520,7 @@ COMMANDS = {
     "translate": _translate,
     "classify": _classify,
     "eval": _eval,
+    "evaluate": _evaluate,
     "data": _data,
     "presets": _presets,
     "describe": _describe,

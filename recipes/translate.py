@@ -1,6 +1,15 @@
 """Train the encoder-decoder Transformer on Multi30k, German -> English.
 
     python -m recipes.translate          # or: zoo train translate
+    zoo train translate --data pairs.tsv --validation pairs-dev.tsv --source-lang fr --target-lang en
+    zoo train translate --data corpus.fr,corpus.en --source-lang fr --target-lang en
+
+--data is Multi30k by default; or your own pairs: a CSV, TSV or JSONL file
+whose columns (keys) are --source-lang and --target-lang (JSONL as
+Hugging Face's translation sets, {"translation": {"fr": ..., "en": ...}},
+too), or two aligned files of one sentence a line, "SOURCE,TARGET". The
+validation pairs are --validation (the same forms), or
+--validation-fraction of --data, held out by --seed.
 
 Vaswani et al. (2017) at CPU size: one cased subword vocabulary trained on
 both sides of the train split (SentencePiece's scheme, a unigram model by
@@ -42,7 +51,9 @@ from recipes.recipe import run
 
 # --- Defaults ------------------------------------------------------------------
 DEFAULTS = dict(
-    data="multi30k",  # a registered data set (fetched and cached), a folder of {split}.{lang} files, or tfds:NAME
+    data="multi30k",  # a registered data set (fetched and cached), a folder of {split}.{lang} files, tfds:NAME,
+    # a CSV/TSV/JSONL file of pairs, or two aligned files "SOURCE,TARGET"
+    validation_fraction=0.05,  # of your own --data without --validation
     source_lang="de",
     target_lang="en",
     preset="transformer-small",  # 3+3 layers, d=256, h=8, dropout 0.1
@@ -100,8 +111,15 @@ def make_parser():
     parser.add_argument("--num-samples", type=COUNT, default=DEFAULTS["num_samples"], help="translations printed")
     parser.add_argument("--max-val-sentences", type=POSITIVE_INT, default=None,
                         help="translate only the first N for BLEU")
-    parser.add_argument("--source-lang", default=DEFAULTS["source_lang"], help="source file suffix")
-    parser.add_argument("--target-lang", default=DEFAULTS["target_lang"], help="target file suffix")
+    parser.add_argument("--source-lang", default=DEFAULTS["source_lang"],
+                        help="the source language: its file suffix, or its column of a CSV, TSV or JSONL --data")
+    parser.add_argument("--target-lang", default=DEFAULTS["target_lang"],
+                        help="the target language: its file suffix, or its column of a CSV, TSV or JSONL --data")
+    parser.add_argument("--validation", default=None,
+                        help="your own validation pairs, in --data's forms (a file of pairs, or SOURCE,TARGET)")
+    parser.add_argument("--validation-fraction", type=Number(float, above=0, below=1),
+                        default=DEFAULTS["validation_fraction"],
+                        help="the share of your own --data held out for validation without --validation")
     return parser
 
 
@@ -110,11 +128,44 @@ def parse(argv):
     training."""
     from recipes.flags import check_preset, require, size_overrides
 
+    from zoo.data import is_pair_source
+
     parser = make_parser()
     args = parser.parse_args(argv)
+    if args.validation is not None and not is_pair_source(args.data):
+        parser.error(f"--validation {args.validation}: with --data {args.data}; expected --data to be your own "
+                     "pairs (a data set's folder or name brings its own val split)")
+    for flag in ("data", "validation"):
+        value = getattr(args, flag)
+        if value is not None and is_pair_source(value):
+            for name in (value.split(",") if "," in value else [value]):
+                if not Path(name).is_file():
+                    parser.error(f"--{flag} {value}: {name} is no file; expected a CSV, TSV or JSONL file of pairs, "
+                                 "or two aligned files SOURCE,TARGET")
     check_preset(parser, args.preset, "transformer", sizes=size_overrides(args))
     require("sacrebleu", "the translate recipe's BLEU score")
     return args
+
+
+def pairs(args, split, data=None):
+    """(sources, targets) of `split` ("train", "val", ...) of the run's data
+    (`args`: the flags, a dict) or of `data`: a data set's split, or your
+    own pairs (--data, --validation, or held out of --data by
+    --validation-fraction and --seed)."""
+    from zoo.data import hold_out, is_pair_source, read_pairs, read_parallel
+
+    source = data or args["data"]
+    langs = args["source_lang"], args["target_lang"]
+    if not is_pair_source(source):
+        return read_parallel(source, split, *langs)
+    if data is not None or split not in ("train", "val"):
+        return read_pairs(source, *langs)
+    if args.get("validation"):
+        return read_pairs(args["data"] if split == "train" else args["validation"], *langs)
+    sources, targets = read_pairs(args["data"], *langs)
+    kept = hold_out(len(sources), args.get("validation_fraction", DEFAULTS["validation_fraction"]),
+                    args["seed"])[0 if split == "train" else 1]
+    return [sources[i] for i in kept], [targets[i] for i in kept]
 
 
 def bucketed(sources, targets, batch_size, buckets, ids, shuffle, seed):
@@ -173,8 +224,8 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
 
     Args:
         folder: the run folder.
-        data: a folder of `{split}.{lang}` files or tfds:NAME; None is the
-            run's own --data.
+        data: a folder of `{split}.{lang}` files, tfds:NAME, or a file of
+            your own pairs (all of them count); None is the run's own --data.
         split: "val", "test", "train", ...
         model: the loaded model, or None to load `folder/model.keras`.
         outputs: None, or a list that receives (source, reference,
@@ -186,7 +237,7 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
         (sacrebleu's default, cased BLEU) on the validation split;
         `test_...` on the test split.
     """
-    from zoo.data import HuggingFaceTokenizer, read_parallel
+    from zoo.data import HuggingFaceTokenizer
     from zoo.training.bleu import detokenize, translation_scores
 
     from recipes.flags import require
@@ -194,7 +245,7 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
 
     require("sacrebleu", "the BLEU score")
     args = read_run(folder)["args"]
-    sources, references = read_parallel(data or args["data"], split, args["source_lang"], args["target_lang"])
+    sources, references = pairs(args, split, data)
     count = args["max_val_sentences"] or len(sources)
     model = model or load_model(folder)
     hypotheses = translate_text(model, sources[:count], args)
@@ -246,11 +297,11 @@ def read_data(args):
     """The tokenizer and the bucketed train and validation pipelines, read
     before the output folder is touched: a dict of tokenizer, vocabulary,
     ids (token -> id), val_src_ids, train, steps, val, val_steps."""
-    from zoo.data import DataError, HuggingFaceTokenizer, read_parallel, token_id_lists, train_sentence_piece
+    from zoo.data import DataError, HuggingFaceTokenizer, token_id_lists, train_sentence_piece
     from zoo.data.registry import zoo_home
 
-    train_src, train_tgt = read_parallel(args.data, "train", args.source_lang, args.target_lang)
-    val_src, val_tgt = read_parallel(args.data, "val", args.source_lang, args.target_lang)
+    train_src, train_tgt = pairs(vars(args), "train")
+    val_src, val_tgt = pairs(vars(args), "val")
     saved = Path(args.output) / TOKENIZER
     if saved.is_file() and not args.overwrite:  # resuming: the checkpoint's own tokenizer
         tokenizer = HuggingFaceTokenizer.from_file(saved, bos_token=START, eos_token=END, pad_token="[PAD]",

@@ -71,7 +71,8 @@ class Explorer:
         model: a `CausalLM`, `EncoderDecoder` or `BertClassifier` that
             carries its tokenizer.
         name: what the page calls it (the target's path).
-        labels: the class names of a classifier, in class order.
+        labels: the class names of a classifier, in class order; by default
+            those saved with the model.
         run: the run.json record of a run folder (`run_record`), for the
             model card.
     """
@@ -87,7 +88,8 @@ class Explorer:
             count = model.num_classes
             if labels is not None and len(labels) != count:
                 raise ValueError(f"--labels names {len(labels)} classes but the model has {count}")
-            self.labels = list(labels) if labels is not None else [str(i) for i in range(count)]
+            saved = getattr(model, "label_names", None)  # the names a run saved with its model
+            self.labels = list(labels or saved or [str(i) for i in range(count)])
         else:
             self.labels = None
 

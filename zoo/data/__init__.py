@@ -6,7 +6,10 @@ TensorFlow Datasets, keras-hub and `tokenizers` are imported only by the
 functions that need them.
 """
 
+from zoo.data.columns import Columns, hold_out, is_pair_source, is_table, label_ids, label_names, read_columns, read_pairs
+from zoo.data.packing import pack_sentences
 from zoo.data.buckets import bucketed_batches, divisor_batch_size, int32_masks, interleave, length_buckets
+from zoo.data.chat import CHATML, ChatExamples, chat_examples, read_chat
 from zoo.data.errors import DataError
 from zoo.data.huggingface_tokenizer import HuggingFaceTokenizer, train_sentence_piece
 from zoo.data.registry import DataSet, dataset_info, fetch_dataset, is_cached, list_datasets
@@ -36,15 +39,19 @@ from zoo.data.tokenizers import (
 
 __all__ = [
     "BYTE_PAIR_RESERVED_TOKENS",
+    "CHATML",
     "WORD_PIECE_RESERVED_TOKENS",
     "CharTokenizer",
     "CharVocabulary",
+    "ChatExamples",
+    "Columns",
     "DataError",
     "DataSet",
     "HuggingFaceTokenizer",
     "Task",
     "WordTokenizer",
     "WordVocabulary",
+    "chat_examples",
     "check_token_ids",
     "bucketed_batches",
     "divisor_batch_size",
@@ -60,8 +67,17 @@ __all__ = [
     "held_out_split",
     "language_model_eval_batches",
     "language_model_windows",
+    "hold_out",
+    "is_pair_source",
+    "is_table",
+    "label_ids",
+    "label_names",
     "load_word_piece",
     "masked_lm_dataset",
+    "pack_sentences",
+    "read_columns",
+    "read_pairs",
+    "read_chat",
     "read_labelled",
     "read_parallel",
     "read_text",

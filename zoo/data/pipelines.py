@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from zoo.data.errors import DataError
+from zoo.data.packing import pack_sentences
 
 
 def language_model_windows(ids, batch_size, sequence_length, seed=None):
@@ -343,8 +344,10 @@ def classification_dataset(
     pad_id=0,
     shuffle=True,
     seed=None,
+    pair_ids=None,
 ):
-    """Sentence classification batches packed as `[CLS] ids [SEP]`.
+    """Sentence classification batches packed as `[CLS] ids [SEP]`, or
+    sentence pairs as `[CLS] ids [SEP] pair ids [SEP]` (`pack_sentences`).
 
     Args:
         token_ids: a sequence of N int sequences, without `[CLS]` / `[SEP]`.
@@ -356,11 +359,13 @@ def classification_dataset(
         pad_id: int. The `[PAD]` token.
         shuffle: bool. Reshuffle every epoch.
         seed: int or None. The shuffling seed.
+        pair_ids: N second sentences' ids (segment 1), or None.
 
     Returns:
         A finite `tf.data.Dataset` of `(inputs, labels)`: `inputs` is a dict
-        with `"token_ids"` (B, T) int32, `"segment_ids"` (B, T) int32 (zeros)
-        and `"padding_mask"` (B, T) bool; `labels` is (B,) int32.
+        with `"token_ids"` (B, T) int32, `"segment_ids"` (B, T) int32 (zeros,
+        ones over a second sentence) and `"padding_mask"` (B, T) bool;
+        `labels` is (B,) int32.
 
     Raises:
         DataError: token_ids and labels differ in length, or there are fewer
@@ -373,7 +378,11 @@ def classification_dataset(
             f"{len(token_ids)} sequences and {len(labels)} labels"
         )
     _check_batch(len(labels), batch_size, "classification_dataset")
-    inputs = _single_sentence_inputs(token_ids, sequence_length, pad_id, cls_id, sep_id)
+    if pair_ids is None:
+        inputs = _single_sentence_inputs(token_ids, sequence_length, pad_id, cls_id, sep_id)
+    else:
+        inputs = pack_sentences(token_ids, pair_ids, sequence_length, cls_id, sep_id, pad_id)
+        inputs["padding_mask"] = inputs["padding_mask"].astype(bool)
     return _batched(inputs, labels, batch_size, shuffle, seed)
 
 

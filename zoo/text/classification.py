@@ -30,12 +30,15 @@ def classify(model, sentences, label_names=None, batch_size=32):
 
     Each sentence is packed as the bert_classify recipe trains:
     `[CLS] tokens [SEP]`, cut to the model's window, segment ids 0,
-    padded with `[PAD]` (id 0) behind a padding mask.
+    padded with `[PAD]` (id 0) behind a padding mask; a sentence pair
+    `(text, pair)` as `[CLS] text [SEP] pair [SEP]`, segment ids 0 then 1,
+    the longer of the two cut first.
 
     Args:
         model: a `BertClassifier` carrying a WordPiece tokenizer.
-        sentences: a list of str.
-        label_names: optional names of the classes, in class order.
+        sentences: a list of str, or of (text, pair) tuples of str.
+        label_names: optional names of the classes, in class order; by
+            default the model's own (`model.label_names`, saved with it).
         batch_size: sentences per forward pass.
 
     Returns:
@@ -55,11 +58,13 @@ def classify(model, sentences, label_names=None, batch_size=32):
     """
     if not isinstance(model, BertClassifier):
         raise ValueError(f"zoo.classify needs a BertClassifier; got a {type(model).__name__}.")
+    if label_names is None:
+        label_names = getattr(model, "label_names", None)
     if label_names is not None and len(label_names) != model.num_classes:
         raise ValueError(
             f"`label_names` has {len(label_names)} names but the model has {model.num_classes} classes."
         )
-    logits = bert_outputs(model, sentences, batch_size, "zoo.classify").astype("float64")
+    logits = bert_outputs(model, sentences, batch_size, "zoo.classify", pairs=True).astype("float64")
     logits -= logits.max(axis=-1, keepdims=True)
     probabilities = np.exp(logits)
     probabilities /= probabilities.sum(axis=-1, keepdims=True)

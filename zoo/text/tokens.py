@@ -82,11 +82,12 @@ def is_auto(value):
     return isinstance(value, str) and value == AUTO
 
 
-def sentence_list(sentences, what):
+def sentence_list(sentences, what, pairs=False):
     if isinstance(sentences, str):
         raise ValueError(f"{what} takes a list of sentences; got one str (wrap it: [sentence]).")
     if not isinstance(sentences, (list, tuple)) or not sentences or not all(isinstance(s, str) for s in sentences):
-        raise ValueError(f"{what} takes a non-empty list of str; got {type(sentences).__name__}.")
+        also = ", or of (text, pair) tuples of str" if pairs else ""
+        raise ValueError(f"{what} takes a non-empty list of str{also}; got {type(sentences).__name__}.")
     return list(sentences)
 
 
@@ -96,22 +97,26 @@ def check_not_empty(rows, texts):
             raise ValueError(f"text {i} ({text!r}) has no tokens; expected at least one.")
 
 
-def bert_outputs(model, sentences, batch_size, what):
-    """The model's outputs for `[CLS] tokens [SEP]`, as bert_classify packs them."""
+def bert_outputs(model, sentences, batch_size, what, pairs=False):
+    """The model's outputs for `[CLS] tokens [SEP]`, as bert_classify packs
+    them; with `pairs`, sentences may be (text, pair) tuples, packed as
+    `[CLS] text [SEP] pair [SEP]` with segment ids 0 then 1."""
+    from zoo.data.packing import pack_sentences
+
     tokenizer = tokenizer_of(model, what)
-    sentences = sentence_list(sentences, what)
+    if pairs and isinstance(sentences, (list, tuple)) and sentences and all(
+        isinstance(s, tuple) and len(s) == 2 and all(isinstance(t, str) for t in s) for s in sentences
+    ):
+        firsts, seconds = [a for a, _ in sentences], [b for _, b in sentences]
+    else:
+        firsts, seconds = sentence_list(sentences, what, pairs), None
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer; got {batch_size!r}.")
     cls_id, sep_id = special_id(tokenizer, "cls"), special_id(tokenizer, "sep")
+    first_ids = token_id_lists(tokenizer, firsts)
+    second_ids = None if seconds is None else token_id_lists(tokenizer, seconds)
     window = model.backbone.max_sequence_length
-    packed = [([cls_id] + ids[: window - 2] + [sep_id])[:window] for ids in token_id_lists(tokenizer, sentences)]
-    length = max(map(len, packed))
-    token_ids = np.zeros((len(packed), length), "int32")  # [PAD] is id 0
-    for i, row in enumerate(packed):
-        token_ids[i, : len(row)] = row
-    inputs = {
-        "token_ids": token_ids,
-        "segment_ids": np.zeros_like(token_ids),
-        "padding_mask": (np.arange(length)[None, :] < np.array([len(r) for r in packed])[:, None]).astype("int32"),
-    }
+    longest = max(len(ids) + 2 + (0 if second_ids is None else len(second_ids[i]) + 1)
+                  for i, ids in enumerate(first_ids))
+    inputs = pack_sentences(first_ids, second_ids, min(longest, window), cls_id, sep_id)  # [PAD] is id 0
     return np.asarray(model.predict(inputs, batch_size=batch_size, verbose=0))

@@ -199,6 +199,9 @@ class BertClassifier(ZooModel):
         backbone: a `BertBackbone`.
         num_classes: at least 2.
         dropout: before the final layer.
+        label_names: the classes' names in class order (a list of
+            `num_classes` str), saved with the model, as transformers'
+            `id2label`; None: the classes are their indices.
 
     Inputs: the backbone's. Outputs float32 logits (B, num_classes).
 
@@ -220,12 +223,20 @@ class BertClassifier(ZooModel):
         layer on the final hidden state of [CLS]).
     """
 
-    def __init__(self, backbone, num_classes=2, dropout=0.1, **kwargs):
+    def __init__(self, backbone, num_classes=2, dropout=0.1, label_names=None, **kwargs):
         if not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(
                 f"`num_classes` must be an integer >= 2 (use 2 for binary "
                 f"classification); got {num_classes!r}."
             )
+        if label_names is not None:
+            label_names = list(label_names)
+            if len(label_names) != num_classes or not all(isinstance(n, str) for n in label_names):
+                raise ValueError(
+                    f"`label_names` must be {num_classes} strings, one per class; got {label_names!r:.200}."
+                )
+            if len(set(label_names)) != num_classes:
+                raise ValueError(f"`label_names` must be distinct; got {label_names!r:.200}.")
         # === Layers ===
         self.backbone = backbone
         self.dropout_layer = keras.layers.Dropout(dropout, name="classifier_dropout")
@@ -238,8 +249,8 @@ class BertClassifier(ZooModel):
         logits = self.classifier(self.dropout_layer(pooled))
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         # === Config ===
-        self.num_classes = num_classes
-        self._record_config(backbone=backbone, num_classes=num_classes, dropout=dropout)
+        self.num_classes, self.label_names = num_classes, label_names
+        self._record_config(backbone=backbone, num_classes=num_classes, dropout=dropout, label_names=label_names)
 
 
 @keras.saving.register_keras_serializable(package="zoo")
