@@ -60,6 +60,35 @@ def test_sinusoidal_table_matches_the_paper(width, start_index):
         np.testing.assert_array_equal(out[0, 0], np.arange(width) % 2)
 
 
+def np_marian_sinusoid(length, width, start=0):
+    """transformers' MarianSinusoidalPositionalEmbedding._init_weight, in float64: the
+    angles pos / 10000^(2 (j // 2) / d), sines of the even j in the first ceil(d/2)
+    channels, cosines of the odd j after them."""
+    angles = np.array([[pos / np.power(10000, 2 * (j // 2) / width) for j in range(width)]
+                       for pos in range(start + length)])[start:]
+    sentinel = width // 2 if width % 2 == 0 else width // 2 + 1
+    table = np.empty((length, width))
+    table[:, :sentinel] = np.sin(angles[:, 0::2])
+    table[:, sentinel:] = np.cos(angles[:, 1::2])
+    return table
+
+
+@pytest.mark.parametrize("width", [6, 7, 16])
+@pytest.mark.parametrize("start_index", [0, 40])
+def test_sinusoidal_halves_match_marian(width, start_index):
+    out = to_np(SinusoidalPositionEncoding(interleaved=False)(np.zeros((1, 5, width), "float32"), start_index=start_index))
+    np.testing.assert_allclose(out[0], np_marian_sinusoid(5, width, start_index), atol=ATOL)
+    # The same values as the paper's, only in another channel order.
+    paper = np_sinusoid(5, width, start_index)
+    order = np.concatenate([np.arange(0, width, 2), np.arange(1, width, 2)])
+    np.testing.assert_allclose(out[0], paper[:, order], atol=ATOL)
+
+
+def test_sinusoidal_halves_through_the_embedding():
+    embedding = TokenAndPositionEmbedding(10, 16, 8, position="sinusoidal_halves", embeddings_initializer="zeros")
+    np.testing.assert_allclose(to_np(embedding(np.array([[1, 2, 3]])))[0], np_marian_sinusoid(3, 8), atol=ATOL)
+
+
 def test_sinusoidal_max_wavelength_is_used():
     out = to_np(SinusoidalPositionEncoding(max_wavelength=100)(np.zeros((1, 4, 8), "float32")))
     np.testing.assert_allclose(out[0], np_sinusoid(4, 8, max_wavelength=100.0), atol=ATOL)

@@ -12,7 +12,7 @@ from zoo.layers.position_embedding import PositionEmbedding
 from zoo.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from zoo.layers.token_embedding import TokenEmbedding
 
-POSITIONS = ("learned", "sinusoidal")
+POSITIONS = ("learned", "sinusoidal", "sinusoidal_halves")
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -23,7 +23,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         vocabulary_size: V.
         sequence_length: the maximum length (the size of a learned table).
         embedding_dim: d.
-        position: "learned" (GPT, BERT) or "sinusoidal" (the 2017 paper).
+        position: "learned" (GPT, BERT), "sinusoidal" (the 2017 paper) or
+            "sinusoidal_halves" (the same sines and cosines, the sines in
+            the first half of the channels: Marian).
         mask_zero: id 0 is padding; the output carries a Keras mask.
         scale_embeddings: multiply token embeddings by sqrt(d), as the paper
             does (section 3.4) before adding the positions.
@@ -101,7 +103,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             )
         else:
             self.position_embedding = SinusoidalPositionEncoding(
-                dtype=self.dtype_policy, name="position_encoding"
+                interleaved=position == "sinusoidal", dtype=self.dtype_policy, name="position_encoding"
             )
 
     def build(self, input_shape):

@@ -20,15 +20,22 @@ class EncoderDecoderConfig(ModelConfig):
         max_sequence_length: longest source or target sequence.
         dropout: P_drop, applied to sub-layer outputs and to the sums of
             embeddings and positions (0.1 in the paper).
-        position: "sinusoidal" (the paper) or "learned".
+        position: "sinusoidal" (the paper), "learned", or
+            "sinusoidal_halves" (the paper's sines and cosines with the
+            sines in the first half of the channels: Marian).
         share_embeddings: one embedding table for source and target (the
             paper shares them over a joint BPE vocabulary).
         tie_output: the pre-softmax projection reuses the target embedding
             table (the paper, section 3.4).
         norm_first: False (post-LN, the paper) or True (pre-LN, with final
             LayerNorms after each stack).
-        activation: "relu" (the paper).
+        activation: "relu" (the paper), or "silu" (swish: Marian).
         layer_norm_epsilon: 1e-6 as the reference tensor2tensor code.
+        scale_embeddings: token embeddings times sqrt(d_model) before the
+            positions are added (the paper, section 3.4; Marian's
+            `scale_embedding`).
+        final_logits_bias: a learned bias over the target vocabulary
+            added to the logits (Marian's and BART's `final_logits_bias`).
 
     Example:
 
@@ -56,6 +63,8 @@ class EncoderDecoderConfig(ModelConfig):
     norm_first: bool = False
     activation: str = "relu"
     layer_norm_epsilon: float = 1e-6
+    scale_embeddings: bool = True
+    final_logits_bias: bool = False
 
     positive = ("vocabulary_size", "source_vocabulary_size", "num_layers", "num_heads", "hidden_dim",
                 "max_sequence_length")
@@ -75,7 +84,7 @@ class EncoderDecoderConfig(ModelConfig):
             )
 
 
-# Vaswani et al. 2017's sizes (Table 3), and small ones for Multi30k on a CPU and tests.
+# Vaswani et al. 2017's sizes (Table 3), small ones for Multi30k on a CPU and tests, and Marian's opus-mt.
 PRESETS = {
     "transformer-base": Preset(
         "Vaswani et al. 2017 base model (Table 3): N=6, d=512, d_ff=2048, h=8.",
@@ -96,5 +105,20 @@ PRESETS = {
         "Tests and the synthetic demo: 2+2 layers, d=64, h=4.",
         EncoderDecoderConfig(vocabulary_size=1000, num_layers=2, num_heads=4, hidden_dim=64,
                              intermediate_dim=128, max_sequence_length=32, dropout=0.0),
+    ),
+    "opus-mt": Preset(
+        "Marian's opus-mt translation models (Helsinki-NLP/opus-mt-de-en's config): the base model with swish, "
+        "sines-then-cosines positions and a final logits bias.",
+        EncoderDecoderConfig(vocabulary_size=58101, num_layers=6, num_heads=8, hidden_dim=512,
+                             intermediate_dim=2048, max_sequence_length=512, dropout=0.1,
+                             position="sinusoidal_halves", activation="silu", layer_norm_epsilon=1e-5,
+                             final_logits_bias=True),
+    ),
+    "opus-mt-tiny": Preset(
+        "A tiny Marian for tests: 2+2 layers, d=32, h=4.",
+        EncoderDecoderConfig(vocabulary_size=1000, num_layers=2, num_heads=4, hidden_dim=32,
+                             intermediate_dim=64, max_sequence_length=64, dropout=0.0,
+                             position="sinusoidal_halves", activation="silu", layer_norm_epsilon=1e-5,
+                             final_logits_bias=True),
     ),
 }

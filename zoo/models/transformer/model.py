@@ -6,7 +6,7 @@ V vocabulary.
 
 import keras
 
-from zoo.layers import DecoderBlock, EncoderBlock, LayerNormalization, TokenAndPositionEmbedding
+from zoo.layers import DecoderBlock, EncoderBlock, LayerNormalization, OutputBias, TokenAndPositionEmbedding
 from zoo.models.base import ZooModel
 from zoo.models.transformer.config import EncoderDecoderConfig
 
@@ -67,7 +67,7 @@ class EncoderDecoder(ZooModel):
                 config.max_sequence_length,
                 config.hidden_dim,
                 position=config.position,
-                scale_embeddings=True,  # section 3.4: embeddings times sqrt(d_model)
+                scale_embeddings=config.scale_embeddings,  # section 3.4: embeddings times sqrt(d_model)
                 embeddings_initializer=keras.initializers.RandomNormal(stddev=config.hidden_dim**-0.5),
                 dtype=dtype,
                 name=name,
@@ -106,6 +106,10 @@ class EncoderDecoder(ZooModel):
             if config.tie_output
             else keras.layers.Dense(config.vocabulary_size, dtype=dtype, name="output_projection")
         )
+        self.output_bias = None
+        if config.final_logits_bias:
+            self.output_bias = OutputBias(dtype=dtype, name="final_logits_bias")
+            self.output_bias.supports_masking = True  # elementwise: the target's Keras mask passes through
         self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
 
         # === Functional model ===
@@ -228,6 +232,8 @@ class EncoderDecoder(ZooModel):
             logits = self.decoder_embedding(hidden, reverse=True)
         else:
             logits = self.output_projection(hidden)
+        if self.output_bias is not None:
+            logits = self.output_bias(logits)
         return self.logits_cast(logits)
 
     @classmethod
