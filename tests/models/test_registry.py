@@ -1,6 +1,7 @@
 """The family registry: every family is one record, registered once, and
 the factory, the checkpoint drivers and the `zoo` command read it."""
 
+import keras
 import pytest
 
 import zoo
@@ -26,12 +27,13 @@ def test_the_checkpoint_drivers_read_the_families_modules():
     modules = {f.name: f.weight_map_module() for f in families.FAMILIES.values()}
     assert {name: m.__name__ if m else None for name, m in modules.items()} == {
         "gpt": "zoo.models.gpt.weight_map", "llama": "zoo.models.llama.weight_map", "gemma": "zoo.models.gemma.weight_map",
-        "bert": "zoo.models.bert.weight_map", "transformer": None,
+        "bert": "zoo.models.bert.weight_map", "transformer": "zoo.models.transformer.weight_map",
     }
     assert set(checkpoint_registry.WEIGHT_MAPS) == {m for m in modules.values() if m is not None}
     assert checkpoint_registry.for_model(zoo.build("gemma3-nano", task="causal_lm")) is modules["gemma"]
-    with pytest.raises(ValueError, match="Checkpoints exist for .*; got a EncoderDecoder"):
-        checkpoint_registry.for_model(zoo.build("transformer-tiny"))
+    assert checkpoint_registry.for_model(zoo.build("transformer-tiny")) is modules["transformer"]  # Marian's
+    with pytest.raises(ValueError, match="Checkpoints exist for .*; got a Dense"):
+        checkpoint_registry.for_model(keras.layers.Dense(2))
 
 
 def test_a_family_is_registered_once_and_an_unknown_one_is_named():

@@ -45,6 +45,8 @@ HF_FILES = (
     "vocab.json",
     "merges.txt",
     "vocab.txt",
+    "source.spm",  # Marian's two SentencePiece models
+    "target.spm",
     "generation_config.json",
     "*.weights.h5",
     "model.weights.json",

@@ -102,6 +102,9 @@ def load(folder, task="auto", num_classes=None, dtype=None):
     tensors = Tensors(files)
     renamed = {family.checkpoint_name(name): name for name in tensors.names()}  # {table name: file name}
     tokenizer = family.read_huggingface_tokenizer(folder, zoo_config["vocabulary_size"], files[0])
+    # An encoder-decoder whose source has a tokenizer of its own (Marian's source.spm) reads it too.
+    read_source = getattr(family, "read_huggingface_source_tokenizer", None)
+    source_tokenizer = read_source and read_source(folder, zoo_config["source_vocabulary_size"], files[0])
 
     task = resolve_task(family, task, head, folder)
     if task == "classifier":
@@ -152,6 +155,8 @@ def load(folder, task="auto", num_classes=None, dtype=None):
             )
     assign_tensors(names, values)
     model.tokenizer = tokenizer
+    if source_tokenizer is not None:
+        model.source_tokenizer = source_tokenizer
     return model
 
 

@@ -14,7 +14,10 @@ A family's weight map is the `weight_map` module of its folder
   with_head)` (the table in a checkpoint's own layout), `ignorable(name)`,
   `tied_copies(checkpoint_names)`, `read_huggingface_tokenizer(folder,
   vocabulary_size, weights_file)`, `tokenizer_problem(tokenizer)`,
-  `write_huggingface_tokenizer(tokenizer, folder, model)`;
+  `write_huggingface_tokenizer(tokenizer, folder, model)`, and, for an
+  encoder-decoder whose source has a tokenizer of its own (Marian's
+  `source.spm`), `read_huggingface_source_tokenizer(folder,
+  source_vocabulary_size, weights_file)`;
 * keras-hub: `KERAS_HUB_BACKBONES`, `KERAS_HUB_TASKS`,
   `KERAS_HUB_TOKENIZERS` (registered names), `from_keras_hub(backbone,
   dtype, **overrides)`, `to_keras_hub(backbone)`,
@@ -65,5 +68,6 @@ def for_model(model):
     if family is not None and family.weight_map is not None:
         return family.weight_map_module()
     raise ValueError(
-        f"Checkpoints exist for zoo GPT, BERT, Llama-family and Gemma 3 models; got a {type(model).__name__}."
+        f"Checkpoints exist for zoo GPT, BERT, Llama-family, Gemma 3 and Marian (encoder-decoder) models; got a "
+        f"{type(model).__name__}."
     )

@@ -12,6 +12,7 @@ from zoo.data.buckets import bucketed_batches, divisor_batch_size, int32_masks, 
 from zoo.data.chat import CHATML, ChatExamples, chat_examples, read_chat
 from zoo.data.errors import DataError
 from zoo.data.huggingface_tokenizer import HuggingFaceTokenizer, train_sentence_piece
+from zoo.data.marian_tokenizer import MarianTokenizer
 from zoo.data.registry import DataSet, dataset_info, fetch_dataset, is_cached, list_datasets
 from zoo.data.sources import read_labelled, read_parallel, read_text
 from zoo.data.synthetic import (
@@ -48,6 +49,7 @@ __all__ = [
     "DataError",
     "DataSet",
     "HuggingFaceTokenizer",
+    "MarianTokenizer",
     "Task",
     "WordTokenizer",
     "WordVocabulary",

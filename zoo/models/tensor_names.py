@@ -126,15 +126,20 @@ class TensorName:
     `variable` is the zoo variable; `columns` a (start, stop) slice of its
     last axis when several HF tensors share one zoo variable (q, k and v in
     the fused kernel); `transpose` when the HF tensor is the transposed
-    Keras kernel (`nn.Linear`'s (out, in)).
+    Keras kernel (`nn.Linear`'s (out, in)); `shape` the HF tensor's shape
+    when it is a reshape of the variable (Marian's (1, V) `final_logits_bias`
+    over a (V,) bias).
     """
 
     name: str
     variable: object
     columns: tuple = None
     transpose: bool = False
+    shape: tuple = None
 
     def hf_shape(self):
+        if self.shape is not None:
+            return tuple(self.shape)
         shape = list(self.variable.shape)
         if self.columns:
             shape[-1] = self.columns[1] - self.columns[0]
@@ -166,7 +171,8 @@ def tensors_of(names):
         value = to_numpy(entry.variable).astype(np.float32)
         if entry.columns:
             value = value[..., entry.columns[0] : entry.columns[1]]
-        tensors[entry.name] = np.ascontiguousarray(value.T if entry.transpose else value)
+        value = value.T if entry.transpose else value
+        tensors[entry.name] = np.ascontiguousarray(value if entry.shape is None else value.reshape(entry.shape))
     return tensors
 
 
@@ -178,6 +184,8 @@ def assign_tensors(names, tensors):
     for entry in names:
         array = np.asarray(tensors[entry.name], dtype=np.float32)
         array = array.T if entry.transpose else array
+        if entry.shape is not None:
+            array = array.reshape(entry.variable.shape)
         key = id(entry.variable)
         if entry.columns:
             if key not in values:

@@ -1,4 +1,5 @@
-"""The encoder-decoder Transformer family (Vaswani et al. 2017): its config, models and presets, registered once."""
+"""The encoder-decoder Transformer family (Vaswani et al. 2017, and Marian's
+opus-mt models): its config, models, presets and weight map, registered once."""
 
 from zoo.families import Family, Task, register
 from zoo.models.transformer.config import PRESETS
@@ -11,7 +12,7 @@ register(
         "transformer",
         EncoderDecoder,
         tasks={"seq2seq": Task()},
-        weight_map=None,
+        weight_map="zoo.models.transformer.weight_map",
         description="The encoder-decoder of Vaswani et al. 2017 (its output is already logits)",
         presets=PRESETS,
     )
