@@ -6,9 +6,25 @@
                                  checkpoint's chat template
     GET  /health                 the server's limits, and its queue now
 
+    GET  /tokenizer_info         the tokenizer's special tokens, as vLLM
+    POST /tokenize               a text's token ids      states them (what
+    POST /detokenize             token ids' text         lm-eval's remote
+                                                         tokenizer asks)
+
 Request fields: `model`, `prompt` / `messages`, `max_tokens`
 (`max_completion_tokens`), `temperature` (0: greedy), `top_p`, `seed`,
 `stop`, `stream`, `stream_options.include_usage`, `n` (1), `user`.
+Completions also take a prompt as token ids, a list of up to
+`MAX_PROMPTS` prompts (one choice each, in order), `logprobs` (0-5) and
+`echo`, as OpenAI's legacy completions define them: `logprobs: {tokens,
+token_logprobs, top_logprobs, text_offset}`, each token's log-probability
+under the model (before temperature and top-p), its `logprobs` most
+likely alternatives (and itself) as `{token: logprob}`, and its offset in
+the prompt followed by the answer; `echo: true` returns the prompt before
+the answer, its tokens first in `logprobs` (the first one's log-probability
+null), and with `max_tokens: 0` scores the prompt alone (what
+lm-evaluation-harness's `local-completions` model asks). The
+log-probabilities are `zoo.score`'s, of the prompt and the answer's tokens.
 Answers carry `usage` and `finish_reason` ("stop" or "length"); with
 `stream: true`, server-sent events in OpenAI's chunk format, ending with
 `data: [DONE]`. A refused request gets OpenAI's error shape,
@@ -28,6 +44,7 @@ at most 4 strings of at most `MAX_STOP_CHARACTERS`.
 """
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import queue
@@ -39,8 +56,9 @@ from starlette.routing import Route
 
 from recipes.serve import web
 
-from recipes.serve.scheduler import ERROR, PIECE, Job, QueueFull
+from recipes.serve.scheduler import END, ERROR, PIECE, Job, QueueFull, ScoreJob
 from recipes.serve.web import Limits, RequestError, is_int, known, number, read_json, short
+from zoo.text.tokens import decode
 
 COMMON = ("model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "n", "user",
           "presence_penalty", "frequency_penalty")
@@ -56,6 +74,8 @@ MAX_STOP_STRINGS, MAX_STOP_CHARACTERS = 4, 256
 # cut before a space, until it surely has more tokens than the context.
 PIECE_CHARACTERS = 4096
 RETRY_AFTER_SECONDS = 1
+MAX_PROMPTS = 64  # prompts of one completions request
+MAX_LOGPROBS = 5  # OpenAI's most `logprobs` of a completion
 
 
 class Service:
@@ -92,6 +112,8 @@ class Service:
                 "max_stop_strings": MAX_STOP_STRINGS,
                 "max_stop_characters": MAX_STOP_CHARACTERS,
                 "max_n": 1,
+                "max_prompts": MAX_PROMPTS,
+                "max_logprobs": MAX_LOGPROBS,
                 "max_batch": scheduler.max_batch,
                 "max_batches": scheduler.max_batches,
                 "max_queue": scheduler.max_queue,
@@ -103,19 +125,108 @@ class Service:
         """The most characters of a conversation's messages in all."""
         return CHARACTERS_PER_TOKEN * self.context
 
-    def completion_job(self, body):
-        """The `Job` of a /v1/completions request; a `RequestError` first if it is wrong."""
+    def completion(self, body):
+        """The `Completion` of a /v1/completions request; a `RequestError` first if it is wrong."""
         known(body, COMPLETION_FIELDS)
         self._check_common(body)
-        if body.get("echo"):
-            raise RequestError("echo: only false is supported", "echo")
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if not isinstance(prompt, str) or not prompt:
-            raise RequestError(f"prompt: expected a non-empty string; got {short(prompt)}", "prompt")
-        ids = self.prompt_ids(prompt, "prompt")
-        return self._job(body, ids, COMPLETION_DEFAULT_TOKENS)
+        echo = body.get("echo", False)
+        if not isinstance(echo, bool):
+            raise RequestError(f"echo: expected true or false; got {short(echo)}", "echo")
+        logprobs = body.get("logprobs")
+        if logprobs is not None and (not is_int(logprobs) or not 0 <= logprobs <= MAX_LOGPROBS):
+            raise RequestError(f"logprobs: expected null or an integer in [0, {MAX_LOGPROBS}]; got {short(logprobs)}",
+                               "logprobs")
+        prompts = self._prompts(body.get("prompt"))
+        if body.get("stream") and (echo or logprobs is not None or len(prompts) > 1):
+            raise RequestError("stream: true takes one prompt, without echo or logprobs", "stream")
+        if echo and body.get("max_tokens") == 0:
+            jobs = [None] * len(prompts)
+        else:
+            jobs = [self._job(body, ids, COMPLETION_DEFAULT_TOKENS) for _, ids in prompts]
+        return Completion([text for text, _ in prompts], [ids for _, ids in prompts], jobs, echo, logprobs)
+
+    def _prompts(self, prompt):
+        """`(text or None, ids)` of each prompt: a string, a list of token
+        ids, or a list of either (at most `MAX_PROMPTS`)."""
+        expected = ("expected a non-empty string, a list of token ids, or a list of at most "
+                    f"{MAX_PROMPTS} of either")
+        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(is_int(t) for t in prompt)):
+            prompt = [prompt]
+        if not isinstance(prompt, list) or not 0 < len(prompt) <= MAX_PROMPTS:
+            raise RequestError(f"prompt: {expected}; got {short(prompt)}", "prompt")
+        prompts = []
+        for one in prompt:
+            if isinstance(one, str) and one:
+                prompts.append((one, self.prompt_ids(one, "prompt")))
+                self._check_length(prompts[-1][1], "prompt")
+            elif isinstance(one, list) and one and all(is_int(t) for t in one):
+                vocabulary = self.model.vocabulary_size
+                if len(one) >= self.context or not all(0 <= t < vocabulary for t in one):
+                    raise RequestError(
+                        f"prompt: expected at most {self.context - 1} token ids, each in [0, {vocabulary}); "
+                        f"got {short(one)}", "prompt", code="context_length_exceeded" if len(one) >= self.context
+                        else None)
+                prompts.append((None, list(one)))
+            else:
+                raise RequestError(f"prompt: {expected}; got {short(one)}", "prompt")
+        return prompts
+
+    def tokenizer_info(self):
+        """The tokenizer's special tokens and template (`GET /tokenizer_info`, as vLLM's)."""
+        tokenizer = self.tokenizer
+        special = {}
+        for kind, attribute in (("bos_token", "start_token_id"), ("eos_token", "end_token_id"),
+                                ("pad_token", "pad_token_id")):
+            value = getattr(tokenizer, attribute, None)
+            special[kind] = None if value is None else decode(tokenizer, [int(value)])
+        return {**special, "chat_template": getattr(tokenizer, "chat_template", None),
+                "model_max_length": self.context, "tokenizer_class": type(tokenizer).__name__}
+
+    def tokenize(self, body):
+        """`{tokens, count, max_model_len}` of `{"prompt": text}` (`POST /tokenize`)."""
+        known(body, ("model", "prompt", "add_special_tokens"))
+        text = body.get("prompt")
+        if not isinstance(text, str):
+            raise RequestError(f"prompt: expected a string; got {short(text)}", "prompt")
+        if not isinstance(body.get("add_special_tokens", False), bool):
+            raise RequestError("add_special_tokens: expected true or false", "add_special_tokens")
+        tokens = self._ids(text, "prompt") if text else []
+        return {"tokens": tokens, "count": len(tokens), "max_model_len": self.context}
+
+    def detokenize(self, body):
+        """`{prompt}`: the text of `{"tokens": ids}` (`POST /detokenize`)."""
+        known(body, ("model", "tokens"))
+        tokens = body.get("tokens")
+        vocabulary = self.model.vocabulary_size
+        if not isinstance(tokens, list) or not all(is_int(t) and 0 <= t < vocabulary for t in tokens):
+            raise RequestError(f"tokens: expected a list of token ids in [0, {vocabulary}); got {short(tokens)}",
+                               "tokens")
+        return {"prompt": decode(self.tokenizer, tokens)}
+
+    def logprobs(self, completion, answers, scores):
+        """OpenAI's `logprobs` object of each choice: `answers[i]` the
+        answer's `(text, token ids)`, `scores[i]` the `Score` of the
+        choice's tokens (None where there are none)."""
+        objects = []
+        for text, ids, answer, score in zip(completion.texts, completion.prompt_ids, answers, scores):
+            prompt_text = text if text is not None else decode(self.tokenizer, ids)
+            new_ids = answer[1]
+            shown = (ids if completion.echo else []) + new_ids
+            before = [] if completion.echo else ids
+            entries = [None] * (len(shown) - (0 if score is None else len(score.token_ids)))
+            tokens = [decode(self.tokenizer, [t]) for t in shown]
+            token_logprobs, top_logprobs = [None] * len(entries), [None] * len(entries)
+            if score is not None:
+                for i, (token, value) in enumerate(zip(score.token_ids, score.token_logprobs)):
+                    alternatives = {decode(self.tokenizer, [int(t)]): float(v)
+                                    for t, v in zip(score.top_ids[i], score.top_logprobs[i])}
+                    alternatives.setdefault(decode(self.tokenizer, [int(token)]), float(value))
+                    token_logprobs.append(float(value))
+                    top_logprobs.append(alternatives)
+            start = 0 if completion.echo else len(prompt_text)
+            objects.append({"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs,
+                            "text_offset": [start + o for o in _offsets(self.tokenizer, before, shown)]})
+        return objects
 
     def prompt_ids(self, text, field):
         """The ids of `text`, refused once it surely has more tokens than a
@@ -146,6 +257,8 @@ class Service:
         """The `Job` of a /v1/chat/completions request."""
         known(body, CHAT_FIELDS)
         self._check_common(body)
+        if body.get("logprobs") not in (None, False):
+            raise RequestError("logprobs: not supported in chat; expected null or false", "logprobs")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise RequestError('messages: expected a non-empty list of {"role", "content"} objects', "messages")
@@ -189,8 +302,6 @@ class Service:
         for name in ("presence_penalty", "frequency_penalty"):
             if body.get(name) not in (None, 0, 0.0):
                 raise RequestError(f"{name}: only 0 is supported; got {short(body.get(name))}", name)
-        if body.get("logprobs") not in (None, False):
-            raise RequestError("logprobs: not supported; expected null or false", "logprobs")
         if not isinstance(body.get("stream", False), bool):
             raise RequestError(f"stream: expected true or false; got {short(body.get('stream'))}", "stream")
         options = body.get("stream_options")
@@ -203,17 +314,20 @@ class Service:
         if body.get("user") is not None and not isinstance(body["user"], str):
             raise RequestError("user: expected a string", "user")
 
-    def _job(self, body, ids, default_tokens):
+    def _check_length(self, ids, field):
         if len(ids) >= self.context:
             raise RequestError(
                 f"the prompt has {len(ids)} tokens; this model's context is {self.context} tokens, so a prompt may "
-                f"have at most {self.context - 1}", "messages" if default_tokens is None else "prompt",
+                f"have at most {self.context - 1}", field,
             )
+
+    def _job(self, body, ids, default_tokens):
+        self._check_length(ids, "messages" if default_tokens is None else "prompt")
         room = self.context - len(ids)
         max_tokens = body.get("max_tokens")
         if max_tokens is None:
             max_tokens = min(default_tokens or room, room)
-        if not is_int(max_tokens) or not 1 <= max_tokens <= room:
+        if not is_int(max_tokens) or not 1 <= max_tokens <= room:  # 0 only with echo: see `completion`
             raise RequestError(
                 f"max_tokens: expected an integer in [1, {room}] (the context of {self.context} tokens less the "
                 f"prompt's {len(ids)}); got {short(max_tokens)}", "max_tokens"
@@ -252,30 +366,51 @@ def create_app(service, api_key=None):
     async def health(request):
         return JSONResponse(service.health())
 
-    def endpoint(make_job, chat):
-        async def answer(request):
-            _authorize(request, api_key)
-            body = await read_json(request, service.limits)
-            job = make_job(body)
-            try:
-                service.scheduler.submit(job)
-            except QueueFull as error:
-                raise RequestError(f"the server is busy: {error}; retry after {RETRY_AFTER_SECONDS} s", status=429,
-                                   code="queue_full", headers={"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
-            reply = _Reply(service.name, chat, len(job.prompt_ids))
-            if body.get("stream"):
-                include_usage = (body.get("stream_options") or {}).get("include_usage", False)
-                return StreamingResponse(_stream(job, reply, include_usage), media_type="text/event-stream",
-                                         headers={"Cache-Control": "no-cache"})
-            return await _whole(request, job, reply)
+    async def chat(request):
+        _authorize(request, api_key)
+        body = await read_json(request, service.limits)
+        job = service.chat_job(body)
+        _submit(service.scheduler, [job])
+        reply = _Reply(service.name, True, len(job.prompt_ids))
+        if body.get("stream"):
+            include_usage = (body.get("stream_options") or {}).get("include_usage", False)
+            return StreamingResponse(_stream(job, reply, include_usage), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await _whole(request, job, reply)
 
-        return answer
+    async def completions(request):
+        _authorize(request, api_key)
+        body = await read_json(request, service.limits)
+        completion = service.completion(body)
+        jobs = [job for job in completion.jobs if job is not None]
+        _submit(service.scheduler, jobs)
+        if body.get("stream"):
+            include_usage = (body.get("stream_options") or {}).get("include_usage", False)
+            reply = _Reply(service.name, False, len(jobs[0].prompt_ids))
+            return StreamingResponse(_stream(jobs[0], reply, include_usage), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await _complete(request, service, completion)
+
+    async def tokenizer_info(request):
+        _authorize(request, api_key)
+        return JSONResponse(service.tokenizer_info())
+
+    async def tokenize(request):
+        _authorize(request, api_key)
+        return JSONResponse(service.tokenize(await read_json(request, service.limits)))
+
+    async def detokenize(request):
+        _authorize(request, api_key)
+        return JSONResponse(service.detokenize(await read_json(request, service.limits)))
 
     routes = [
         Route("/health", health),
         Route("/v1/models", models),
-        Route("/v1/completions", endpoint(service.completion_job, chat=False), methods=["POST"]),
-        Route("/v1/chat/completions", endpoint(service.chat_job, chat=True), methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/tokenizer_info", tokenizer_info),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
     ]
     return web.create_app(routes)
 
@@ -292,7 +427,7 @@ class _Reply:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": row.completion_tokens,
                 "total_tokens": self.prompt_tokens + row.completion_tokens}
 
-    def whole(self, text, row):
+    def whole(self, text, row):  # one choice
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "finish_reason": row.finish_reason, "logprobs": None}
@@ -342,27 +477,146 @@ class _Events:
                 return None
 
 
+@dataclasses.dataclass
+class Completion:
+    """A /v1/completions request checked: per prompt its text (None for
+    token ids), its ids and its `Job` (None with `max_tokens: 0`); `echo`
+    and `logprobs` (None, or the alternatives asked for)."""
+
+    texts: list
+    prompt_ids: list
+    jobs: list
+    echo: bool
+    logprobs: object
+
+
+def _submit(scheduler, jobs):
+    """Queues `jobs`, all or none: a full queue refuses the request (429)."""
+    try:
+        for job in jobs:
+            scheduler.submit(job)
+    except QueueFull as error:
+        for job in jobs:
+            job.cancelled = True  # those already queued leave it
+        raise RequestError(f"the server is busy: {error}; retry after {RETRY_AFTER_SECONDS} s", status=429,
+                           code="queue_full", headers={"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
+
+
+async def _result(job, disconnected):
+    """`(END, (text, value))` or `(ERROR, message)` of a job, its pieces
+    joined; None once the client has left."""
+    events, text = _Events(job), []
+    while True:
+        event = await events.next(disconnected)
+        if event is None:
+            return None
+        kind, value = event
+        if kind == PIECE:
+            text.append(value)
+        else:
+            return (END, ("".join(text), value)) if kind == END else event
+
+
+def _server_error(message):
+    return JSONResponse({"error": {"message": message, "type": "server_error", "param": None, "code": None}},
+                        status_code=500)
+
+
 async def _whole(request, job, reply):
     """The non-streamed answer. A client that leaves before it cancels the
     job, which frees its place in the queue or stops its decoding."""
-    events, disconnected = _Events(job), asyncio.ensure_future(_disconnected(request))
-    text = []
+    disconnected = asyncio.ensure_future(_disconnected(request))
     try:
-        while True:
-            event = await events.next(disconnected)
-            if event is None:
-                return Response(status_code=499)  # the client left: nobody reads this
-            kind, value = event
-            if kind == PIECE:
-                text.append(value)
-            elif kind == ERROR:
-                return JSONResponse({"error": {"message": value, "type": "server_error", "param": None,
-                                               "code": None}}, status_code=500)
-            else:
-                return JSONResponse(reply.whole("".join(text), value))
+        result = await _result(job, disconnected)
+        if result is None:
+            return Response(status_code=499)  # the client left: nobody reads this
+        kind, value = result
+        return _server_error(value) if kind == ERROR else JSONResponse(reply.whole(*value))
     finally:
         disconnected.cancel()
         job.cancelled = True
+
+
+async def _complete(request, service, completion):
+    """The non-streamed completions: each prompt's answer, then (with
+    `logprobs`) one `ScoreJob` for the tokens of them all."""
+    disconnected = asyncio.ensure_future(_disconnected(request))
+    jobs = [job for job in completion.jobs if job is not None]
+    try:
+        answers, usage = [], [0, 0]
+        for job, ids in zip(completion.jobs, completion.prompt_ids):
+            usage[0] += len(ids)
+            if job is None:
+                answers.append(("", [], "length"))
+                continue
+            result = await _result(job, disconnected)
+            if result is None:
+                return Response(status_code=499)
+            if result[0] == ERROR:
+                return _server_error(result[1])
+            text, row = result[1]
+            answers.append((text, _answer_ids(service.tokenizer, ids, job.token_ids, row, text), row.finish_reason))
+            usage[1] += row.completion_tokens
+        logprobs = [None] * len(answers)
+        if completion.logprobs is not None:
+            pairs = []
+            for i, (ids, (_, new_ids, _)) in enumerate(zip(completion.prompt_ids, answers)):
+                full, split = ids + new_ids, 1 if completion.echo else len(ids)
+                if len(full) > split:
+                    pairs.append((i, full[:split], full[split:]))
+            scores = [None] * len(answers)
+            if pairs:
+                job = ScoreJob([p[1] for p in pairs], [p[2] for p in pairs], completion.logprobs)
+                jobs.append(job)
+                _submit(service.scheduler, [job])
+                result = await _result(job, disconnected)
+                if result is None:
+                    return Response(status_code=499)
+                if result[0] == ERROR:
+                    return _server_error(result[1])
+                for (i, _, _), score in zip(pairs, result[1][1]):
+                    scores[i] = score
+            logprobs = service.logprobs(completion, answers, scores)
+        choices = []
+        for i, ((text, _, finish_reason), ids) in enumerate(zip(answers, completion.prompt_ids)):
+            if completion.echo:
+                prompt = completion.texts[i]
+                text = (prompt if prompt is not None else decode(service.tokenizer, ids)) + text
+            choices.append({"index": i, "text": text, "finish_reason": finish_reason, "logprobs": logprobs[i]})
+        return JSONResponse({
+            "id": "cmpl-" + uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()),
+            "model": service.name, "choices": choices,
+            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+        })
+    finally:
+        disconnected.cancel()
+        for job in jobs:
+            job.cancelled = True
+
+
+def _answer_ids(tokenizer, prompt_ids, new_ids, row, text):
+    """The answer's token ids that its text holds: less an end token, and
+    less those past a stop string."""
+    ids = list(new_ids)
+    if ids and ids[-1] in row.stop_token_ids:
+        ids.pop()
+    prompt_text = decode(tokenizer, prompt_ids)
+    while ids and len(decode(tokenizer, prompt_ids + ids)) - len(prompt_text) > len(text):
+        ids.pop()
+    return ids
+
+
+def _offsets(tokenizer, before, ids):
+    """Where each of `ids` starts in the text of `before + ids`, counted
+    from the end of the text of `before`."""
+    base, pieces = decode(tokenizer, before), [decode(tokenizer, [t]) for t in ids]
+    if decode(tokenizer, before + ids) == base + "".join(pieces):
+        offsets, at = [], 0
+        for piece in pieces:
+            offsets.append(at)
+            at += len(piece)
+        return offsets
+    return [len(decode(tokenizer, before + ids[:i])) - len(base) for i in range(len(ids))]
 
 
 async def _disconnected(request):

@@ -2,7 +2,7 @@
 
 Every model call of `zoo serve` runs on this thread. Requests that arrive
 while it is busy, or within `gather_seconds` of one another when it is
-idle, are grouped into batches: one `zoo.inference.TextGeneration` per batch,
+idle, are grouped into batches: one `zoo.text.TextGeneration` per batch,
 whose rows are the requests (static batching; right-padded prompts, one
 compiled decoding step for all of them; shapes rounded up, a batch of
 several requests to `max_batch` rows, so that requests of many sizes share
@@ -12,6 +12,9 @@ one runs; at most `max_batches` of them, and the requests beyond wait in
 a queue of at most `max_queue`: one more is refused (`QueueFull`) rather
 than kept waiting without end. A request cancelled while it waits leaves
 the queue; one cancelled while it decodes ends its row.
+
+A `ScoreJob` (the log-probabilities of given tokens, `zoo.score`) runs
+on the same thread, whole, before the next decoding step.
 
 Requests share a batch when the same sampler draws for them: greedy ones
 always; sampled ones with the same sampler settings and no seed. A seeded
@@ -41,7 +44,8 @@ class Job:
 
     Events (on `events`, a queue): `(PIECE, text)`, then `(END, row)`
     (the `TextRow`, with `finish_reason` and token counts), or `(ERROR,
-    message)`. The reader sets `cancelled` when it goes away, and may set
+    message)`; before `END`, `token_ids` holds the new token ids. The
+    reader sets `cancelled` when it goes away, and may set
     `wake`, a function called (on the model's thread) after each event.
     """
 
@@ -53,6 +57,7 @@ class Job:
         self.events = queue.Queue()
         self.cancelled = False
         self.wake = None
+        self.token_ids = []
         self.id = next(self._ids)
 
     def put(self, event):
@@ -79,6 +84,31 @@ class Job:
             self.cancelled = True
 
 
+class ScoreJob:
+    """The log-probabilities of continuations given their contexts, by
+    `zoo.score` (token id lists); its events: `(END, [Score, ...])` or
+    `(ERROR, message)`."""
+
+    _ids = Job._ids
+
+    def __init__(self, contexts, continuations, top_logprobs):
+        self.contexts, self.continuations, self.top_logprobs = contexts, continuations, top_logprobs
+        self.events = queue.Queue()
+        self.cancelled = False
+        self.wake = None
+        self.id = next(self._ids)
+
+    put = Job.put
+
+    def run(self, model):
+        try:
+            scores = zoo.score(model, self.contexts, self.continuations, top_logprobs=self.top_logprobs)
+        except Exception as error:  # the request hears why, and the server goes on
+            self.put((ERROR, f"scoring stopped: {type(error).__name__}: {error}"))
+        else:
+            self.put((END, scores))
+
+
 class Scheduler:
     """Decodes the `Job`s submitted to it on one thread.
 
@@ -93,7 +123,7 @@ class Scheduler:
 
     Attributes:
         ended: the latest ended jobs, `(job id, new tokens computed, finish
-            reason or "cancelled")`, oldest first.
+            reason, "cancelled" or "scored")`, oldest first.
         batch_sizes: the number of requests of each of the latest batches.
         waiting: the requests submitted and not yet decoding.
         running: the requests decoding now.
@@ -124,6 +154,12 @@ class Scheduler:
         while True:
             backlog.extend(self._arrivals(wait=not active and not backlog))
             self._drop_cancelled(backlog)
+            for job in [job for job in backlog if isinstance(job, ScoreJob)]:
+                backlog.remove(job)
+                with self.lock:
+                    self.waiting -= 1
+                job.run(self.model)
+                self.ended.append((job.id, 0, "scored"))
             while backlog and len(active) < self.max_batches:
                 batch = self._next_batch(backlog)
                 if batch.start():
@@ -225,6 +261,7 @@ class _Batch:
         for row, text_row in enumerate(self.generation.rows):
             if not self.ended[row] and (text_row.finish_reason is not None or pieces is None):
                 self.ended[row] = True
+                self.jobs[row].token_ids = [int(t) for t in self.generation.decoding.new_tokens[row]]
                 self.jobs[row].put((END, text_row))
                 self.log.append((self.jobs[row].id, text_row.completion_tokens, text_row.finish_reason))
         return pieces is not None and not all(self.ended)

@@ -1,0 +1,170 @@
+"""`zoo serve`'s completions `logprobs` and `echo`, as OpenAI's legacy
+completions define them, are `zoo.score`'s log-probabilities; the
+tokenizer endpoints are vLLM's; lm-evaluation-harness's own
+`local-completions` model, pointed at the server, scores a
+multiple-choice task as `zoo.score` does."""
+
+import json
+import os
+import tempfile
+
+# The harness reads the task files' JSONL through `datasets`, which reads these when it is imported.
+os.environ["HF_DATASETS_OFFLINE"] = os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="zoo-datasets-"))
+
+import httpx  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import zoo  # noqa: E402
+from tests.serve.conftest import CONTEXT, Server  # noqa: E402
+
+pytest.importorskip("openai")
+pytest.importorskip("starlette")
+
+PROMPT = "ROMEO: But "
+
+
+def ids_of(lm, text):
+    return [int(t) for t in lm.tokenizer(text)]
+
+
+def test_echo_with_no_new_tokens_scores_the_prompt_alone(served, lm):
+    answer = served.client().completions.create(model="lm", prompt=PROMPT, max_tokens=0, echo=True, logprobs=3)
+    choice = answer.choices[0]
+    assert choice.text == PROMPT and answer.usage.completion_tokens == 0
+    logprobs = choice.logprobs
+    ids = ids_of(lm, PROMPT)
+    score = zoo.score(lm, [ids[:1]], [ids[1:]], top_logprobs=3)[0]
+    assert logprobs.tokens == list(PROMPT)  # a character tokenizer: one token per character
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    np.testing.assert_allclose(logprobs.token_logprobs[1:], score.token_logprobs, rtol=1e-6)
+    assert logprobs.text_offset == list(range(len(PROMPT)))
+    vocabulary = lm.tokenizer.get_vocabulary()
+    for i, top in enumerate(logprobs.top_logprobs[1:]):
+        alternatives = {vocabulary[t]: v for t, v in zip(score.top_ids[i], score.top_logprobs[i])}
+        alternatives.setdefault(logprobs.tokens[i + 1], float(score.token_logprobs[i]))  # the token itself
+        assert top == pytest.approx(alternatives, rel=1e-6)
+
+
+def test_logprobs_of_a_greedy_answer_are_its_tokens_scored_after_the_prompt(served, lm):
+    answer = served.client().completions.create(model="lm", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=2)
+    choice = answer.choices[0]
+    text = zoo.generate(lm, PROMPT, max_new_tokens=6)[len(PROMPT):]
+    assert choice.text == text and choice.logprobs.tokens == list(text)
+    score = zoo.score(lm, [ids_of(lm, PROMPT)], [ids_of(lm, text)], top_logprobs=2)[0]
+    np.testing.assert_allclose(choice.logprobs.token_logprobs, score.token_logprobs, rtol=1e-6)
+    assert score.is_greedy
+    for token, value, top in zip(choice.logprobs.tokens, choice.logprobs.token_logprobs, choice.logprobs.top_logprobs):
+        assert len(top) == 2 and top[token] == value == max(top.values())  # greedy: the most likely token
+    assert choice.logprobs.text_offset == [len(PROMPT) + i for i in range(6)]  # in the prompt, then the answer
+
+
+def test_echo_of_an_answer_puts_the_prompt_first_and_scores_both(served, lm):
+    answer = served.client().completions.create(model="lm", prompt=PROMPT, max_tokens=4, temperature=0, echo=True,
+                                                logprobs=0)
+    choice = answer.choices[0]
+    text = zoo.generate(lm, PROMPT, max_new_tokens=4)
+    assert choice.text == text
+    ids = ids_of(lm, text)
+    score = zoo.score(lm, [ids[:1]], [ids[1:]])[0]
+    assert choice.logprobs.tokens == list(text) and choice.logprobs.token_logprobs[0] is None
+    np.testing.assert_allclose(choice.logprobs.token_logprobs[1:], score.token_logprobs, rtol=1e-6)
+    assert all(len(top) == 1 for top in choice.logprobs.top_logprobs[1:])  # logprobs 0: the token itself
+
+
+def test_a_list_of_token_id_prompts_gets_one_choice_each_as_each_alone(served, lm):
+    prompts = [ids_of(lm, "ROMEO: "), ids_of(lm, "JULIET: Ay"), ids_of(lm, "But soft")]
+    client = served.client()
+    together = client.completions.create(model="lm", prompt=prompts, max_tokens=5, temperature=0, logprobs=1)
+    assert [c.index for c in together.choices] == [0, 1, 2]
+    for prompt, choice in zip(prompts, together.choices):
+        alone = client.completions.create(model="lm", prompt=prompt, max_tokens=5, temperature=0, logprobs=1)
+        assert choice.text == alone.choices[0].text
+        np.testing.assert_allclose(choice.logprobs.token_logprobs, alone.choices[0].logprobs.token_logprobs,
+                                   rtol=1e-5)
+    assert together.usage.prompt_tokens == sum(len(p) for p in prompts)
+    assert together.usage.completion_tokens == 15
+
+
+def test_the_tokenizer_endpoints_are_vllms(served, lm):
+    with httpx.Client(base_url=served.url, timeout=60) as http:
+        info = http.get("/tokenizer_info").json()
+        assert "eos_token" in info and info["model_max_length"] == CONTEXT
+        tokens = http.post("/tokenize", json={"prompt": PROMPT, "add_special_tokens": False}).json()
+        assert tokens["tokens"] == ids_of(lm, PROMPT) and tokens["count"] == len(PROMPT)
+        assert http.post("/detokenize", json={"tokens": tokens["tokens"]}).json() == {"prompt": PROMPT}
+        refused = http.post("/detokenize", json={"tokens": [10**6]})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "tokens"
+
+
+@pytest.mark.parametrize("body, param, message", [
+    ({"logprobs": 6}, "logprobs", "[0, 5]"),
+    ({"logprobs": True}, "logprobs", "[0, 5]"),
+    ({"echo": "yes"}, "echo", "true or false"),
+    ({"echo": True, "logprobs": 1, "stream": True}, "stream", "without echo or logprobs"),
+    ({"prompt": [PROMPT, PROMPT], "stream": True}, "stream", "one prompt"),
+    ({"prompt": [[1, 2, 10**6]]}, "prompt", "token ids, each in"),
+    ({"prompt": [[1] * CONTEXT]}, "prompt", f"at most {CONTEXT - 1} token ids"),
+    ({"prompt": [PROMPT] * 65}, "prompt", "at most 64"),
+    ({"prompt": [PROMPT, 3]}, "prompt", "a list of token ids"),
+    ({"echo": True, "max_tokens": 0, "prompt": "R" * CONTEXT}, "prompt", "context is 32 tokens"),
+])
+def test_bad_logprobs_echo_and_prompts_are_refused_in_one_line(served, body, param, message):
+    response = httpx.post(served.url + "/v1/completions", json={"model": "lm", "prompt": PROMPT, **body}, timeout=60)
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == param and message in error["message"]
+    assert "\n" not in error["message"]
+
+
+def test_chat_logprobs_are_refused(served):
+    body = {"model": "lm", "messages": [{"role": "user", "content": "hi"}], "logprobs": True}
+    response = httpx.post(served.url + "/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "logprobs"
+
+
+def test_the_harness_local_completions_model_scores_as_zoo_score(tmp_path):
+    """lm-eval's `local-completions` with its remote tokenizer (the
+    server's /tokenize): `echo`, `logprobs: 1`, `max_tokens: 1`, prompts as
+    token ids in batches; the accuracy and each choice's log-likelihood
+    are `zoo.score`'s (the same pairs `zoo evaluate` scores)."""
+    lm_eval = pytest.importorskip("lm_eval")
+    pytest.importorskip("tenacity")  # the harness's API models need it (the eval extra)
+    from lm_eval.tasks import TaskManager
+
+    from tests.recipes.test_evaluate import CHOICE_TASK, QUESTIONS, TEXTS
+
+    data = tmp_path / "choice.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in QUESTIONS), encoding="utf-8")
+    (tmp_path / "choice.yaml").write_text(CHOICE_TASK.format(data=data), encoding="utf-8")
+    import keras
+
+    from zoo.data import CharTokenizer
+
+    everything = " ".join(q["question"] + " " + " ".join(q["choices"]) for q in QUESTIONS) + " ".join(
+        t["text"] for t in TEXTS)
+    tokenizer = CharTokenizer.from_text(everything)
+    keras.utils.set_random_seed(0)
+    model = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), max_sequence_length=32,
+                      initializer_range=0.5, tokenizer=tokenizer)
+    server = Server(model)
+    try:
+        results = lm_eval.simple_evaluate(
+            model="local-completions",
+            model_args=f"base_url={server.url}/v1/completions,tokenizer_backend=remote,max_length=32,model=lm,"
+                       "batch_size=16",
+            tasks=["zoo_choice"], task_manager=TaskManager(include_path=str(tmp_path)), log_samples=True,
+        )
+    finally:
+        server.stop()
+    correct = []
+    for sample in results["samples"]["zoo_choice"]:
+        question = QUESTIONS[sample["doc_id"]]
+        scores = zoo.score(model, [question["question"]] * len(question["choices"]),
+                           [" " + choice for choice in question["choices"]])
+        harness = [resp[0][0] for resp in sample["resps"]]
+        np.testing.assert_allclose(harness, [s.logprob for s in scores], rtol=1e-4)
+        correct.append(int(np.argmax([s.logprob for s in scores])) == question["label"])
+    assert len(correct) == len(QUESTIONS)
+    assert results["results"]["zoo_choice"]["acc,none"] == pytest.approx(np.mean(correct))
+    assert 0 < np.mean(correct) < 1  # the check tells a right choice from a wrong one
