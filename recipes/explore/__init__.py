@@ -34,7 +34,7 @@ def serve(target, host="127.0.0.1", port=8000, labels=None, quantize=None, max_r
         read_timeout: seconds a request body may take to arrive (408 past it).
     """
     from recipes.explore.app import create_app
-    from recipes.explore.engine import Explorer, open_target, run_record
+    from recipes.explore.explorer import Explorer, open_target, run_record
     from recipes.serve import web
 
     limits = web.Limits(max_request_bytes or web.MIB, read_timeout)  # refused before the model loads

@@ -31,7 +31,7 @@ STATIC = Path(__file__).parent / "static"
 
 
 def create_app(explorer, limits=web.Limits()):
-    """The ASGI app of one `recipes.explore.engine.Explorer`; request
+    """The ASGI app of one `recipes.explore.explorer.Explorer`; request
     bodies are read within `limits`."""
 
     async def page(request):

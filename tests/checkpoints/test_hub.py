@@ -16,7 +16,7 @@ import pytest
 
 import zoo
 from recipes import bert_classify, cli, gpt_finetune
-from recipes.explore import engine
+from recipes.explore import explorer as engine
 from tests.checkpoints import stand_ins as ck
 from tests.checkpoints import llama_checkpoints as lc
 from tests.checkpoints.hub_server import HubServer, point_huggingface_hub

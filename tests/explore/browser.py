@@ -127,7 +127,7 @@ def screenshot(run, png, prompt="ROMEO:\nWhat", length=80):
     """The page over the language model of run folder `run`, after a top-k
     sample (seed 0), one token inspected and one head enlarged, saved as
     `png`."""
-    from recipes.explore.engine import Explorer, open_target, run_record
+    from recipes.explore.explorer import Explorer, open_target, run_record
 
     explorer = Explorer(open_target(run), name=str(run), run=run_record(run))
     driver = start_browser()

@@ -39,7 +39,7 @@ def models():
 
 @pytest.fixture(scope="session")
 def explorers(models):
-    from recipes.explore.engine import Explorer
+    from recipes.explore.explorer import Explorer
 
     return {
         "language_model": Explorer(models["language_model"], "runs/gpt_char", run=RUN),

@@ -13,7 +13,7 @@ pytest.importorskip("starlette", reason="zoo explore needs the explore extra: pi
 pytest.importorskip("httpx", reason="Starlette's TestClient needs httpx")
 
 import zoo  # noqa: E402
-from recipes.explore import engine  # noqa: E402
+from recipes.explore import explorer as engine  # noqa: E402
 
 PROMPT = "ROMEO: my"
 

@@ -249,6 +249,6 @@ def clients_of_explorer(lm):
     from starlette.testclient import TestClient
 
     from recipes.explore.app import create_app
-    from recipes.explore.engine import Explorer
+    from recipes.explore.explorer import Explorer
 
     return TestClient(create_app(Explorer(lm, "lm")))

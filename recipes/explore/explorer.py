@@ -2,10 +2,10 @@
 page's requests (generated tokens, attention, next-token probabilities,
 translations, label probabilities), as plain Python data.
 
-Only the public `zoo` API here, as in a user's own script: `zoo.load`,
-`zoo.from_pretrained`, `zoo.generate`, `zoo.classify`, the
-models' `attention_scores` and cached step (`empty_cache`,
-`call_with_cache`, what `zoo.generate` runs), and their tokenizers.
+The zoo's API here, as in a user's own script: `zoo.load`,
+`zoo.from_pretrained`, `zoo.text.TextGeneration` (the decoding that
+`zoo.generate`, `zoo.stream` and `zoo serve` run), `zoo.generate`,
+`zoo.classify`, the models' `attention_scores`, and their tokenizers.
 
 Shape letters: N blocks, h heads, W context window, S source, T target,
 V vocabulary.
@@ -168,30 +168,31 @@ class Explorer:
 
     def stream(self, settings):
         """Yields each new token as it is chosen: dicts {index, id, text,
-        probability}. The tokens are `zoo.generate`'s with the same settings
-        and seed (`zoo.generation.engine`, one compiled step per token;
-        past the context window, nanoGPT's sliding window); `probability`
-        is the model's softmax probability of the token. Stops at the
-        tokenizer's end token, as `zoo.generate` does."""
-        from zoo.generation import engine, sampler_config
+        probability}. The decoding is `zoo.text.TextGeneration`'s, what
+        `zoo.generate`, `zoo.stream` and `zoo serve` run (the same tokens for
+        the same settings and seed; past the context window, nanoGPT's
+        sliding window; the tokenizer's end token stops it); `probability`
+        is the model's softmax probability of the token."""
+        from zoo.text import TextGeneration
 
-        config = sampler_config(settings["sampler"], settings["temperature"], settings["top_k"], settings["top_p"],
-                                int(self.model.vocabulary_size))
-        ends = getattr(self.tokenizer, "end_token_ids", None) or getattr(self.tokenizer, "end_token_id", None)
-        ids = list(settings["ids"])
+        prompt = list(settings["ids"])
         with self.lock:
-            decoding = engine.Decoding(self.model, [ids], settings["max_new_tokens"], config, ends,
-                                       settings["seed"], slide=True)
-        steps = decoding.steps(every_token=True)
+            generation = TextGeneration(
+                self.model, [prompt], settings["max_new_tokens"], sampler=settings["sampler"],
+                seed=settings["seed"], temperature=settings["temperature"], top_k=settings["top_k"],
+                top_p=settings["top_p"],
+            )
+        steps, shown = generation.steps(every_token=True), 0
         while True:
             with self.lock:
                 gained = next(steps, None)
+            decoding = generation.decoding
+            for token, probability in list(zip(decoding.new_tokens[0], decoding.probabilities[0]))[shown:]:
+                shown += 1
+                yield {"index": len(prompt) + shown - 1, "id": int(token), "text": self.token_text(token),
+                       "probability": float(probability)}
             if gained is None:
                 return
-            for token in gained[0]:
-                probability = decoding.probabilities[0][len(ids) - len(settings["ids"])]
-                ids.append(token)
-                yield {"index": len(ids) - 1, "id": token, "text": self.token_text(token), "probability": probability}
 
     def inspect(self, request):
         """The attention of the token at `position` over its context, for
