@@ -137,9 +137,13 @@ class Decoding:
             yield self._window_step()
 
     def run(self):
-        """Decodes to the end; returns `self`."""
-        for _ in self.steps():
-            pass
+        """Decodes to the end; returns `self`. The loop of `steps`, written
+        out: `zoo.generate` reaches the compiled loop one frame sooner."""
+        if self.request is not None:
+            for _ in self._cached_steps(every_token=False):
+                pass
+        while not self.finished:
+            self._window_step()
         return self
 
     # --- Within the window: the cached loop ------------------------------------------
