@@ -13,7 +13,9 @@
 
 Request fields: `model`, `prompt` / `messages`, `max_tokens`
 (`max_completion_tokens`), `temperature` (0: greedy), `top_p`, `seed`,
-`stop`, `stream`, `stream_options.include_usage`, `n` (1), `user`.
+`stop`, `stream`, `stream_options.include_usage`, `n` (up to
+`--max-batch` samples of each prompt, decoded in one batch; a seed draws
+one, so `n` above 1 takes no seed), `user`.
 Completions also take a prompt as token ids, a list of up to
 `MAX_PROMPTS` prompts (one choice each, in order), `logprobs` (0-5) and
 `echo`, as OpenAI's legacy completions define them: `logprobs: {tokens,
@@ -23,8 +25,12 @@ likely alternatives (and itself) as `{token: logprob}`, and its offset in
 the prompt followed by the answer; `echo: true` returns the prompt before
 the answer, its tokens first in `logprobs` (the first one's log-probability
 null), and with `max_tokens: 0` scores the prompt alone (what
-lm-evaluation-harness's `local-completions` model asks). The
-log-probabilities are `zoo.score`'s, of the prompt and the answer's tokens.
+lm-evaluation-harness's `local-completions` model asks); `best_of`
+(up to `--max-batch`) samples of which the `n` of the highest
+log-probability per token are returned. Chat takes `logprobs: true` and
+`top_logprobs` (0-20), in OpenAI's chat shape (`{"content": [{token,
+logprob, bytes, top_logprobs}]}`). The log-probabilities are
+`zoo.score`'s, of the prompt and the answer's tokens.
 Answers carry `usage` and `finish_reason` ("stop" or "length"); with
 `stream: true`, server-sent events in OpenAI's chunk format, ending with
 `data: [DONE]`. A refused request gets OpenAI's error shape,
@@ -47,23 +53,25 @@ import asyncio
 import dataclasses
 import hmac
 import json
+import math
 import queue
 import time
 import uuid
 
+import numpy as np
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from recipes.serve import web
 
 from recipes.serve.scheduler import END, ERROR, PIECE, Job, QueueFull, ScoreJob
-from recipes.serve.web import Limits, RequestError, is_int, known, number, read_json, short
+from recipes.serve.web import Limits, RequestError, integer, is_int, known, number, read_json, short
 from zoo.text.tokens import decode
 
 COMMON = ("model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "n", "user",
           "presence_penalty", "frequency_penalty")
-COMPLETION_FIELDS = COMMON + ("prompt", "echo", "logprobs")
-CHAT_FIELDS = COMMON + ("messages", "max_completion_tokens", "logprobs")
+COMPLETION_FIELDS = COMMON + ("prompt", "echo", "logprobs", "best_of")
+CHAT_FIELDS = COMMON + ("messages", "max_completion_tokens", "logprobs", "top_logprobs")
 COMPLETION_DEFAULT_TOKENS = 16  # OpenAI's default `max_tokens` of a completion
 MAX_MESSAGES = 1024
 # A conversation longer than this many characters per token of context
@@ -76,6 +84,7 @@ PIECE_CHARACTERS = 4096
 RETRY_AFTER_SECONDS = 1
 MAX_PROMPTS = 64  # prompts of one completions request
 MAX_LOGPROBS = 5  # OpenAI's most `logprobs` of a completion
+MAX_TOP_LOGPROBS = 20  # OpenAI's most `top_logprobs` of a chat answer
 
 
 class Service:
@@ -111,9 +120,10 @@ class Service:
                 "max_message_characters": self.max_characters,
                 "max_stop_strings": MAX_STOP_STRINGS,
                 "max_stop_characters": MAX_STOP_CHARACTERS,
-                "max_n": 1,
+                "max_n": scheduler.max_batch,
                 "max_prompts": MAX_PROMPTS,
                 "max_logprobs": MAX_LOGPROBS,
+                "max_top_logprobs": MAX_TOP_LOGPROBS,
                 "max_batch": scheduler.max_batch,
                 "max_batches": scheduler.max_batches,
                 "max_queue": scheduler.max_queue,
@@ -137,13 +147,30 @@ class Service:
             raise RequestError(f"logprobs: expected null or an integer in [0, {MAX_LOGPROBS}]; got {short(logprobs)}",
                                "logprobs")
         prompts = self._prompts(body.get("prompt"))
+        n, best_of = self._samples(body, chat=False)
+        if len(prompts) * best_of > MAX_PROMPTS:
+            raise RequestError(f"prompt: {len(prompts)} prompts of {best_of} samples each; expected at most "
+                               f"{MAX_PROMPTS} samples in all", "prompt")
         if body.get("stream") and (echo or logprobs is not None or len(prompts) > 1):
             raise RequestError("stream: true takes one prompt, without echo or logprobs", "stream")
         if echo and body.get("max_tokens") == 0:
-            jobs = [None] * len(prompts)
+            jobs = [[] for _ in prompts]
         else:
-            jobs = [self._job(body, ids, COMPLETION_DEFAULT_TOKENS) for _, ids in prompts]
-        return Completion([text for text, _ in prompts], [ids for _, ids in prompts], jobs, echo, logprobs)
+            jobs = [[self._job(body, ids, COMPLETION_DEFAULT_TOKENS) for _ in range(best_of)] for _, ids in prompts]
+        return Completion([text for text, _ in prompts], [ids for _, ids in prompts], jobs, echo, logprobs, n)
+
+    def _samples(self, body, chat):
+        """`n` and `best_of` (`n` for chat), each in [1, --max-batch]: the
+        samples of a prompt decode in one batch."""
+        most = self.scheduler.max_batch
+        n = integer(body, "n", 1, most, 1)
+        best_of = n if chat else integer(body, "best_of", n, most, n)
+        sampled = body.get("temperature") != 0
+        if best_of > 1 and sampled and body.get("seed") is not None:
+            raise RequestError("seed: a seed draws one sample; with n or best_of above 1, leave it out", "seed")
+        if best_of > 1 and body.get("stream"):
+            raise RequestError("stream: true takes one sample (n and best_of 1)", "stream")
+        return n, best_of
 
     def _prompts(self, prompt):
         """`(text or None, ids)` of each prompt: a string, a list of token
@@ -203,30 +230,37 @@ class Service:
                                "tokens")
         return {"prompt": decode(self.tokenizer, tokens)}
 
-    def logprobs(self, completion, answers, scores):
-        """OpenAI's `logprobs` object of each choice: `answers[i]` the
-        answer's `(text, token ids)`, `scores[i]` the `Score` of the
-        choice's tokens (None where there are none)."""
-        objects = []
-        for text, ids, answer, score in zip(completion.texts, completion.prompt_ids, answers, scores):
-            prompt_text = text if text is not None else decode(self.tokenizer, ids)
-            new_ids = answer[1]
-            shown = (ids if completion.echo else []) + new_ids
-            before = [] if completion.echo else ids
-            entries = [None] * (len(shown) - (0 if score is None else len(score.token_ids)))
-            tokens = [decode(self.tokenizer, [t]) for t in shown]
-            token_logprobs, top_logprobs = [None] * len(entries), [None] * len(entries)
-            if score is not None:
-                for i, (token, value) in enumerate(zip(score.token_ids, score.token_logprobs)):
-                    alternatives = {decode(self.tokenizer, [int(t)]): float(v)
-                                    for t, v in zip(score.top_ids[i], score.top_logprobs[i])}
-                    alternatives.setdefault(decode(self.tokenizer, [int(token)]), float(value))
-                    token_logprobs.append(float(value))
-                    top_logprobs.append(alternatives)
-            start = 0 if completion.echo else len(prompt_text)
-            objects.append({"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs,
-                            "text_offset": [start + o for o in _offsets(self.tokenizer, before, shown)]})
-        return objects
+    def completion_logprobs(self, text, ids, new_ids, score, echo):
+        """OpenAI's legacy `logprobs` object of one choice: `text` the
+        prompt's (None for token ids), `score` the `Score` of the choice's
+        tokens (None where there are none)."""
+        prompt_text = text if text is not None else decode(self.tokenizer, ids)
+        shown, before = (ids if echo else []) + new_ids, [] if echo else ids
+        missing = len(shown) - (0 if score is None else len(score.token_ids))
+        token_logprobs, top_logprobs = [None] * missing, [None] * missing
+        for i, (token, value) in enumerate(zip(*(() if score is None else (score.token_ids, score.token_logprobs)))):
+            alternatives = {decode(self.tokenizer, [int(t)]): float(v)
+                            for t, v in zip(score.top_ids[i], score.top_logprobs[i])}
+            alternatives.setdefault(decode(self.tokenizer, [int(token)]), float(value))
+            token_logprobs.append(float(value))
+            top_logprobs.append(alternatives)
+        start = 0 if echo else len(prompt_text)
+        return {"tokens": [decode(self.tokenizer, [t]) for t in shown], "token_logprobs": token_logprobs,
+                "top_logprobs": top_logprobs,
+                "text_offset": [start + o for o in _offsets(self.tokenizer, before, shown)]}
+
+    def chat_logprobs(self, score):
+        """OpenAI's chat `logprobs` object of one choice's answer."""
+        def entry(token, value):
+            text = decode(self.tokenizer, [int(token)])
+            return {"token": text, "logprob": float(value), "bytes": list(text.encode("utf-8"))}
+
+        content = []
+        if score is not None:
+            for i, (token, value) in enumerate(zip(score.token_ids, score.token_logprobs)):
+                content.append({**entry(token, value), "top_logprobs": [
+                    entry(t, v) for t, v in zip(score.top_ids[i], score.top_logprobs[i])]})
+        return {"content": content, "refusal": None}
 
     def prompt_ids(self, text, field):
         """The ids of `text`, refused once it surely has more tokens than a
@@ -253,12 +287,19 @@ class Service:
         except ValueError as error:
             raise RequestError(f"{field}: {error}", field) from None
 
-    def chat_job(self, body):
-        """The `Job` of a /v1/chat/completions request."""
+    def chat(self, body):
+        """The `Completion` of a /v1/chat/completions request."""
         known(body, CHAT_FIELDS)
         self._check_common(body)
-        if body.get("logprobs") not in (None, False):
-            raise RequestError("logprobs: not supported in chat; expected null or false", "logprobs")
+        logprobs = body.get("logprobs", False)
+        if not isinstance(logprobs, bool) and logprobs is not None:
+            raise RequestError(f"logprobs: expected true or false; got {short(logprobs)}", "logprobs")
+        top = integer(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, 0)
+        if body.get("top_logprobs") is not None and not logprobs:
+            raise RequestError("top_logprobs: needs logprobs true", "top_logprobs")
+        if logprobs and body.get("stream"):
+            raise RequestError("stream: true is not taken with logprobs", "stream")
+        n, _ = self._samples(body, chat=True)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise RequestError('messages: expected a non-empty list of {"role", "content"} objects', "messages")
@@ -290,15 +331,14 @@ class Service:
             if body.get("max_tokens") is not None:
                 raise RequestError("max_tokens and max_completion_tokens: give one", "max_completion_tokens")
             body = {**body, "max_tokens": body["max_completion_tokens"]}
-        return self._job(body, ids, None)
+        jobs = [self._job(body, ids, None) for _ in range(n)]
+        return Completion([None], [ids], [jobs], False, top if logprobs else None, n, chat=True)
 
     def _check_common(self, body):
         model = body.get("model")
         if model is not None and model != self.name:
             raise RequestError(f"model: {model!r} is not served here; expected {self.name!r} (GET /v1/models)",
                                "model", status=404, code="model_not_found")
-        if body.get("n", 1) != 1:
-            raise RequestError(f"n: only 1 is supported; got {short(body.get('n'))}", "n")
         for name in ("presence_penalty", "frequency_penalty"):
             if body.get(name) not in (None, 0, 0.0):
                 raise RequestError(f"{name}: only 0 is supported; got {short(body.get(name))}", name)
@@ -366,30 +406,24 @@ def create_app(service, api_key=None):
     async def health(request):
         return JSONResponse(service.health())
 
-    async def chat(request):
+    async def answer(request, make):
         _authorize(request, api_key)
         body = await read_json(request, service.limits)
-        job = service.chat_job(body)
-        _submit(service.scheduler, [job])
-        reply = _Reply(service.name, True, len(job.prompt_ids))
-        if body.get("stream"):
-            include_usage = (body.get("stream_options") or {}).get("include_usage", False)
-            return StreamingResponse(_stream(job, reply, include_usage), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        return await _whole(request, job, reply)
-
-    async def completions(request):
-        _authorize(request, api_key)
-        body = await read_json(request, service.limits)
-        completion = service.completion(body)
-        jobs = [job for job in completion.jobs if job is not None]
+        completion = make(body)
+        jobs = [job for jobs in completion.jobs for job in jobs]
         _submit(service.scheduler, jobs)
         if body.get("stream"):
             include_usage = (body.get("stream_options") or {}).get("include_usage", False)
-            reply = _Reply(service.name, False, len(jobs[0].prompt_ids))
+            reply = _Reply(service.name, completion.chat, len(jobs[0].prompt_ids))
             return StreamingResponse(_stream(jobs[0], reply, include_usage), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         return await _complete(request, service, completion)
+
+    async def completions(request):
+        return await answer(request, service.completion)
+
+    async def chat(request):
+        return await answer(request, service.chat)
 
     async def tokenizer_info(request):
         _authorize(request, api_key)
@@ -426,15 +460,6 @@ class _Reply:
     def usage(self, row):
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": row.completion_tokens,
                 "total_tokens": self.prompt_tokens + row.completion_tokens}
-
-    def whole(self, text, row):  # one choice
-        if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "finish_reason": row.finish_reason, "logprobs": None}
-        else:
-            choice = {"index": 0, "text": text, "finish_reason": row.finish_reason, "logprobs": None}
-        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "choices": [choice], "usage": self.usage(row)}
 
     def chunk(self, text=None, finish_reason=None, role=False, usage=None):
         if usage is not None:
@@ -479,15 +504,19 @@ class _Events:
 
 @dataclasses.dataclass
 class Completion:
-    """A /v1/completions request checked: per prompt its text (None for
-    token ids), its ids and its `Job` (None with `max_tokens: 0`); `echo`
-    and `logprobs` (None, or the alternatives asked for)."""
+    """A completions or chat request checked: per prompt its text (None
+    for token ids), its ids and its `best_of` `Job`s (none with
+    `max_tokens: 0`); `echo`, `logprobs` (None, or the alternatives asked
+    for), `n` (the choices returned of each prompt's samples: those of the
+    highest log-probability per token), and whether it is chat."""
 
     texts: list
     prompt_ids: list
     jobs: list
     echo: bool
     logprobs: object
+    n: int = 1
+    chat: bool = False
 
 
 def _submit(scheduler, jobs):
@@ -522,51 +551,38 @@ def _server_error(message):
                         status_code=500)
 
 
-async def _whole(request, job, reply):
-    """The non-streamed answer. A client that leaves before it cancels the
-    job, which frees its place in the queue or stops its decoding."""
-    disconnected = asyncio.ensure_future(_disconnected(request))
-    try:
-        result = await _result(job, disconnected)
-        if result is None:
-            return Response(status_code=499)  # the client left: nobody reads this
-        kind, value = result
-        return _server_error(value) if kind == ERROR else JSONResponse(reply.whole(*value))
-    finally:
-        disconnected.cancel()
-        job.cancelled = True
-
-
 async def _complete(request, service, completion):
-    """The non-streamed completions: each prompt's answer, then (with
-    `logprobs`) one `ScoreJob` for the tokens of them all."""
+    """The non-streamed answer: each prompt's samples, then (for
+    `logprobs` or `best_of`) one `ScoreJob` for the tokens of them all, and
+    the `n` choices of each prompt. A client that leaves cancels the jobs,
+    which frees their places in the queue or stops their decoding."""
     disconnected = asyncio.ensure_future(_disconnected(request))
-    jobs = [job for job in completion.jobs if job is not None]
+    jobs = [job for jobs in completion.jobs for job in jobs]
     try:
-        answers, usage = [], [0, 0]
-        for job, ids in zip(completion.jobs, completion.prompt_ids):
-            usage[0] += len(ids)
-            if job is None:
-                answers.append(("", [], "length"))
-                continue
-            result = await _result(job, disconnected)
-            if result is None:
-                return Response(status_code=499)
-            if result[0] == ERROR:
-                return _server_error(result[1])
-            text, row = result[1]
-            answers.append((text, _answer_ids(service.tokenizer, ids, job.token_ids, row, text), row.finish_reason))
-            usage[1] += row.completion_tokens
-        logprobs = [None] * len(answers)
-        if completion.logprobs is not None:
+        samples, completion_tokens = [], 0  # samples[p]: (text, new ids, finish reason) of each
+        for ids, prompt_jobs in zip(completion.prompt_ids, completion.jobs):
+            samples.append([("", [], "length")] * completion.n if not prompt_jobs else [])
+            for job in prompt_jobs:
+                result = await _result(job, disconnected)
+                if result is None:
+                    return Response(status_code=499)  # the client left: nobody reads this
+                if result[0] == ERROR:
+                    return _server_error(result[1])
+                text, row = result[1]
+                samples[-1].append((text, _answer_ids(service.tokenizer, ids, job.token_ids, row, text),
+                                    row.finish_reason))
+                completion_tokens += row.completion_tokens
+        scores = [[None] * len(prompt_samples) for prompt_samples in samples]
+        ranked = any(len(prompt_samples) > completion.n for prompt_samples in samples)
+        if completion.logprobs is not None or ranked:
             pairs = []
-            for i, (ids, (_, new_ids, _)) in enumerate(zip(completion.prompt_ids, answers)):
-                full, split = ids + new_ids, 1 if completion.echo else len(ids)
-                if len(full) > split:
-                    pairs.append((i, full[:split], full[split:]))
-            scores = [None] * len(answers)
+            for p, (ids, prompt_samples) in enumerate(zip(completion.prompt_ids, samples)):
+                for c, (_, new_ids, _) in enumerate(prompt_samples):
+                    full, split = ids + new_ids, 1 if completion.echo else len(ids)
+                    if len(full) > split:
+                        pairs.append((p, c, full[:split], full[split:]))
             if pairs:
-                job = ScoreJob([p[1] for p in pairs], [p[2] for p in pairs], completion.logprobs)
+                job = ScoreJob([pair[2] for pair in pairs], [pair[3] for pair in pairs], completion.logprobs or 0)
                 jobs.append(job)
                 _submit(service.scheduler, [job])
                 result = await _result(job, disconnected)
@@ -574,24 +590,49 @@ async def _complete(request, service, completion):
                     return Response(status_code=499)
                 if result[0] == ERROR:
                     return _server_error(result[1])
-                for (i, _, _), score in zip(pairs, result[1][1]):
-                    scores[i] = score
-            logprobs = service.logprobs(completion, answers, scores)
+                for (p, c, _, _), score in zip(pairs, result[1][1]):
+                    scores[p][c] = score
         choices = []
-        for i, ((text, _, finish_reason), ids) in enumerate(zip(answers, completion.prompt_ids)):
-            if completion.echo:
-                prompt = completion.texts[i]
-                text = (prompt if prompt is not None else decode(service.tokenizer, ids)) + text
-            choices.append({"index": i, "text": text, "finish_reason": finish_reason, "logprobs": logprobs[i]})
+        for p, (ids, prompt_samples) in enumerate(zip(completion.prompt_ids, samples)):
+            order = sorted(range(len(prompt_samples)),
+                           key=lambda c: -_per_token(scores[p][c], len(prompt_samples[c][1])))[: completion.n]
+            for c in order if ranked else range(len(prompt_samples)):
+                choices.append(_choice(service, completion, p, len(choices), prompt_samples[c], scores[p][c]))
+        prompt_tokens = sum(len(ids) for ids in completion.prompt_ids)
         return JSONResponse({
-            "id": "cmpl-" + uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()),
+            "id": ("chatcmpl-" if completion.chat else "cmpl-") + uuid.uuid4().hex,
+            "object": "chat.completion" if completion.chat else "text_completion", "created": int(time.time()),
             "model": service.name, "choices": choices,
-            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
         })
     finally:
         disconnected.cancel()
         for job in jobs:
             job.cancelled = True
+
+
+def _per_token(score, new_tokens):
+    """A sample's log-probability per token of its answer (-inf for none)."""
+    if score is None or not new_tokens:
+        return -math.inf
+    return float(np.mean(score.token_logprobs[-new_tokens:]))
+
+
+def _choice(service, completion, p, index, sample, score):
+    """One choice of the answer: prompt `p`'s `sample` and its `Score`."""
+    text, new_ids, finish_reason = sample
+    ids, prompt_text = completion.prompt_ids[p], completion.texts[p]
+    if completion.chat:
+        logprobs = None if completion.logprobs is None else service.chat_logprobs(score)
+        return {"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason,
+                "logprobs": logprobs}
+    logprobs = None
+    if completion.logprobs is not None:
+        logprobs = service.completion_logprobs(prompt_text, ids, new_ids, score, completion.echo)
+    if completion.echo:
+        text = (prompt_text if prompt_text is not None else decode(service.tokenizer, ids)) + text
+    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": logprobs}
 
 
 def _answer_ids(tokenizer, prompt_ids, new_ids, row, text):

@@ -1,8 +1,9 @@
 """`zoo serve`'s completions `logprobs` and `echo`, as OpenAI's legacy
-completions define them, are `zoo.score`'s log-probabilities; the
-tokenizer endpoints are vLLM's; lm-evaluation-harness's own
-`local-completions` model, pointed at the server, scores a
-multiple-choice task as `zoo.score` does."""
+completions define them, and chat's `logprobs`, are `zoo.score`'s
+log-probabilities; `n` samples are choices each scored as its own text,
+`best_of` returns the likeliest; the tokenizer endpoints are vLLM's;
+lm-evaluation-harness's own `local-completions` model, pointed at the
+server, scores a multiple-choice task as `zoo.score` does."""
 
 import json
 import os
@@ -18,6 +19,7 @@ import pytest  # noqa: E402
 
 import zoo  # noqa: E402
 from tests.serve.conftest import CONTEXT, Server  # noqa: E402
+from tests.serve.test_openai_api import chat_folder  # noqa: E402, F401  (a fixture)
 
 pytest.importorskip("openai")
 pytest.importorskip("starlette")
@@ -117,12 +119,6 @@ def test_bad_logprobs_echo_and_prompts_are_refused_in_one_line(served, body, par
     assert "\n" not in error["message"]
 
 
-def test_chat_logprobs_are_refused(served):
-    body = {"model": "lm", "messages": [{"role": "user", "content": "hi"}], "logprobs": True}
-    response = httpx.post(served.url + "/v1/chat/completions", json=body, timeout=60)
-    assert response.status_code == 400 and response.json()["error"]["param"] == "logprobs"
-
-
 def test_the_harness_local_completions_model_scores_as_zoo_score(tmp_path):
     """lm-eval's `local-completions` with its remote tokenizer (the
     server's /tokenize): `echo`, `logprobs: 1`, `max_tokens: 1`, prompts as
@@ -168,3 +164,68 @@ def test_the_harness_local_completions_model_scores_as_zoo_score(tmp_path):
     assert len(correct) == len(QUESTIONS)
     assert results["results"]["zoo_choice"]["acc,none"] == pytest.approx(np.mean(correct))
     assert 0 < np.mean(correct) < 1  # the check tells a right choice from a wrong one
+
+
+# --- n, best_of, chat ---------------------------------------------------------------------------
+
+
+def test_n_samples_of_a_prompt_are_choices_each_scored_as_its_own_text(served, lm):
+    answer = served.client().completions.create(model="lm", prompt=PROMPT, max_tokens=8, temperature=2.0, n=4,
+                                                logprobs=0)
+    assert [c.index for c in answer.choices] == [0, 1, 2, 3]
+    assert answer.usage.completion_tokens == 4 * 8
+    for choice in answer.choices:
+        score = zoo.score(lm, [ids_of(lm, PROMPT)], [ids_of(lm, choice.text)])[0]
+        np.testing.assert_allclose(choice.logprobs.token_logprobs, score.token_logprobs, rtol=1e-5)
+    assert len({c.text for c in answer.choices}) > 1  # four draws, not one answer four times
+
+
+def test_greedy_n_answers_zoo_generate_n_times(served, lm):
+    answer = served.client().completions.create(model="lm", prompt=[PROMPT, "JULIET: "], max_tokens=5,
+                                                temperature=0, n=2)
+    texts = [c.text for c in answer.choices]
+    first, second = (zoo.generate(lm, p, max_new_tokens=5)[len(p):] for p in (PROMPT, "JULIET: "))
+    assert texts == [first, first, second, second]  # OpenAI's order: each prompt's n choices together
+
+
+def test_best_of_decodes_every_sample_and_returns_the_likeliest_per_token(served, lm):
+    answer = served.client().completions.create(model="lm", prompt=PROMPT, max_tokens=6, temperature=2.0, n=2,
+                                                best_of=6, logprobs=0)
+    assert len(answer.choices) == 2 and answer.usage.completion_tokens == 6 * 6
+    means = [np.mean(c.logprobs.token_logprobs) for c in answer.choices]
+    assert means == sorted(means, reverse=True)
+
+
+def test_chat_logprobs_are_openais_chat_shape_and_zoo_scores(chat_folder):
+    lm = zoo.from_pretrained(chat_folder)
+    messages = [{"role": "user", "content": "naïve café?"}]
+    ids = lm.tokenizer.apply_chat_template(messages)
+    server = Server(lm, name="qwen")
+    try:
+        answer = server.client().chat.completions.create(model="qwen", messages=messages, max_tokens=6,
+                                                         temperature=0, logprobs=True, top_logprobs=3)
+    finally:
+        server.stop()
+    new = zoo.generate(lm, [ids], 6, stop_token_ids=lm.tokenizer.end_token_ids).sequences[0]
+    if new and new[-1] in lm.tokenizer.end_token_ids:
+        new = new[:-1]
+    score = zoo.score(lm, [ids], [list(new)], top_logprobs=3)[0]
+    content = answer.choices[0].logprobs.content
+    np.testing.assert_allclose([c.logprob for c in content], score.token_logprobs, rtol=1e-5)
+    for entry, top_ids in zip(content, score.top_ids):
+        assert entry.bytes == list(entry.token.encode("utf-8"))
+        assert [t.token for t in entry.top_logprobs] == [lm.tokenizer.detokenize([int(t)]) for t in top_ids]
+        assert entry.top_logprobs[0].logprob == max(t.logprob for t in entry.top_logprobs)
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"logprobs": True, "stream": True}, "stream"),
+    ({"logprobs": 3}, "logprobs"),
+    ({"n": 9}, "n"),
+])
+def test_bad_chat_logprobs_and_n_are_refused(served, body, param):
+    body = {"model": "lm", "messages": [{"role": "user", "content": "hi"}], **body}
+    response = httpx.post(served.url + "/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 400 and response.json()["error"]["param"] == param
