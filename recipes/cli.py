@@ -92,8 +92,11 @@ def parser():
     sample.add_argument("--seed", type=int, default=None, help="random seed, for a reproducible sample")
     _add_quantize(sample)
 
-    translate = commands.add_parser("translate", help="translate sentences with a trained run (translate, demo)")
-    translate.add_argument("run", metavar="RUN", help="the run folder of translate or demo")
+    translate = commands.add_parser(
+        "translate", help="translate sentences with a trained run (translate, demo) or a Marian checkpoint"
+    )
+    translate.add_argument("run", metavar="RUN", help="the run folder of translate or demo, or a Marian "
+                           "checkpoint folder or handle (hf://Helsinki-NLP/opus-mt-de-en)")
     translate.add_argument("sentences", nargs="+", metavar="SENTENCE", help="sentences to translate")
     translate.add_argument("--beam-size", type=POSITIVE_INT, default=None,
                            help="beams (1: greedy); default: the run's own --beam-size (6; demo: 1)")
@@ -314,6 +317,7 @@ CHECKPOINT_MODELS = {
     "sample": ("CausalLM", "a causal LM (GPT-2, the Llama family or Gemma 3)"),
     "classify": ("BertClassifier",
                  "a BERT classifier (BertForSequenceClassification or keras-hub's BertTextClassifier)"),
+    "translate": ("EncoderDecoder", "an encoder-decoder (a Marian opus-mt checkpoint)"),
 }
 
 
@@ -362,11 +366,13 @@ def _sample(args):
 def _translate(args):
     import zoo
 
-    refuse_checkpoint(args.run, "translate")
-    name, _, model = open_run(args.run, "translate", args.quantize)
-    run = json.loads((Path(args.run) / "run.json").read_text(encoding="utf-8"))["args"]
-    beams = args.beam_size or run.get("beam_size", 1)
-    penalty = args.length_penalty if args.length_penalty is not None else run.get("length_penalty", 0.6)
+    if is_checkpoint(args.run):  # decoded as its generation_config.json says, unless a flag says otherwise
+        model, beams, penalty = open_model(args.run, "translate", args.quantize), args.beam_size, args.length_penalty
+    else:
+        name, _, model = open_run(args.run, "translate", args.quantize)
+        run = json.loads((Path(args.run) / "run.json").read_text(encoding="utf-8"))["args"]
+        beams = args.beam_size or run.get("beam_size", 1)
+        penalty = args.length_penalty if args.length_penalty is not None else run.get("length_penalty", 0.6)
     for translation in zoo.translate(model, args.sentences, num_beams=beams, length_penalty=penalty):
         print(translation)
     return 0

@@ -187,6 +187,17 @@ def _feed_forward(x, w, p):
     return _layer_norm(x + _linear(hidden, w, p + "fc2"), w, p + "final_layer_norm")
 
 
+def log_probability(tensors, config, source_ids, new_ids):
+    """The float64 log-probability of `new_ids` after the decoder start, `<pad>` masked out."""
+    start = config["decoder_start_token_id"]
+    target = np.array([[start] + list(new_ids[:-1])])
+    logits = reference_logits(tensors, config, np.array([source_ids]), np.ones((1, len(source_ids))), target)[0]
+    logits[:, config["pad_token_id"]] = -np.inf
+    logits = logits - logits.max(-1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return float(sum(log_probs[i, token] for i, token in enumerate(new_ids)))
+
+
 def reference_logits(tensors, config, source_ids, source_mask, target_ids):
     """MarianMTModel's logits (B, T, V) in float64, in inference mode (no dropout):
     post-LN encoder and decoder layers, embeddings x sqrt(d) plus Marian's sinusoids
@@ -219,18 +230,18 @@ def reference_logits(tensors, config, source_ids, source_mask, target_ids):
     return y @ embedding.T + w["final_logits_bias"]
 
 
-def reference_greedy(tensors, config, source_ids, max_length):
+def reference_greedy(tensors, config, source_ids, max_length, force_end=True):
     """transformers' greedy `generate` of one source, in float64 through `reference_logits`
     (no cache): start at `decoder_start_token_id`, `<pad>` never chosen (`bad_words_ids`),
-    `</s>` forced at the last position (`forced_eos_token_id`), stop after `</s>`.
-    Returns the new ids, `</s>` included."""
+    `</s>` forced at the last position (`forced_eos_token_id`, unless not `force_end`), stop
+    after `</s>`. Returns the new ids, `</s>` included."""
     pad, end = config["pad_token_id"], config["eos_token_id"]
     decoded = [config["decoder_start_token_id"]]
     while len(decoded) < max_length:
         logits = reference_logits(tensors, config, np.array([source_ids]), np.ones((1, len(source_ids))),
                                   np.array([decoded]))[0, -1]
         logits[pad] = -np.inf
-        if len(decoded) == max_length - 1:
+        if force_end and len(decoded) == max_length - 1:
             logits = np.where(np.arange(len(logits)) == end, 0.0, -np.inf)
         decoded.append(int(np.argmax(logits)))
         if decoded[-1] == end:

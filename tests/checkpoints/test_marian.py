@@ -261,3 +261,118 @@ def test_a_larger_vocabulary_than_the_embedding_is_refused(folder, tmp_path):
     vocabulary["extra"] = len(vocabulary) + 5
     (other / "vocab.json").write_text(json.dumps(vocabulary))
     refused(other, "the tokenizer has .* tokens but the embedding table")
+
+
+# --- Decoding as the checkpoint says ------------------------------------------------------------
+
+
+def test_cached_greedy_decoding_equals_the_uncached_reference(model, folder):
+    """The engine's cached greedy steps pick the tokens of the float64 reference's full passes,
+    `<pad>` (bad_words_ids) never among them."""
+    tensors, config = checkpoint(folder)
+    tokenizer = model.tokenizer
+    for sentence in mc.SOURCE_SENTENCES[:3]:
+        source = _np(model.source_tokenizer(sentence)).tolist()
+        expected = mc.reference_greedy(tensors, config, source, max_length=13, force_end=False)
+        out = zoo.generate(model, [[tokenizer.start_token_id]], max_new_tokens=12, source=[source],
+                           stop_token_ids=[tokenizer.end_token_id], suppress_token_ids=[tokenizer.pad_token_id])
+        assert out.sequences[0] == expected
+        assert tokenizer.pad_token_id not in out.sequences[0]
+
+
+def test_pad_is_chosen_unless_suppressed(model, folder):
+    """The test above sees the suppression: with `<pad>`'s final bias raised, greedy picks it
+    unless it is suppressed."""
+    tensors, config = checkpoint(folder)
+    pad = model.tokenizer.pad_token_id
+    source = _np(model.source_tokenizer("Ein Mann fährt Fahrrad.")).tolist()
+    bias = model.output_bias.bias
+    original = _np(bias)
+    try:
+        bias.assign(np.where(np.arange(len(original)) == pad, 100.0, original).astype("float32"))
+        free = zoo.generate(model, [[pad]], max_new_tokens=3, source=[source])
+        kept = zoo.generate(model, [[pad]], max_new_tokens=3, source=[source], suppress_token_ids=[pad])
+        beams = zoo.generation.beam_search(model, [[pad]], 3, num_beams=3, source=[source], suppress_token_ids=[pad])
+    finally:
+        bias.assign(original)
+    assert free.sequences[0] == [pad] * 3
+    assert pad not in kept.sequences[0] and all(pad not in hypothesis for hypothesis in beams.sequences[0])
+
+
+def test_beam_hypotheses_are_scored_as_the_uncached_reference(model, folder):
+    """Each of the 4 cached beams' scores is its float64 log-probability over its length ** penalty."""
+    tensors, config = checkpoint(folder)
+    tokenizer = model.tokenizer
+    source = _np(model.source_tokenizer("Zwei Hunde laufen über die Straße.")).tolist()
+    beams = zoo.generation.beam_search(model, [[tokenizer.start_token_id]], 8, num_beams=4, length_penalty=1.0,
+                                       stop_token_ids=[tokenizer.end_token_id], source=[source],
+                                       suppress_token_ids=[tokenizer.pad_token_id])
+    assert len(beams.sequences[0]) == 4
+    for hypothesis, score in zip(beams.sequences[0], beams.scores[0]):
+        expected = mc.log_probability(tensors, config, source, hypothesis) / len(hypothesis)
+        np.testing.assert_allclose(score, expected, rtol=1e-4, atol=1e-4)
+    greedy = mc.reference_greedy(tensors, config, source, max_length=9, force_end=False)
+    assert beams.scores[0][0] >= mc.log_probability(tensors, config, source, greedy) / len(greedy) - 1e-4
+
+
+def test_translate_follows_the_generation_config(model, folder):
+    """zoo.translate decodes as generation_config.json says (here 4 beams, max_length 64, <pad> banned):
+    the same as beam search with those settings, detokenized before </s>."""
+    tokenizer = model.tokenizer
+    sentences = ["Ein Mann fährt Fahrrad.", "Die Kinder spielen im Garten."]
+    translations = zoo.translate(model, sentences)
+    for sentence, translation in zip(sentences, translations):
+        source = _np(model.source_tokenizer(sentence)).tolist()
+        beams = zoo.generation.beam_search(model, [[tokenizer.start_token_id]], 63, num_beams=4, length_penalty=1.0,
+                                           stop_token_ids=[0], source=[source], suppress_token_ids=[tokenizer.pad_token_id])
+        best = beams.sequences[0][0]
+        assert translation == tokenizer.detokenize(best[:-1] if best[-1] == 0 else best)
+    greedy = zoo.translate(model, sentences[:1], num_beams=1, max_length=8)
+    tensors, config = checkpoint(folder)
+    source = _np(model.source_tokenizer(sentences[0])).tolist()
+    expected = mc.reference_greedy(tensors, config, source, max_length=9, force_end=False)
+    assert greedy == [tokenizer.detokenize([t for t in expected if t != 0])]
+
+
+def test_zoo_translate_reads_a_checkpoint_by_handle(folder, model, tmp_path, monkeypatch, capsys):
+    from recipes import cli
+
+    sentence = "Ein Mann fährt Fahrrad."
+    with HubServer() as hub:
+        hub.commit("Helsinki-NLP/opus-mt-de-en", folder)
+        point_huggingface_hub(monkeypatch, hub.endpoint, tmp_path / "hf_home")
+        assert cli.main(["translate", "hf://Helsinki-NLP/opus-mt-de-en", sentence, "--beam-size", "2"]) == 0
+    assert capsys.readouterr().out == zoo.translate(model, [sentence], num_beams=2)[0] + "\n"
+    assert cli.main(["translate", str(folder), sentence]) == 0
+    assert capsys.readouterr().out == zoo.translate(model, [sentence])[0] + "\n"
+
+
+# --- Out, and back in ----------------------------------------------------------------------------
+
+
+def test_export_then_import_is_the_identity(model, folder, tmp_path):
+    exported = tmp_path / "exported"
+    zoo.export(model, exported, format="huggingface")
+    assert {p.name for p in exported.iterdir()} >= {"config.json", "model.safetensors", "source.spm", "target.spm",
+                                                    "vocab.json", "tokenizer_config.json", "generation_config.json"}
+    original, written = load_file(str(folder / "model.safetensors")), load_file(str(exported / "model.safetensors"))
+    assert set(written) == set(original) - {"model.encoder.embed_positions.weight"}  # the tables are computed
+    for name, value in written.items():
+        np.testing.assert_array_equal(value, original[name], err_msg=name)
+    config = json.loads((exported / "config.json").read_text())
+    source_config = json.loads((folder / "config.json").read_text())
+    for key in ("model_type", "vocab_size", "d_model", "encoder_layers", "decoder_ffn_dim", "activation_function",
+                "scale_embedding", "pad_token_id", "decoder_start_token_id", "max_position_embeddings"):
+        assert config[key] == source_config[key], key
+    assert (exported / "source.spm").read_bytes() == (folder / "source.spm").read_bytes()
+    assert (exported / "target.spm").read_bytes() == (folder / "target.spm").read_bytes()
+    again = zoo.from_pretrained(exported)
+    x = inputs(model.vocabulary_size, seed=4)
+    np.testing.assert_array_equal(_np(again(x)), _np(model(x)))
+    assert again.tokenizer.generation["num_beams"] == 4
+    assert _np(again.source_tokenizer("Größe über Straße")).tolist() == _np(model.source_tokenizer("Größe über Straße")).tolist()
+
+
+def test_the_papers_model_is_not_written_as_marian(tmp_path):
+    with pytest.raises(ValueError, match="not a Marian model: position='sinusoidal'"):
+        zoo.export(zoo.build("transformer-tiny"), tmp_path / "paper", format="huggingface")

@@ -95,6 +95,7 @@ def generate_ids(
     num_beams=4,
     length_penalty=1.0,
     pad_token_id=0,
+    suppress_token_ids=None,
     **kwargs,
 ):
     """Continue each prompt by up to `max_new_tokens` tokens: the token-id
@@ -126,6 +127,8 @@ def generate_ids(
         top_p: top-p's p, in (0, 1].
         num_beams, length_penalty: see `beam_search`.
         pad_token_id: fills the padded positions of the returned arrays.
+        suppress_token_ids: ids never chosen, by any sampler or beam
+            (transformers' single-token `bad_words_ids`: Marian's `<pad>`).
 
     Returns:
         A `GenerationOutput`.
@@ -153,6 +156,7 @@ def generate_ids(
             source_padding_mask=source_padding_mask,
             temperature=temperature,
             pad_token_id=pad_token_id,
+            suppress_token_ids=suppress_token_ids,
         )
         return GenerationOutput(
             token_ids=beams.token_ids[:, 0],
@@ -165,6 +169,7 @@ def generate_ids(
     decoding = Decoding(
         model, prompt, max_new_tokens, config, stop_token_ids, seed,
         padding_mask=padding_mask, source=source, source_padding_mask=source_padding_mask,
+        suppress_token_ids=suppress_token_ids,
     ).run()
     lengths = decoding.prompt_lengths + np.array([len(new) for new in decoding.new_tokens], "int32")
     token_ids = np.full((len(lengths), int(decoding.prompt_lengths.max()) + max_new_tokens), pad_token_id, "int32")
@@ -186,6 +191,7 @@ def beam_search(
     source_padding_mask=None,
     temperature=1.0,
     pad_token_id=0,
+    suppress_token_ids=None,
 ):
     """Beam search: the `num_beams` best continuations of each prompt.
 
@@ -208,7 +214,9 @@ def beam_search(
     batch = prompts.as_batch(prompt, padding_mask, "prompt")
     prompts.check_token_range(batch, model.vocabulary_size, "prompt")
     stop_token_ids = check_stop_tokens(stop_token_ids, model.vocabulary_size)
-    request = Request(model, batch, max_new_tokens, stop_token_ids, source, source_padding_mask)
+    suppress_token_ids = samplers.check_suppressed(suppress_token_ids, model.vocabulary_size)
+    request = Request(model, batch, max_new_tokens, stop_token_ids, source, source_padding_mask,
+                      suppress_token_ids=suppress_token_ids)
     if model.vocabulary_size < 2:
         raise ValueError("Beam search needs a vocabulary of at least 2 tokens.")
     config = ("beam", num_beams, float(length_penalty), float(temperature))

@@ -216,7 +216,7 @@ class BeamSearchLoop:
         if context is not None:
             context = tree.map_structure(lambda x: ops.repeat(x, num_beams, axis=0), context)
         return self.sampler(
-            next_function(model, context),
+            next_function(model, context, static.suppress_token_ids),
             ids,
             cache,
             ops.min(ops.sum(ops.cast(mask, "int32"), axis=1)),

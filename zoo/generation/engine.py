@@ -38,7 +38,7 @@ import dataclasses
 import numpy as np
 from keras import ops, tree
 
-from zoo.generation import compiled, loop, prompts
+from zoo.generation import compiled, loop, prompts, samplers
 from zoo.generation.interface import check_model
 
 STOP, LENGTH = "stop", "length"  # why a row ended (OpenAI's `finish_reason`)
@@ -66,6 +66,8 @@ class Decoding:
             of 64), so that requests of many sizes share a few compiled
             functions (what a server wants). Each row's tokens are the same
             up to floating-point rounding.
+        suppress_token_ids: ids never chosen (their logits masked out:
+            transformers' single-token `bad_words_ids`, Marian's `<pad>`).
 
     Attributes:
         prompt_lengths: (B,) int32.
@@ -76,7 +78,7 @@ class Decoding:
     """
 
     def __init__(self, model, prompt, budgets, config, stop_token_ids=None, seed=None, *, padding_mask=None,
-                 source=None, source_padding_mask=None, slide=False, bucket=False):
+                 source=None, source_padding_mask=None, slide=False, bucket=False, suppress_token_ids=None):
         check_model(model)
         self.model = model
         rows = prompts.as_batch(prompt, padding_mask, "prompt")
@@ -93,6 +95,7 @@ class Decoding:
         self.rows = [row.tolist() for row in rows]
         self.prompt_lengths = np.array([len(row) for row in rows], "int32")
         self.stop_token_ids = check_stop_tokens(stop_token_ids, model.vocabulary_size)
+        self.suppress_token_ids = samplers.check_suppressed(suppress_token_ids, model.vocabulary_size)
         self.window = model.max_sequence_length
         if slide and model.is_encoder_decoder:
             raise ValueError("Only a decoder-only model generates past its window; an encoder-decoder stops there.")
@@ -101,7 +104,8 @@ class Decoding:
             cached = min(cached, self.window - int(self.prompt_lengths.max()))
         self.request = None
         if cached > 0:
-            self.request = Request(model, rows, cached, self.stop_token_ids, source, source_padding_mask, bucket)
+            self.request = Request(model, rows, cached, self.stop_token_ids, source, source_padding_mask, bucket,
+                                   self.suppress_token_ids)
         elif source is not None:
             raise ValueError(f"{type(model).__name__} is decoder-only and takes no `source`.")
         self.sampler = compiled.sampler(model, config)
@@ -156,8 +160,9 @@ class Decoding:
         index = int(self.prompt_lengths.min())
         budget_end = (self.prompt_lengths + np.minimum(self.budgets, request.max_new_tokens)).astype("int32")
         if not every_token:
-            key = ("whole", self.config, request.shapes, self.stop_token_ids)
-            whole = _function(model, key, loop.Whole, model, self.sampler, request.shapes, stages, self.stop_token_ids)
+            key = ("whole", self.config, request.shapes, self.stop_token_ids, self.suppress_token_ids)
+            whole = _function(model, key, loop.Whole, model, self.sampler, request.shapes, stages, self.stop_token_ids,
+                              self.suppress_token_ids)
             done = np.array([reason is not None for reason in self.finish_reasons])
             with self._random_state():
                 token_ids, probabilities = whole(ids, mask, budget_end, done, *source)
@@ -173,8 +178,9 @@ class Decoding:
             if tree.flatten(cache)[0].shape[3] < stage_length:
                 grow = _function(model, ("grow", request.shapes, stage_length), loop.Grow, model, stage_length)
                 cache = grow.raw(cache)
-            key = ("advance", self.config, request.shapes, stage_length, self.stop_token_ids)
-            advance = _function(model, key, loop.Advance, model, self.sampler, stage_length, self.stop_token_ids)
+            key = ("advance", self.config, request.shapes, stage_length, self.stop_token_ids, self.suppress_token_ids)
+            advance = _function(model, key, loop.Advance, model, self.sampler, stage_length, self.stop_token_ids,
+                                self.suppress_token_ids)
             while index < stage_length and not self.finished:
                 until = index + 1
                 done = np.array([reason is not None for reason in self.finish_reasons])
@@ -220,8 +226,8 @@ class Decoding:
             recent = (prompt + new)[-window:]
             ids[row, : len(recent)] = recent
             last[row] = len(recent) - 1
-        key = ("window", self.config, ids.shape)
-        step = _function(self.model, key, loop.WindowStep, self.model, self.sampler)
+        key = ("window", self.config, ids.shape, self.suppress_token_ids)
+        step = _function(self.model, key, loop.WindowStep, self.model, self.sampler, self.suppress_token_ids)
         with self._random_state():
             tokens, probabilities = step(ids, last)
         gained = [[] for _ in self.rows]
@@ -258,7 +264,8 @@ class Request:
     shapes they fix (`shapes` (B, P, L[, S]), `static` the traced
     functions' key)."""
 
-    def __init__(self, model, rows, max_new_tokens, stop_token_ids, source, source_padding_mask, bucket=False):
+    def __init__(self, model, rows, max_new_tokens, stop_token_ids, source, source_padding_mask, bucket=False,
+                 suppress_token_ids=()):
         if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
             raise ValueError(f"`max_new_tokens` must be an integer >= 1; got {max_new_tokens!r}.")
         self.max_new_tokens = max_new_tokens = int(max_new_tokens)
@@ -300,7 +307,8 @@ class Request:
         elif source is not None or source_padding_mask is not None:
             raise ValueError(f"{type(model).__name__} is decoder-only and takes no `source`.")
         # What the traced functions depend on (the rest are their array inputs).
-        self.static = Static(self.shapes, self.stop_token_ids, max_new_tokens, loop.stage_lengths(longest, length))
+        self.static = Static(self.shapes, self.stop_token_ids, max_new_tokens, loop.stage_lengths(longest, length),
+                             tuple(suppress_token_ids))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,6 +317,7 @@ class Static:
     stop_token_ids: tuple
     max_new_tokens: int
     stages: tuple  # cache lengths, see `zoo.generation.loop`
+    suppress_token_ids: tuple = ()  # ids never chosen
 
 
 def check_stop_tokens(stop_token_ids, vocabulary_size):

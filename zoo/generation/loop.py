@@ -43,15 +43,15 @@ def prefill(model, shapes, cache_length, ids, source_ids=None, source_padding_ma
     return context, cache
 
 
-def next_function(model, context):
+def next_function(model, context, suppress_token_ids=()):
     """keras-hub's `next(token_ids, cache, index)`: the (B, V) logits for
     position `index`, from the token at index - 1 (which is written to the
-    cache)."""
+    cache), `suppress_token_ids` masked out."""
 
     def next(token_ids, cache, index):
         previous = ops.slice(token_ids, [0, index - 1], [token_ids.shape[0], 1])  # (B, 1)
         logits, cache = model.call_with_cache(previous, cache, index - 1, context)
-        return ops.cast(logits[:, 0], "float32"), None, cache
+        return samplers.suppress(ops.cast(logits[:, 0], "float32"), suppress_token_ids), None, cache
 
     return next
 
@@ -160,15 +160,16 @@ class Advance(_ModelFunction):
         `(index, cache, token_ids, probabilities, done)` after the loop.
     """
 
-    def __init__(self, model, sampler, stage_length, stop_token_ids):
+    def __init__(self, model, sampler, stage_length, stop_token_ids, suppress_token_ids=()):
         super().__init__(model)
         self.sampler, self.stage_length, self.stop_token_ids = sampler, stage_length, stop_token_ids
+        self.suppress_token_ids = suppress_token_ids
 
     def __call__(self, index, cache, token_ids, probabilities, done, until, mask, budget_end, context):
         compiled.count_trace()
         end = ops.minimum(until, self.stage_length)
         return sample(self.model, self.sampler, self.stop_token_ids, end, (index, cache, token_ids, probabilities, done),
-                      mask, budget_end, context)
+                      mask, budget_end, context, self.suppress_token_ids)
 
 
 class Whole(_ModelFunction):
@@ -180,9 +181,10 @@ class Whole(_ModelFunction):
     `Advance`'s, then `*source`. Returns `(token_ids, probabilities)`.
     """
 
-    def __init__(self, model, sampler, shapes, stages, stop_token_ids):
+    def __init__(self, model, sampler, shapes, stages, stop_token_ids, suppress_token_ids=()):
         super().__init__(model)
         self.sampler, self.shapes, self.stages, self.stop_token_ids = sampler, shapes, stages, stop_token_ids
+        self.suppress_token_ids = suppress_token_ids
 
     def __call__(self, ids, mask, budget_end, done, *source):
         compiled.count_trace()
@@ -193,15 +195,16 @@ class Whole(_ModelFunction):
         for stage, length in enumerate(self.stages):
             if stage:
                 state = (state[0], grow_cache(state[1], length), *state[2:])
-            state = sample(model, self.sampler, self.stop_token_ids, length, state, mask, budget_end, context)
+            state = sample(model, self.sampler, self.stop_token_ids, length, state, mask, budget_end, context,
+                           self.suppress_token_ids)
         return state[2], state[3]
 
 
-def sample(model, sampler, stop_token_ids, end, state, mask, budget_end, context):
+def sample(model, sampler, stop_token_ids, end, state, mask, budget_end, context, suppress_token_ids=()):
     """keras-hub's sampling loop from `state` = (index, cache, token_ids,
     probabilities, done) up to position `end`: one `while_loop` over
     `SamplingStep.body`."""
-    step = SamplingStep(model, sampler, context, mask, budget_end, stop_token_ids, end)
+    step = SamplingStep(model, sampler, context, mask, budget_end, stop_token_ids, end, suppress_token_ids)
     if not step.stateless:
         return tuple(ops.while_loop(step.cond, step.body, state))
     variables, *state = ops.while_loop(step.cond, step.body, (step.variables(), *state))
@@ -234,9 +237,9 @@ class WindowStep(_ModelFunction):
     row's last token. Returns `(tokens (B,) int32, probabilities (B,))`.
     """
 
-    def __init__(self, model, sampler):
+    def __init__(self, model, sampler, suppress_token_ids=()):
         super().__init__(model)
-        self.sampler = sampler
+        self.sampler, self.suppress_token_ids = sampler, suppress_token_ids
 
     def __call__(self, ids, last):
         compiled.count_trace()
@@ -244,6 +247,7 @@ class WindowStep(_ModelFunction):
         cache = model.empty_cache(ids.shape[0], ids.shape[1])
         logits, _ = model.call_with_cache(ids, cache, 0, None)  # (B, W, V)
         logits = ops.cast(ops.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], "float32")  # (B, V)
+        logits = samplers.suppress(logits, self.suppress_token_ids)
         token = ops.cast(self.sampler.get_next_token(self.sampler.compute_probabilities(logits)), "int32")
         return token, _probability_of(logits, token)
 
@@ -262,9 +266,10 @@ class SamplingStep:
     that the sampler's random state advances inside the compiled loop.
     """
 
-    def __init__(self, model, sampler, context, mask, budget_end, stop_token_ids, end):
+    def __init__(self, model, sampler, context, mask, budget_end, stop_token_ids, end, suppress_token_ids=()):
         self.model, self.sampler, self.context = model, sampler, context
         self.mask, self.budget_end, self.stop_token_ids, self.end = mask, budget_end, stop_token_ids, end
+        self.suppress_token_ids = suppress_token_ids
         self.stateless = keras.config.backend() == "jax"
         self.layout = KernelLayout(model)
 
@@ -298,7 +303,7 @@ class SamplingStep:
         with self._scope(state) as scope:
             previous = ops.slice(token_ids, [0, index - 1], [token_ids.shape[0], 1])  # (B, 1)
             logits, cache = self.model.call_with_cache(previous, cache, index - 1, self.context)
-            logits = ops.cast(logits[:, 0], "float32")  # (B, V)
+            logits = samplers.suppress(ops.cast(logits[:, 0], "float32"), self.suppress_token_ids)  # (B, V)
             token = ops.cast(sampler.get_next_token(sampler.compute_probabilities(logits)), "int32")
             in_prompt = self.mask[:, index]
             token = ops.where(in_prompt, token_ids[:, index], token)  # (B,)

@@ -8,6 +8,7 @@ need TensorFlow); "beam" is `zoo.generation.beam.BeamSearch`.
 """
 
 import numpy as np
+from keras import ops
 
 SAMPLERS = ("greedy", "temperature", "top_k", "top_p", "beam")
 
@@ -35,6 +36,26 @@ def refuse_renamed(kwargs, owner):
 def check_temperature(temperature):
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
         raise ValueError(f"`temperature` must be a number > 0; got {temperature!r}.")
+
+
+def check_suppressed(token_ids, vocabulary_size):
+    """The sorted tuple of ids that are never chosen (transformers' single-token
+    `bad_words_ids`, e.g. Marian's `<pad>`); a ValueError for one outside the vocabulary."""
+    ids = tuple(sorted({int(t) for t in token_ids or ()}))
+    for t in ids:
+        if not 0 <= t < vocabulary_size:
+            raise ValueError(f"Suppressed token id {t} is outside the vocabulary [0, {vocabulary_size}).")
+    return ids
+
+
+def suppress(logits, token_ids):
+    """(B, V) logits with the columns of `token_ids` at -1e9 (finite, as beam
+    search's scores), so that no sampler and no beam chooses them."""
+    if not token_ids:
+        return logits
+    banned = np.zeros((1, logits.shape[-1]), bool)
+    banned[0, list(token_ids)] = True
+    return ops.where(banned, ops.cast(-1e9, logits.dtype), logits)
 
 
 def sampler_config(sampler, temperature, top_k, top_p, vocabulary_size):

@@ -10,7 +10,7 @@ from zoo.models import EncoderDecoder
 from zoo.text.tokens import check_not_empty, decode, sentence_list, special_id, tokenizer_of
 
 
-def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6, batch_size=128):
+def translate(model, sentences, max_length=None, num_beams=None, length_penalty=None, batch_size=128):
     """Translate sentences with an encoder-decoder that carries its tokenizer.
 
     As the translate and demo recipes decode: each source is tokenized (no
@@ -21,15 +21,25 @@ def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6
     length, `batch_size` at a time, so a batch's compiled search is shared
     by sentences of similar length.
 
+    A checkpoint's model (Marian: its tokenizer carries the checkpoint's
+    `generation_config.json` as `generation`) decodes as transformers does
+    by default: its `num_beams`, `length_penalty` and `max_length`
+    (transformers' 1, 1.0 and 20 where it has none; `max_length` counts the
+    start token), its single-token `bad_words_ids` (Marian's `<pad>`) never
+    chosen, from its `decoder_start_token_id`. An argument given overrides
+    the setting.
+
     Args:
         model: an `EncoderDecoder` carrying a tokenizer: the target's, and
             the source's too unless the model carries a `source_tokenizer`.
         sentences: a list of str.
         max_length: the most target tokens of a translation (`[END]`
-            included); by default the longest source of the batch plus 10,
-            at most W - 1.
-        num_beams: beam search with this many beams; 1 is greedy decoding.
-        length_penalty: beam score `log_prob / length ** length_penalty`.
+            included); by default the checkpoint's, else the longest source
+            of the batch plus 10, at most W - 1.
+        num_beams: beam search with this many beams; 1 is greedy decoding;
+            by default the checkpoint's, else 4.
+        length_penalty: beam score `log_prob / length ** length_penalty`;
+            by default the checkpoint's, else 0.6.
         batch_size: sentences per call.
 
     Returns:
@@ -53,10 +63,19 @@ def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6
         )
     tokenizer = tokenizer_of(model, "zoo.translate")
     sentences = sentence_list(sentences, "zoo.translate")
+    window = model.max_sequence_length
+    settings, suppressed = getattr(tokenizer, "generation", None), None
+    if settings is not None:  # a checkpoint's generation_config.json, with transformers' defaults
+        num_beams = settings.get("num_beams", 1) if num_beams is None else num_beams
+        length_penalty = settings.get("length_penalty", 1.0) if length_penalty is None else length_penalty
+        if max_length is None:
+            max_length = max(1, min(settings.get("max_length", 20) - 1, window - 1))  # less the start token
+        suppressed = [ids[0] for ids in settings.get("bad_words_ids") or () if len(ids) == 1]
+    num_beams = 4 if num_beams is None else num_beams
+    length_penalty = 0.6 if length_penalty is None else length_penalty
     for name, value in (("num_beams", num_beams), ("batch_size", batch_size)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
-    window = model.max_sequence_length
     if max_length is not None and not (isinstance(max_length, int) and 1 <= max_length <= window - 1):
         raise ValueError(
             f"`max_length` must be an integer in [1, {window - 1}] (the model's context {window} minus the "
@@ -80,6 +99,7 @@ def translate(model, sentences, max_length=None, num_beams=4, length_penalty=0.6
             source=chunk,
             num_beams=num_beams,
             length_penalty=length_penalty,
+            suppress_token_ids=suppressed,
         )
         for i, tokens in zip(rows, result.sequences):
             tokens = [int(t) for t in tokens]
