@@ -88,6 +88,9 @@ def tensors(config, seed=0):
 
     d, ff, v = config["d_model"], config["encoder_ffn_dim"], config["vocab_size"]
     t = {"model.shared.weight": r(v, d, scale=0.5), "final_logits_bias": r(1, v, scale=0.5)}
+    if not config["share_encoder_decoder_embeddings"]:  # MarianModel's two tables, `shared` None
+        t["model.encoder.embed_tokens.weight"] = t.pop("model.shared.weight")
+        t["model.decoder.embed_tokens.weight"] = r(v, d, scale=0.5)
 
     def attention(p):
         for n in ("q_proj", "k_proj", "v_proj", "out_proj"):
@@ -206,11 +209,12 @@ def reference_logits(tensors, config, source_ids, source_mask, target_ids):
     d, heads = config["d_model"], config["encoder_attention_heads"]
     scale = math.sqrt(d) if config["scale_embedding"] else 1.0
     table = sinusoids(config["max_position_embeddings"], d)
-    embedding = w["model.shared.weight"]
+    source_embedding = w.get("model.encoder.embed_tokens.weight", w.get("model.shared.weight"))
+    embedding = w.get("model.decoder.embed_tokens.weight", w.get("model.shared.weight"))  # and the output layer's
     source_mask = np.asarray(source_mask, bool)
     s, t = source_ids.shape[1], target_ids.shape[1]
 
-    x = embedding[source_ids] * scale + table[:s]
+    x = source_embedding[source_ids] * scale + table[:s]
     encoder_allowed = np.broadcast_to(source_mask[:, None, :], (len(source_ids), s, s))
     for i in range(config["encoder_layers"]):
         p = f"model.encoder.layers.{i}."

@@ -376,3 +376,21 @@ def test_export_then_import_is_the_identity(model, folder, tmp_path):
 def test_the_papers_model_is_not_written_as_marian(tmp_path):
     with pytest.raises(ValueError, match="not a Marian model: position='sinusoidal'"):
         zoo.export(zoo.build("transformer-tiny"), tmp_path / "paper", format="huggingface")
+
+
+def test_separate_encoder_and_decoder_tables(tmp_path):
+    """share_encoder_decoder_embeddings=False: the encoder's table and the decoder's (tied to the output)."""
+    folder = mc.hf_folder(tmp_path / "separate", seed=5, config_changes={"share_encoder_decoder_embeddings": False})
+    model = zoo.from_pretrained(folder)
+    assert not model.config.share_embeddings
+    tensors, config = checkpoint(folder)
+    assert "model.shared.weight" not in tensors
+    x = inputs(config["vocab_size"], seed=5)
+    expected = mc.reference_logits(tensors, config, x["encoder_token_ids"], x["encoder_padding_mask"],
+                                   x["decoder_token_ids"])
+    np.testing.assert_allclose(_np(model(x)), expected, **TOLERANCE)
+    exported = tmp_path / "exported"
+    zoo.export(model, exported, format="huggingface")
+    written = load_file(str(exported / "model.safetensors"))
+    assert {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"} <= set(written)
+    np.testing.assert_array_equal(_np(zoo.from_pretrained(exported)(x)), _np(model(x)))
