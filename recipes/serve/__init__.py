@@ -1,4 +1,5 @@
-"""`zoo serve TARGET`: an OpenAI-compatible HTTP server over one language model.
+"""`zoo serve TARGET`: an OpenAI-compatible HTTP server over one language model
+(completions, chat) or one BERT sentence encoder (embeddings).
 
     zoo serve runs/gpt_char                      # a run folder holding model.keras
     zoo serve checkpoints/SmolLM2-135M-Instruct  # a Hugging Face checkpoint folder (chat through its template)
@@ -26,7 +27,7 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
     Args:
         target: a run folder, a `.keras` file, or a checkpoint folder or
             handle (`hf://ORG/NAME[@REVISION]`) of a decoder-only language
-            model that carries its tokenizer.
+            model, or of a BERT sentence encoder, that carries its tokenizer.
         host: the address to listen on (127.0.0.1: this machine only).
         port: the port; 0 picks a free one (the printed URL names it).
         api_key: the key every request must carry (`Authorization: Bearer
@@ -68,12 +69,12 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
 
 def check_language_model(model, target):
     """One clear line for a model `zoo serve` cannot serve."""
-    from zoo.models import CausalLM
+    from zoo.models import BertSentenceEncoder, CausalLM
 
-    if not isinstance(model, CausalLM):
+    if not isinstance(model, (CausalLM, BertSentenceEncoder)):
         raise ValueError(
             f"{target}: a {type(model).__name__}; zoo serve serves a decoder-only language model (GPT, Llama "
-            "family); `zoo translate` and `zoo classify` use the others"
+            "family) or a BERT sentence encoder (/v1/embeddings); `zoo translate` and `zoo classify` use the others"
         )
     if getattr(model, "tokenizer", None) is None and getattr(model.backbone, "tokenizer", None) is None:
         raise ValueError(f"{target}: the model carries no tokenizer; zoo serve works on text")

@@ -4,6 +4,8 @@
     POST /v1/completions         a prompt continued
     POST /v1/chat/completions    a conversation answered, through the
                                  checkpoint's chat template
+    POST /v1/embeddings          sentence embeddings (a BERT sentence
+                                 encoder served, `zoo.embed`)
     GET  /health                 the server's limits, and its queue now
 
     GET  /tokenizer_info         the tokenizer's special tokens, as vLLM
@@ -51,6 +53,7 @@ at most 4 strings of at most `MAX_STOP_CHARACTERS`.
 
 import asyncio
 import dataclasses
+from base64 import b64encode
 import hmac
 import json
 import math
@@ -64,8 +67,9 @@ from starlette.routing import Route
 
 from recipes.serve import web
 
-from recipes.serve.scheduler import END, ERROR, PIECE, Job, QueueFull, ScoreJob
+from recipes.serve.scheduler import END, ERROR, PIECE, EmbedJob, Job, QueueFull, ScoreJob
 from recipes.serve.web import Limits, RequestError, integer, is_int, known, number, read_json, short
+from zoo.models import BertSentenceEncoder
 from zoo.text.tokens import decode
 
 COMMON = ("model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "n", "user",
@@ -85,6 +89,8 @@ RETRY_AFTER_SECONDS = 1
 MAX_PROMPTS = 64  # prompts of one completions request
 MAX_LOGPROBS = 5  # OpenAI's most `logprobs` of a completion
 MAX_TOP_LOGPROBS = 20  # OpenAI's most `top_logprobs` of a chat answer
+MAX_EMBEDDING_INPUTS = 256  # texts of one embeddings request
+EMBEDDING_FIELDS = ("model", "input", "encoding_format", "user")
 
 
 class Service:
@@ -102,6 +108,7 @@ class Service:
         self.tokenizer = getattr(model, "tokenizer", None) or getattr(getattr(model, "backbone", None), "tokenizer", None)
         self.context = int(getattr(model, "backbone", model).max_sequence_length)
         self.created = int(time.time())
+        self.encoder = isinstance(model, BertSentenceEncoder)  # embeddings, not text
 
     def health(self):
         """The server's limits and its queue now (`GET /health`)."""
@@ -124,6 +131,7 @@ class Service:
                 "max_prompts": MAX_PROMPTS,
                 "max_logprobs": MAX_LOGPROBS,
                 "max_top_logprobs": MAX_TOP_LOGPROBS,
+                "max_embedding_inputs": MAX_EMBEDDING_INPUTS,
                 "max_batch": scheduler.max_batch,
                 "max_batches": scheduler.max_batches,
                 "max_queue": scheduler.max_queue,
@@ -171,6 +179,27 @@ class Service:
         if best_of > 1 and body.get("stream"):
             raise RequestError("stream: true takes one sample (n and best_of 1)", "stream")
         return n, best_of
+
+    def embedding_texts(self, body):
+        """The texts of a /v1/embeddings request, checked, and their tokens in all."""
+        known(body, EMBEDDING_FIELDS)
+        self._check_common(body)
+        if not self.encoder:
+            raise RequestError(f"{self.name} is a language model; /v1/embeddings needs a sentence encoder served",
+                               "model")
+        if body.get("encoding_format", "float") not in ("float", "base64"):
+            raise RequestError(f"encoding_format: expected \"float\" or \"base64\"; got "
+                               f"{short(body.get('encoding_format'))}", "encoding_format")
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not 0 < len(texts) <= MAX_EMBEDDING_INPUTS or not all(
+            isinstance(t, str) and 0 < len(t) <= self.max_characters for t in texts
+        ):
+            raise RequestError(
+                f"input: expected a non-empty string, or a list of at most {MAX_EMBEDDING_INPUTS}, each of at most "
+                f"{self.max_characters} characters; got {short(texts)}", "input")
+        tokens = sum(min(len(self._ids(t, "input")) + 2, self.context) for t in texts)  # [CLS] text [SEP]
+        return texts, tokens
 
     def _prompts(self, prompt):
         """`(text or None, ids)` of each prompt: a string, a list of token
@@ -409,6 +438,8 @@ def create_app(service, api_key=None):
     async def answer(request, make):
         _authorize(request, api_key)
         body = await read_json(request, service.limits)
+        if service.encoder:
+            raise RequestError(f"{service.name} is a sentence encoder; it answers /v1/embeddings only", "model")
         completion = make(body)
         jobs = [job for jobs in completion.jobs for job in jobs]
         _submit(service.scheduler, jobs)
@@ -424,6 +455,30 @@ def create_app(service, api_key=None):
 
     async def chat(request):
         return await answer(request, service.chat)
+
+    async def embeddings(request):
+        _authorize(request, api_key)
+        body = await read_json(request, service.limits)
+        texts, tokens = service.embedding_texts(body)
+        job = EmbedJob(texts)
+        _submit(service.scheduler, [job])
+        disconnected = asyncio.ensure_future(_disconnected(request))
+        try:
+            result = await _result(job, disconnected)
+        finally:
+            disconnected.cancel()
+            job.cancelled = True
+        if result is None:
+            return Response(status_code=499)  # the client left: nobody reads this
+        if result[0] == ERROR:
+            return _server_error(result[1])
+        vectors = np.asarray(result[1][1], "float32")
+        base64 = body.get("encoding_format") == "base64"  # the `openai` client's default: little-endian float32
+        data = [{"object": "embedding", "index": i,
+                 "embedding": b64encode(v.astype("<f4").tobytes()).decode() if base64 else v.tolist()}
+                for i, v in enumerate(vectors)]
+        return JSONResponse({"object": "list", "data": data, "model": service.name,
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     async def tokenizer_info(request):
         _authorize(request, api_key)
@@ -442,6 +497,7 @@ def create_app(service, api_key=None):
         Route("/v1/models", models),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/tokenizer_info", tokenizer_info),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),

@@ -13,8 +13,9 @@ a queue of at most `max_queue`: one more is refused (`QueueFull`) rather
 than kept waiting without end. A request cancelled while it waits leaves
 the queue; one cancelled while it decodes ends its row.
 
-A `ScoreJob` (the log-probabilities of given tokens, `zoo.score`) runs
-on the same thread, whole, before the next decoding step.
+A `ModelJob` (a `ScoreJob`: the log-probabilities of given tokens,
+`zoo.score`; an `EmbedJob`: sentence embeddings, `zoo.embed`) runs on the
+same thread, whole, before the next decoding step.
 
 Requests share a batch when the same sampler draws for them: greedy ones
 always; sampled ones with the same sampler settings and no seed. A seeded
@@ -84,15 +85,14 @@ class Job:
             self.cancelled = True
 
 
-class ScoreJob:
-    """The log-probabilities of continuations given their contexts, by
-    `zoo.score` (token id lists); its events: `(END, [Score, ...])` or
-    `(ERROR, message)`."""
+class ModelJob:
+    """A request the model's thread computes whole, before the next decoding
+    step (`compute(model)`); its events: `(END, result)` or `(ERROR,
+    message)`."""
 
     _ids = Job._ids
 
-    def __init__(self, contexts, continuations, top_logprobs):
-        self.contexts, self.continuations, self.top_logprobs = contexts, continuations, top_logprobs
+    def __init__(self):
         self.events = queue.Queue()
         self.cancelled = False
         self.wake = None
@@ -102,11 +102,34 @@ class ScoreJob:
 
     def run(self, model):
         try:
-            scores = zoo.score(model, self.contexts, self.continuations, top_logprobs=self.top_logprobs)
+            result = self.compute(model)
         except Exception as error:  # the request hears why, and the server goes on
-            self.put((ERROR, f"scoring stopped: {type(error).__name__}: {error}"))
+            self.put((ERROR, f"{type(self).__name__} stopped: {type(error).__name__}: {error}"))
         else:
-            self.put((END, scores))
+            self.put((END, result))
+
+
+class ScoreJob(ModelJob):
+    """The log-probabilities of continuations given their contexts, by
+    `zoo.score` (token id lists): a list of `Score`s."""
+
+    def __init__(self, contexts, continuations, top_logprobs):
+        super().__init__()
+        self.contexts, self.continuations, self.top_logprobs = contexts, continuations, top_logprobs
+
+    def compute(self, model):
+        return zoo.score(model, self.contexts, self.continuations, top_logprobs=self.top_logprobs)
+
+
+class EmbedJob(ModelJob):
+    """Sentence embeddings, by `zoo.embed`: an (N, d) float32 array."""
+
+    def __init__(self, texts):
+        super().__init__()
+        self.texts = texts
+
+    def compute(self, model):
+        return zoo.embed(model, self.texts)
 
 
 class Scheduler:
@@ -154,7 +177,7 @@ class Scheduler:
         while True:
             backlog.extend(self._arrivals(wait=not active and not backlog))
             self._drop_cancelled(backlog)
-            for job in [job for job in backlog if isinstance(job, ScoreJob)]:
+            for job in [job for job in backlog if isinstance(job, ModelJob)]:
                 backlog.remove(job)
                 with self.lock:
                     self.waiting -= 1
