@@ -139,6 +139,7 @@ def make_parser():
     parser.add_argument("--weight-decay", type=NON_NEGATIVE, default=DEFAULTS["weight_decay"],
                         help="AdamW, matrices only")
     add_language_model_flags(parser, DEFAULTS, "new tokens")
+    lm_data.add_memory_flags(parser)
     parser.add_argument("--prompt", default=DEFAULTS["prompt"], help="the text the sample continues")
     return parser
 
@@ -155,6 +156,7 @@ def parse(argv):
     if sizes:
         flags = ", ".join(f"--{k.replace('_', '-')}" for k in sorted(sizes))
         parser.error(f"{flags}: the sizes come from the --pretrained checkpoint; leave them out")
+    lm_data.check_memory_flags(parser, args)
     return args
 
 

@@ -118,21 +118,78 @@ def split_loss(recipe, folder, data, split, model, split_ids):
 
 # Every projection of the attention and feed-forward layers (PEFT's usual set for Llama-style models).
 LORA_TARGETS = ("query_key_value", "output", "gate", "intermediate")
+# --lora-targets' names: the zoo's projection layers ("output": the attention's and the feed-forward's).
+LORA_PROJECTIONS = ("query", "key", "value", "output", "gate", "intermediate")
+QUANTIZE_MODES = ("int8", "int4")
+# Keras' RematScope selects layers by name; the decoder stacks name their blocks block_0, block_1, ...
+DECODER_BLOCKS = tuple(f"block_{i}" for i in range(1024))
+
+
+def lora_projections(text):
+    """--lora-targets' argparse type: comma-separated names from
+    LORA_PROJECTIONS, or one line naming the first unknown one."""
+    import argparse
+
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in LORA_PROJECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{text}: {'unknown projection ' + repr(unknown[0]) if unknown else 'no projection'}; "
+            f"expected comma-separated names from {','.join(LORA_PROJECTIONS)}"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def add_memory_flags(parser):
+    """The fine-tuning recipes' memory levers: --lora-targets, --quantize
+    (QLoRA), --accumulate and --remat (with --lora and --mixed-precision,
+    docs/fine-tuning.md's "Memory levers")."""
+    from recipes.flags import POSITIVE_INT
+
+    parser.add_argument("--lora-targets", type=lora_projections, default=None, metavar="NAMES",
+                        help=f"the projections that get LoRA adapters, comma-separated from {','.join(LORA_PROJECTIONS)} "
+                        "(output: the attention's and the feed-forward's); default: all of them")
+    parser.add_argument("--quantize", choices=QUANTIZE_MODES, default=None,
+                        help="QLoRA: the checkpoint's weights quantized and frozen, the --lora adapters in float")
+    parser.add_argument("--accumulate", type=POSITIVE_INT, default=1, metavar="N",
+                        help="update the weights every N steps with their averaged gradients (batches of "
+                        "--batch-size x N); --steps and --warmup-steps count steps")
+    parser.add_argument("--remat", action="store_true",
+                        help="recompute each decoder block's activations in the backward pass instead of keeping them")
+
+
+def check_memory_flags(parser, args):
+    """The memory levers that need --lora: `parser`'s error (exit 2), before any model is built."""
+    if args.quantize and not args.lora:
+        parser.error(f"--quantize {args.quantize}: QLoRA trains LoRA adapters on the frozen quantized "
+                     "checkpoint; add --lora RANK")
+    if args.lora_targets is not None and not args.lora:
+        parser.error(f"--lora-targets {','.join(args.lora_targets)}: names the projections of LoRA; add --lora RANK")
 
 
 def load_checkpoint(args, parser):
     """(model, the checkpoint's parameter count): --pretrained with its
-    tokenizer, LoRA adapters added with --lora; a --sequence-length past
-    the checkpoint's context is `parser`'s error."""
+    tokenizer, built under Keras' RematScope with --remat, quantized with
+    --quantize, LoRA adapters added with --lora on --lora-targets; a
+    --sequence-length past the checkpoint's context is `parser`'s error."""
+    import contextlib
+
+    import keras
+
     import zoo
     from zoo.models.sharding import get_layout_map
     from zoo.training import distribution_scope
 
-    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
+    remat = getattr(args, "remat", False)
+    # The scope marks the blocks as they are built; Keras rematerializes them when they are called.
+    blocks = keras.RematScope(mode="list_of_layers", layer_names=DECODER_BLOCKS) if remat else contextlib.nullcontext()
+    with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map), blocks:
         model = zoo.from_pretrained(args.pretrained, task="causal_lm")
         parameters = model.count_params()  # the checkpoint's, before any adapters
+        if getattr(args, "quantize", None):
+            model.quantize(args.quantize)
         if args.lora:
-            model.enable_lora(args.lora, target_names=LORA_TARGETS)
+            model.enable_lora(args.lora, target_names=getattr(args, "lora_targets", None) or LORA_TARGETS)
     window = model.backbone.max_sequence_length
     if args.sequence_length > window:
         parser.error(f"--sequence-length {args.sequence_length}: the checkpoint's context is {window} tokens")
@@ -141,7 +198,8 @@ def load_checkpoint(args, parser):
 
 def compile_finetuning(model, args, loss, defaults):
     """What the fine-tuning recipes compile: AdamW (--weight-decay on the
-    matrices, `defaults`' beta_2 and global clipnorm) with a --warmup-steps
+    matrices, `defaults`' beta_2 and global clipnorm, the gradients of
+    --accumulate steps averaged into each update) with a --warmup-steps
     linear warm-up, then cosine decay over --steps to `defaults`'
     min_learning_rate_fraction of --learning-rate; `loss`; under --strategy.
     Returns the model."""
@@ -150,13 +208,17 @@ def compile_finetuning(model, args, loss, defaults):
 
     from recipes.flags import jit_compile_flag
 
+    accumulate = getattr(args, "accumulate", 1)
+    # The schedule counts updates (Keras' `iterations` under accumulation): one every --accumulate steps.
     schedule = WarmupCosineDecay(
-        args.learning_rate, args.warmup_steps, args.steps, args.learning_rate * defaults["min_learning_rate_fraction"]
+        args.learning_rate, args.warmup_steps // accumulate, max(args.steps // accumulate, 1),
+        args.learning_rate * defaults["min_learning_rate_fraction"],
     )
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
         model.compile(
             optimizer=adamw(schedule, weight_decay=args.weight_decay, beta_2=defaults["beta_2"],
-                            global_clipnorm=defaults["clipnorm"], model=model),
+                            global_clipnorm=defaults["clipnorm"], model=model,
+                            gradient_accumulation_steps=accumulate),
             loss=loss,
             jit_compile=jit_compile_flag(args),
         )

@@ -41,6 +41,7 @@ checkpoint folder), `history.csv`, `curves.png`, `logs/`, `samples.txt` and
 import sys
 from pathlib import Path
 
+from recipes import lm_data
 from recipes.errors import run_recipe
 from recipes.lm_data import add_language_model_flags, save_sample
 from recipes.recipe import run
@@ -100,6 +101,7 @@ def make_parser():
     parser.add_argument("--weight-decay", type=NON_NEGATIVE, default=DEFAULTS["weight_decay"],
                         help="AdamW, matrices only")
     add_language_model_flags(parser, DEFAULTS, "new tokens")
+    lm_data.add_memory_flags(parser)
     parser.add_argument("--prompt", default=DEFAULTS["prompt"], help="the user message the sample answers")
     return parser
 
@@ -135,6 +137,7 @@ def parse(argv):
     if sizes:
         flags = ", ".join(f"--{k.replace('_', '-')}" for k in sorted(sizes))
         parser.error(f"{flags}: the sizes come from the --pretrained checkpoint; leave them out")
+    lm_data.check_memory_flags(parser, args)
     return args
 
 

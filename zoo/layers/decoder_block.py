@@ -287,6 +287,30 @@ class DecoderBlock(keras.layers.Layer):
             return x, self_attention_cache
         return (x, scores) if return_attention_scores else x
 
+    def rematerialized_call(self, layer_call, *args, **kwargs):
+        """The block under Keras' rematerialization (built inside a
+        `keras.RematScope` that names it): its activations are recomputed in
+        the backward pass instead of kept. Keras' `remat` differentiates a
+        function of float tensors (JAX's checkpoint traces every argument,
+        TensorFlow's `recompute_grad` takes no keywords and differentiates
+        every input), so the Python arguments (`training`, the flags) and
+        the integer masks are bound first and the float tensors passed in
+        order."""
+        call = super().rematerialized_call(layer_call, *args, **kwargs)
+        if call is layer_call:
+            return call
+
+        def rematerialized(*args, **kwargs):
+            names = [k for k, v in kwargs.items() if _is_float_tensor(v)]
+            fixed = {k: v for k, v in kwargs.items() if k not in names}
+
+            def on_tensors(*values):
+                return layer_call(*values[: len(args)], **fixed, **dict(zip(names, values[len(args):])))
+
+            return keras.remat(on_tensors)(*args, *(kwargs[k] for k in names))
+
+        return rematerialized
+
     def compute_cross_attention_cache(self, encoder_output):
         """The encoder output (B, S, d) projected once to this block's
         cross-attention keys and values, (B, 2, h, S, k): the
@@ -336,3 +360,7 @@ class DecoderBlock(keras.layers.Layer):
             }
         )
         return config
+
+
+def _is_float_tensor(value):
+    return value is not None and keras.ops.is_tensor(value) and "float" in keras.backend.standardize_dtype(value.dtype)

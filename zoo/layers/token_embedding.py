@@ -120,14 +120,30 @@ class TokenEmbedding(keras.layers.Embedding):
         return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))
 
     def _integer_reverse(self, inputs, kernel):
-        """(B, T, d) hidden states times the (d, V) integer table, de-scaled."""
-        if self.inputs_quantizer:
-            inputs, inputs_scale = self.inputs_quantizer(inputs)  # (B, T, d) int8, (B, T, 1)
-        else:
-            inputs, kernel = ops.cast(inputs, self.compute_dtype), ops.cast(kernel, self.compute_dtype)
-            inputs_scale = ops.ones((1,), dtype=self.compute_dtype)
-        logits = ops.cast(ops.matmul(inputs, kernel), self.compute_dtype)  # (B, T, V)
-        return ops.divide(logits, ops.multiply(inputs_scale, ops.cast(self.embeddings_scale, self.compute_dtype)))
+        """(B, T, d) hidden states times the (d, V) integer table, de-scaled.
+        The rounding of the hidden states has no gradient, so the gradient
+        passes it straight through the de-quantized table (as Keras' int8
+        Dense does): what trains below a quantized tied head (LoRA adapters,
+        QLoRA) gets one."""
+        scale = ops.cast(self.embeddings_scale, self.compute_dtype)  # (V,)
+
+        @ops.custom_gradient
+        def product(hidden):
+            def gradient(*args, upstream=None):
+                upstream = args[0] if upstream is None else upstream  # TensorFlow passes it first, JAX by name
+                table = ops.divide(ops.cast(kernel, self.compute_dtype), scale)  # (d, V)
+                return ops.matmul(ops.cast(upstream, self.compute_dtype), ops.transpose(table))  # (B, T, d)
+
+            if self.inputs_quantizer:
+                hidden, hidden_scale = self.inputs_quantizer(hidden)  # (B, T, d) int8, (B, T, 1)
+                logits = ops.matmul(hidden, kernel)
+            else:
+                hidden_scale = ops.ones((1,), dtype=self.compute_dtype)
+                logits = ops.matmul(ops.cast(hidden, self.compute_dtype), ops.cast(kernel, self.compute_dtype))
+            logits = ops.cast(logits, self.compute_dtype)  # (B, T, V)
+            return ops.divide(logits, ops.multiply(hidden_scale, scale)), gradient
+
+        return product(inputs)
 
     def compute_mask(self, inputs, mask=None):
         return None

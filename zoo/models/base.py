@@ -318,28 +318,62 @@ class ZooModel(keras.Model):
         """Parameter-efficient fine-tuning with Keras' own LoRA (Hu et al. 2021).
 
         Freezes every layer of this model, then enables LoRA of the given rank
-        on the projections named in `target_names`: by default the
-        attention's query/key/value projections (the paper's choice); add
+        on the projections named in `target_names` (`LORA_PROJECTIONS`):
+        "query", "key", "value" (the attention's input projections),
         "output" (the attention's and the feed-forward network's output
-        projections), "gate" and "intermediate" (the feed-forward network's
-        other projections) for every projection, PEFT's usual choice for
-        Llama-style models. Only their low-rank A and B matrices train. A
-        head put on top of the model afterwards trains as usual. The model's
-        config records it, so a saved model reloads with LoRA enabled.
+        projections, the layers' shared name), "gate" and "intermediate"
+        (the feed-forward network's other projections); "query_key_value"
+        and "key_value" name the fused projections whole. The default is
+        the query/key/value projections (the paper's choice); all six are
+        PEFT's usual choice for Llama-style models. Only the low-rank A and
+        B matrices train. A head put on top of the model afterwards trains
+        as usual. The model's config records it, so a saved model reloads
+        with LoRA enabled.
+
+        Self-attention computes Q, K and V in one fused Dense layer (one
+        matrix product, the layout the checkpoint maps read): a subset of
+        them, say "query" and "value", is a LoRA of the fused kernel whose B
+        matrix is held at zero on the other projections' columns (a Keras
+        constraint, applied after each update), so the update B·A reaches
+        only the chosen columns and the forward pass stays the same.
+
+        Raises:
+            ValueError: a name outside `LORA_PROJECTIONS`.
         """
+        unknown = [name for name in target_names if name not in LORA_PROJECTIONS]
+        if unknown:
+            raise ValueError(
+                f"LoRA target {unknown[0]!r}: expected names from {', '.join(LORA_PROJECTIONS)}"
+            )
         self._lora = {"rank": int(rank), "target_names": list(target_names)}
-        for dense in self._lora_targets(target_names):
+        for dense, columns in self._lora_targets(target_names):
             dense.enable_lora(rank)
+            if columns is not None:
+                dense.lora_kernel_b.constraint = LoraColumns(columns, dense.lora_kernel_b.shape[-1])
         self._freeze_all_but_lora(target_names)
 
     def _lora_targets(self, target_names):
+        """(Dense layer, columns) of each projection `target_names` selects:
+        columns None for the whole layer, or the (start, stop) output
+        column ranges of the chosen projections inside a fused kernel."""
         from zoo.layers import FeedForward, MultiHeadAttention
 
+        wanted = set(target_names)
+        for fused, parts in _FUSED_PROJECTIONS.items():
+            if fused in wanted:
+                wanted.update(parts)
         for layer in self._flatten_layers(include_self=False):
-            if isinstance(layer, (MultiHeadAttention, FeedForward)):
-                for dense in layer._flatten_layers(include_self=False):
-                    if dense.name in target_names and hasattr(dense, "enable_lora"):
-                        yield dense
+            if isinstance(layer, MultiHeadAttention):
+                projections = _attention_projections(layer)
+            elif isinstance(layer, FeedForward):
+                projections = [(dense, [(dense.name, 0, None)]) for dense in layer._flatten_layers(include_self=False)]
+            else:
+                continue
+            for dense, parts in projections:
+                chosen = [(start, stop) for name, start, stop in parts if name in wanted]
+                if not chosen or not hasattr(dense, "enable_lora"):
+                    continue
+                yield dense, (None if len(chosen) == len(parts) else chosen)
 
     def _freeze_all_but_lora(self, target_names):
         """Every layer frozen but the LoRA projections, of which only the
@@ -347,7 +381,7 @@ class ZooModel(keras.Model):
         self.trainable = True
         for layer in self._flatten_layers(include_self=False):
             layer.trainable = False
-        for dense in self._lora_targets(target_names):
+        for dense, _ in self._lora_targets(target_names):
             dense.trainable = True
             for weight in (getattr(dense, "_kernel", None), dense.bias):
                 if weight is not None:
@@ -386,6 +420,51 @@ def quantization_mode(model):
         if _is_quantized(layer):
             return layer.dtype_policy.quantization_mode
     return None
+
+
+# What `ZooModel.enable_lora` targets: the projections by the zoo's layer names, and the fused layers whole.
+LORA_PROJECTIONS = ("query", "key", "value", "output", "gate", "intermediate", "query_key_value", "key_value")
+_FUSED_PROJECTIONS = {"query_key_value": ("query", "key", "value"), "key_value": ("key", "value")}
+
+
+def _attention_projections(attention):
+    """(Dense, [(projection, first column, end column)]) of a
+    MultiHeadAttention: the fused [q | k | v] (self-attention) or [k | v]
+    (cross-attention) kernel split into its projections' columns."""
+    query_width = attention.num_heads * attention.head_dim
+    key_width = attention.num_key_value_heads * attention.head_dim
+    if attention.cross_attention:
+        fused = [(attention.query_dense, [("query", 0, None)]),
+                 (attention.key_value_dense, [("key", 0, key_width), ("value", key_width, 2 * key_width)])]
+    else:
+        fused = [(attention.query_key_value_dense, [
+            ("query", 0, query_width),
+            ("key", query_width, query_width + key_width),
+            ("value", query_width + key_width, query_width + 2 * key_width),
+        ])]
+    return fused + [(attention.output_dense, [("output", 0, None)])]
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class LoraColumns(keras.constraints.Constraint):
+    """Holds a LoRA B matrix (rank, units) at zero outside the given
+    (start, stop) column ranges, so that the low-rank update of a fused
+    kernel reaches only the chosen projections."""
+
+    def __init__(self, columns, units):
+        self.columns = [tuple(c) for c in columns]
+        self.units = int(units)
+
+    def __call__(self, w):
+        import numpy as np
+
+        mask = np.zeros((1, self.units), "float32")
+        for start, stop in self.columns:
+            mask[:, start:stop] = 1.0
+        return w * keras.ops.cast(mask, w.dtype)
+
+    def get_config(self):
+        return {"columns": [list(c) for c in self.columns], "units": self.units}
 
 
 @contextlib.contextmanager

@@ -49,7 +49,9 @@ class CausalLM(ZooModel):
     def __init__(self, backbone, **kwargs):
         # === Layers ===
         self.backbone = backbone
-        self.logits_cast = keras.layers.Activation("linear", dtype=backbone.embedding.dtype_policy, name="logits")
+        # The embedding's compute dtype, not its policy: a reloaded quantized embedding's policy
+        # ("int8_from_float32") would make this cast a quantized layer, which Keras has no call for.
+        self.logits_cast = keras.layers.Activation("linear", dtype=backbone.embedding.compute_dtype, name="logits")
         # === Functional model ===
         inputs = {
             "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),

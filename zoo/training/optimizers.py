@@ -7,12 +7,17 @@ import keras
 NO_DECAY = ("bias", "gamma", "beta")
 
 
-def adamw(learning_rate, weight_decay=0.1, beta_1=0.9, beta_2=0.95, epsilon=1e-8, global_clipnorm=1.0, model=None):
+def adamw(learning_rate, weight_decay=0.1, beta_1=0.9, beta_2=0.95, epsilon=1e-8, global_clipnorm=1.0, model=None,
+          gradient_accumulation_steps=None):
     """AdamW that decays weight matrices only, with global-norm clipping.
 
     Args:
         model: if given, the variables of rank < 2 of this model are also
             excluded (a catch-all for custom layers' vectors).
+        gradient_accumulation_steps: None (or 1) updates the weights every
+            step; N >= 2 averages the gradients of N steps and updates
+            once (Keras' accumulation: the optimizer's `iterations`, and so
+            the learning-rate schedule, count updates).
     """
     optimizer = keras.optimizers.AdamW(
         learning_rate=learning_rate,
@@ -21,6 +26,7 @@ def adamw(learning_rate, weight_decay=0.1, beta_1=0.9, beta_2=0.95, epsilon=1e-8
         beta_2=beta_2,
         epsilon=epsilon,
         global_clipnorm=global_clipnorm,
+        gradient_accumulation_steps=gradient_accumulation_steps if gradient_accumulation_steps != 1 else None,
     )
     optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
     if model is not None:
