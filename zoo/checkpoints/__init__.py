@@ -17,8 +17,8 @@ One driver per format, one file per family:
 * each family's weight map, in its folder beside its models
   (`zoo.models.gpt.weight_map` for GPT-2, `bert`, `llama` for Llama,
   Mistral, Qwen2, Qwen3, SmolLM2 and TinyLlama, `gemma` for Gemma 3's
-  text models): its config in and out, tensor names, tokenizer and
-  keras-hub weight copy; `registry` finds the one of a checkpoint or a
+  text models, `transformer` for Marian's opus-mt): its config in and
+  out, tensor names, tokenizer and keras-hub weight copy; `registry` finds the one of a checkpoint or a
   model.
 
 A handle (`hf://ORG/NAME[@REVISION]`, a keras-hub preset name, `kaggle://...`)
@@ -94,7 +94,10 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
             tokenizer files) of GPT-2, BERT, or the Llama family
             (`model_type` "llama", "mistral", "qwen2", "qwen3": Llama 2 / 3,
             SmolLM2, TinyLlama, Mistral, Qwen2.5, Qwen3), or Gemma 3's text
-            models (`model_type` "gemma3_text": 270M, 1B); or a handle of
+            models (`model_type` "gemma3_text": 270M, 1B), or Marian's
+            opus-mt translation models (`model_type` "marian": an
+            `EncoderDecoder` carrying `tokenizer` and `source_tokenizer`,
+            `zoo.data.MarianTokenizer`s); or a handle of
             one: `hf://ORG/NAME` (the Hugging Face Hub, optionally pinned
             as `hf://ORG/NAME@REVISION`), a keras-hub preset name
             (`gpt2_base_en`) or a `kaggle://` handle, downloaded into the
