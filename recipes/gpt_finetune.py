@@ -11,8 +11,10 @@ or a Hugging Face folder (`huggingface-cli download HuggingFaceTB/SmolLM2-135M
 --local-dir SmolLM2-135M`), or a handle (`hf://ORG/NAME[@REVISION]`,
 downloaded into the Hugging Face cache), loaded by `zoo.from_pretrained`
 with its tokenizer. With --lora RANK only low-rank adapters (Keras' LoRA, Hu et al.
-2021) on every attention and feed-forward projection train; the rest stays
-frozen, and the saved model reloads with them. The text (Tiny
+2021) on every attention and feed-forward projection train (or those of
+--lora-targets); the rest stays frozen, and the saved model reloads with
+them. --quantize, --accumulate and --remat are the other memory levers
+(docs/fine-tuning.md, "Memory levers"). The text (Tiny
 Shakespeare by default) is encoded with that tokenizer, split 90/10, and
 trained on in random windows of --sequence-length tokens, with AdamW (a
 linear warm-up, then cosine decay to a tenth of the peak rate, weight decay

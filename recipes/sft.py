@@ -27,8 +27,9 @@ length (buckets) to spare the padding. A conversation longer than
 --sequence-length tokens is cut to it, and the run prints how many were.
 The validation conversations are --validation FILE, or a --validation-fraction
 of --data drawn with --seed. Training is gpt_finetune's: AdamW, a linear
-warm-up then cosine decay to a tenth of the peak, --lora RANK for LoRA.
-The validation loss (nats per answer token) is printed before and after,
+warm-up then cosine decay to a tenth of the peak, --lora RANK for LoRA,
+and the memory levers --lora-targets, --quantize (QLoRA), --accumulate and
+--remat (docs/fine-tuning.md, "Memory levers"). The validation loss (nats per answer token) is printed before and after,
 and the model answers --prompt.
 
 Writes to --output: `model.keras` (the fine-tuned causal LM, its tokenizer
