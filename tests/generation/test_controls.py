@@ -89,3 +89,78 @@ def test_bad_controls_are_refused_in_one_line(settings, message):
     with pytest.raises(ValueError) as error:
         Controls(B, V, **settings)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+# --- In the decoding engine -----------------------------------------------------------------------
+
+CONTEXT = 32
+
+
+@pytest.fixture(scope="module")
+def lm():
+    import keras
+
+    import zoo
+    from zoo.data import CharTokenizer
+
+    keras.utils.set_random_seed(1)
+    tokenizer = CharTokenizer.from_text("abcdefghij ROMEO:\n")
+    return zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), max_sequence_length=CONTEXT,
+                     initializer_range=0.3, tokenizer=tokenizer)
+
+
+ROW_CONTROLS = dict(repetition_penalty=[1.8, 1.0], presence_penalty=[0.5, 1.2], frequency_penalty=[0.7, -0.4],
+                    min_p=[0.05, 0.2], logit_bias=[{3: 4.0}, {5: -100, 7: 2.5}])
+
+
+def greedy_reference(lm, prompts, steps, settings):
+    """Each row alone, every step a full forward pass (no cache), the
+    controls in float64, the argmax."""
+    rows = []
+    for row, prompt in enumerate(prompts):
+        one = {k: (v[row] if isinstance(v, list) else v) for k, v in settings.items()}
+        controls = Controls(1, lm.vocabulary_size, **one)
+        ids = list(prompt)
+        for _ in range(steps):
+            logits = ops.convert_to_numpy(lm({"token_ids": np.array([ids]), "padding_mask": np.ones((1, len(ids)))}))
+            processed = reference(logits[:, -1], np.array([ids]), len(ids), [len(prompt)], controls, 1.0)
+            ids.append(int(np.argmax(processed[0])))
+        rows.append(ids[len(prompt):])
+    return rows
+
+
+def test_zoo_generate_with_each_rows_controls_is_the_uncached_reference_of_each_row_alone(lm):
+    import zoo
+
+    prompts = [[1, 2, 3, 2], [4, 5, 6, 7, 8, 9, 4]]  # ragged: right-padded in the batch
+    out = zoo.generate(lm, prompts, max_new_tokens=12, **ROW_CONTROLS)
+    assert out.sequences == greedy_reference(lm, prompts, 12, ROW_CONTROLS)
+    assert out.sequences != zoo.generate(lm, prompts, max_new_tokens=12).sequences  # the controls changed them
+
+
+@pytest.mark.parametrize("options", [dict(), dict(sampler="top_p", top_p=0.9, temperature=1.3, seed=5)])
+def test_the_stream_and_the_whole_loop_choose_the_same_tokens_under_controls(lm, options):
+    import zoo
+
+    settings = dict(repetition_penalty=1.5, frequency_penalty=0.6, min_p=0.05, logit_bias={2: 3.0})
+    whole = zoo.generate(lm, "ROMEO:", max_new_tokens=20, **settings, **options)
+    assert "".join(zoo.stream(lm, "ROMEO:", max_new_tokens=20, **settings, **options)) == whole
+    past = zoo.generate(lm, "ROMEO:", max_new_tokens=40, **settings, **options)  # past the window of 32
+    assert "".join(zoo.stream(lm, "ROMEO:", max_new_tokens=40, **settings, **options)) == past
+
+
+def test_controls_that_are_off_compile_nothing_new(lm):
+    import zoo
+    from zoo.generation import compiled
+
+    plain = zoo.generate(lm, [[1, 2, 3]], max_new_tokens=6).sequences
+    traced = compiled.trace_count()
+    off = zoo.generate(lm, [[1, 2, 3]], max_new_tokens=6, repetition_penalty=1.0, presence_penalty=0.0, min_p=0.0)
+    assert off.sequences == plain and compiled.trace_count() == traced
+
+
+def test_beam_search_refuses_the_controls(lm):
+    import zoo
+
+    with pytest.raises(ValueError, match="not taken by beam search"):
+        zoo.generate(lm, [[1, 2]], max_new_tokens=3, sampler="beam", min_p=0.1)

@@ -96,6 +96,11 @@ def generate_ids(
     length_penalty=1.0,
     pad_token_id=0,
     suppress_token_ids=None,
+    min_p=None,
+    repetition_penalty=None,
+    presence_penalty=None,
+    frequency_penalty=None,
+    logit_bias=None,
     **kwargs,
 ):
     """Continue each prompt by up to `max_new_tokens` tokens: the token-id
@@ -129,6 +134,9 @@ def generate_ids(
         pad_token_id: fills the padded positions of the returned arrays.
         suppress_token_ids: ids never chosen, by any sampler or beam
             (transformers' single-token `bad_words_ids`: Marian's `<pad>`).
+        min_p, repetition_penalty, presence_penalty, frequency_penalty,
+            logit_bias: the decoding controls (`zoo.generation.controls`),
+            each one value or one a row; not with beam search.
 
     Returns:
         A `GenerationOutput`.
@@ -143,6 +151,11 @@ def generate_ids(
     """
     samplers.refuse_renamed(kwargs, "generate_ids")
     samplers.check_name(sampler)
+    controls = {name: value for name, value in dict(
+        min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty, logit_bias=logit_bias).items() if value is not None}
+    if sampler == "beam" and controls:
+        raise ValueError(f"`{next(iter(controls))}` is not taken by beam search; use a sampler.")
     if sampler == "beam":
         beams = beam_search(
             model,
@@ -169,7 +182,7 @@ def generate_ids(
     decoding = Decoding(
         model, prompt, max_new_tokens, config, stop_token_ids, seed,
         padding_mask=padding_mask, source=source, source_padding_mask=source_padding_mask,
-        suppress_token_ids=suppress_token_ids,
+        suppress_token_ids=suppress_token_ids, controls=controls,
     ).run()
     lengths = decoding.prompt_lengths + np.array([len(new) for new in decoding.new_tokens], "int32")
     token_ids = np.full((len(lengths), int(decoding.prompt_lengths.max()) + max_new_tokens), pad_token_id, "int32")

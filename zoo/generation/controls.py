@@ -38,7 +38,8 @@ def apply(logits, token_ids, index, prompt_lengths, controls, temperature=1.0):
         logits: (B, V) float32, the logits of position `index`.
         token_ids: (B, L) int32, the buffer: a row's prompt, then its new
             tokens, up to position `index` (excluded).
-        index: the position being chosen (a scalar, possibly traced).
+        index: the position being chosen: a scalar (possibly traced), or
+            (B,) one a row.
         prompt_lengths: (B,) int32; the new tokens are at positions
             [prompt_length, index).
         controls: a dict of `Controls.arrays()`: `logit_bias` (B, V),
@@ -50,7 +51,8 @@ def apply(logits, token_ids, index, prompt_lengths, controls, temperature=1.0):
     vocabulary = logits.shape[-1]
     logits = logits + controls["logit_bias"]
     positions = ops.expand_dims(ops.arange(length, dtype="int32"), 0)  # (1, L)
-    before = ops.cast(ops.less(positions, index), "float32")  # (1, L): written already
+    index = ops.reshape(ops.cast(index, "int32"), (-1, 1))  # (1, 1) or (B, 1)
+    before = ops.cast(ops.less(positions, index), "float32")  # (1, L) or (B, L): written already
     new = before * ops.cast(ops.greater_equal(positions, ops.expand_dims(prompt_lengths, 1)), "float32")  # (B, L)
     rows = ops.repeat(ops.expand_dims(ops.arange(batch, dtype="int32"), 1), length, axis=1)  # (B, L)
     indices = ops.reshape(ops.stack([rows, ops.cast(token_ids, "int32")], axis=-1), (-1, 2))  # (B*L, 2)

@@ -39,6 +39,7 @@ import numpy as np
 from keras import ops, tree
 
 from zoo.generation import compiled, loop, prompts, samplers
+from zoo.generation.controls import Controls
 from zoo.generation.interface import check_model
 
 STOP, LENGTH = "stop", "length"  # why a row ended (OpenAI's `finish_reason`)
@@ -68,6 +69,10 @@ class Decoding:
             up to floating-point rounding.
         suppress_token_ids: ids never chosen (their logits masked out:
             transformers' single-token `bad_words_ids`, Marian's `<pad>`).
+        controls: the settings of `zoo.generation.controls.Controls` (the
+            penalties, `min_p`, `logit_bias`: each one value, or one a
+            row), or None. Controls that are all off leave the compiled
+            functions as without them.
 
     Attributes:
         prompt_lengths: (B,) int32.
@@ -78,11 +83,13 @@ class Decoding:
     """
 
     def __init__(self, model, prompt, budgets, config, stop_token_ids=None, seed=None, *, padding_mask=None,
-                 source=None, source_padding_mask=None, slide=False, bucket=False, suppress_token_ids=None):
+                 source=None, source_padding_mask=None, slide=False, bucket=False, suppress_token_ids=None,
+                 controls=None):
         check_model(model)
         self.model = model
         rows = prompts.as_batch(prompt, padding_mask, "prompt")
         prompts.check_token_range(rows, model.vocabulary_size, "prompt")
+        controls = Controls(len(rows), model.vocabulary_size, **(controls or {}))
         self.budgets = _budgets(budgets, len(rows))
         padding = (1 << (len(rows) - 1).bit_length()) - len(rows) if bucket else 0
         if not isinstance(bucket, bool) and isinstance(bucket, int) and bucket > len(rows):
@@ -110,6 +117,13 @@ class Decoding:
             raise ValueError(f"{type(model).__name__} is decoder-only and takes no `source`.")
         self.sampler = compiled.sampler(model, config)
         self.config = config
+        # The controls' arrays, the padding rows repeating row 0, and the
+        # sampler's temperature (for min_p); None: no controls compiled in.
+        self.controls, self.temperature = None, None
+        if controls.active:
+            self.controls = {name: np.concatenate([value, value[:1].repeat(padding, axis=0)])
+                             for name, value in controls.arrays().items()}
+            self.temperature = config[1] if len(config) > 1 else 1.0
         if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)):
             raise ValueError(f"`seed` must be an integer or None; got {seed!r}.")
         variables = self.sampler.variables
@@ -160,12 +174,12 @@ class Decoding:
         index = int(self.prompt_lengths.min())
         budget_end = (self.prompt_lengths + np.minimum(self.budgets, request.max_new_tokens)).astype("int32")
         if not every_token:
-            key = ("whole", self.config, request.shapes, self.stop_token_ids, self.suppress_token_ids)
+            key = ("whole", self.config, request.shapes, self.stop_token_ids, self.suppress_token_ids, self.temperature)
             whole = _function(model, key, loop.Whole, model, self.sampler, request.shapes, stages, self.stop_token_ids,
-                              self.suppress_token_ids)
+                              self.suppress_token_ids, self.temperature)
             done = np.array([reason is not None for reason in self.finish_reasons])
             with self._random_state():
-                token_ids, probabilities = whole(ids, mask, budget_end, done, *source)
+                token_ids, probabilities = whole(ids, mask, budget_end, done, *self._controls(), *source)
             yield self._take(token_ids, probabilities, index, length)
             return
         prefill = _function(model, ("prefill", request.shapes, stages[0]), loop.Prefill, model, request.shapes,
@@ -178,16 +192,17 @@ class Decoding:
             if tree.flatten(cache)[0].shape[3] < stage_length:
                 grow = _function(model, ("grow", request.shapes, stage_length), loop.Grow, model, stage_length)
                 cache = grow.raw(cache)
-            key = ("advance", self.config, request.shapes, stage_length, self.stop_token_ids, self.suppress_token_ids)
+            key = ("advance", self.config, request.shapes, stage_length, self.stop_token_ids, self.suppress_token_ids,
+                   self.temperature)
             advance = _function(model, key, loop.Advance, model, self.sampler, stage_length, self.stop_token_ids,
-                                self.suppress_token_ids)
+                                self.suppress_token_ids, self.temperature)
             while index < stage_length and not self.finished:
                 until = index + 1
                 done = np.array([reason is not None for reason in self.finish_reasons])
                 with self._random_state():
                     index_out, cache, token_ids, probabilities, _ = advance.raw(
                         np.array(index, "int32"), cache, token_ids, probabilities, done, np.array(until, "int32"),
-                        mask, budget_end, context,
+                        mask, budget_end, context, *self._controls(),
                     )
                 end = int(ops.convert_to_numpy(index_out))
                 yield self._take(ops.convert_to_numpy(token_ids), ops.convert_to_numpy(probabilities), index, end)
@@ -222,19 +237,26 @@ class Decoding:
         window = self.window
         ids = np.zeros((len(self.rows), window), "int32")
         last = np.zeros(len(self.rows), "int32")
+        new_start = np.zeros(len(self.rows), "int32")  # where a row's new tokens begin in its window
         for row, (prompt, new) in enumerate(zip(self.rows, self.new_tokens)):
             recent = (prompt + new)[-window:]
             ids[row, : len(recent)] = recent
             last[row] = len(recent) - 1
-        key = ("window", self.config, ids.shape, self.suppress_token_ids)
-        step = _function(self.model, key, loop.WindowStep, self.model, self.sampler, self.suppress_token_ids)
+            new_start[row] = max(len(recent) - len(new), 0)
+        key = ("window", self.config, ids.shape, self.suppress_token_ids, self.temperature)
+        step = _function(self.model, key, loop.WindowStep, self.model, self.sampler, self.suppress_token_ids,
+                         self.temperature)
         with self._random_state():
-            tokens, probabilities = step(ids, last)
+            tokens, probabilities = step(ids, last, *((new_start,) + self._controls() if self.controls else ()))
         gained = [[] for _ in self.rows]
         for row, (token, probability) in enumerate(zip(tokens.tolist(), probabilities.tolist())):
             if self.finish_reasons[row] is None:
                 self._append(row, int(token), float(probability), gained)
         return gained
+
+    def _controls(self):
+        """The controls' arguments of a compiled call: none without them."""
+        return () if self.controls is None else (self.controls,)
 
     @contextlib.contextmanager
     def _random_state(self):

@@ -27,7 +27,7 @@ import weakref
 import keras
 from keras import ops, tree
 
-from zoo.generation import compiled, samplers
+from zoo.generation import compiled, controls, samplers
 
 FIRST_STAGE = 64
 
@@ -155,21 +155,23 @@ class Advance(_ModelFunction):
         budget_end: (B,) int32, the position after each row's last new
             token.
         context: the encoder-decoder's `start` output, or None.
+        *controls: with `temperature` given, the dict of each row's
+            `zoo.generation.controls` arrays.
 
     Returns:
         `(index, cache, token_ids, probabilities, done)` after the loop.
     """
 
-    def __init__(self, model, sampler, stage_length, stop_token_ids, suppress_token_ids=()):
+    def __init__(self, model, sampler, stage_length, stop_token_ids, suppress_token_ids=(), temperature=None):
         super().__init__(model)
         self.sampler, self.stage_length, self.stop_token_ids = sampler, stage_length, stop_token_ids
-        self.suppress_token_ids = suppress_token_ids
+        self.suppress_token_ids, self.temperature = suppress_token_ids, temperature
 
-    def __call__(self, index, cache, token_ids, probabilities, done, until, mask, budget_end, context):
+    def __call__(self, index, cache, token_ids, probabilities, done, until, mask, budget_end, context, *controls):
         compiled.count_trace()
         end = ops.minimum(until, self.stage_length)
         return sample(self.model, self.sampler, self.stop_token_ids, end, (index, cache, token_ids, probabilities, done),
-                      mask, budget_end, context, self.suppress_token_ids)
+                      mask, budget_end, context, self.suppress_token_ids, Controlled.of(self.temperature, controls))
 
 
 class Whole(_ModelFunction):
@@ -178,17 +180,21 @@ class Whole(_ModelFunction):
     `Advance` runs it (the same `SamplingStep`), the cache grown between.
 
     Call arguments: `ids`, `mask` as `Prefill`'s, `budget_end` and `done` as
-    `Advance`'s, then `*source`. Returns `(token_ids, probabilities)`.
+    `Advance`'s, with `temperature` given the controls' dict, then
+    `*source`. Returns `(token_ids, probabilities)`.
     """
 
-    def __init__(self, model, sampler, shapes, stages, stop_token_ids, suppress_token_ids=()):
+    def __init__(self, model, sampler, shapes, stages, stop_token_ids, suppress_token_ids=(), temperature=None):
         super().__init__(model)
         self.sampler, self.shapes, self.stages, self.stop_token_ids = sampler, shapes, stages, stop_token_ids
-        self.suppress_token_ids = suppress_token_ids
+        self.suppress_token_ids, self.temperature = suppress_token_ids, temperature
 
     def __call__(self, ids, mask, budget_end, done, *source):
         compiled.count_trace()
         model = self.model
+        controlled = None
+        if self.temperature is not None:
+            controlled, source = Controlled(self.temperature, source[0]), source[1:]
         context, cache = prefill(model, self.shapes, self.stages[0], ids, *source)
         index = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))  # the first position to predict
         state = (index, cache, ids, ops.zeros(ids.shape, "float32"), done)
@@ -196,15 +202,32 @@ class Whole(_ModelFunction):
             if stage:
                 state = (state[0], grow_cache(state[1], length), *state[2:])
             state = sample(model, self.sampler, self.stop_token_ids, length, state, mask, budget_end, context,
-                           self.suppress_token_ids)
+                           self.suppress_token_ids, controlled)
         return state[2], state[3]
 
 
-def sample(model, sampler, stop_token_ids, end, state, mask, budget_end, context, suppress_token_ids=()):
+class Controlled:
+    """The decoding controls of a traced function: each row's arrays
+    (`zoo.generation.controls`) and the sampler's temperature (for min_p)."""
+
+    def __init__(self, temperature, arrays):
+        self.temperature, self.arrays = temperature, arrays
+
+    @classmethod
+    def of(cls, temperature, controls):
+        return None if temperature is None else cls(temperature, controls[0])
+
+    def __call__(self, logits, token_ids, index, prompt_lengths):
+        return controls.apply(logits, token_ids, index, prompt_lengths, self.arrays, self.temperature)
+
+
+def sample(model, sampler, stop_token_ids, end, state, mask, budget_end, context, suppress_token_ids=(),
+           controlled=None):
     """keras-hub's sampling loop from `state` = (index, cache, token_ids,
     probabilities, done) up to position `end`: one `while_loop` over
     `SamplingStep.body`."""
-    step = SamplingStep(model, sampler, context, mask, budget_end, stop_token_ids, end, suppress_token_ids)
+    step = SamplingStep(model, sampler, context, mask, budget_end, stop_token_ids, end, suppress_token_ids,
+                        controlled)
     if not step.stateless:
         return tuple(ops.while_loop(step.cond, step.body, state))
     variables, *state = ops.while_loop(step.cond, step.body, (step.variables(), *state))
@@ -234,21 +257,27 @@ class WindowStep(_ModelFunction):
     position.
 
     Call arguments: `ids` (B, W) int32, `last` (B,) int32 the index of each
-    row's last token. Returns `(tokens (B,) int32, probabilities (B,))`.
+    row's last token; with `temperature` given, `new_start` (B,) int32
+    where each row's new tokens begin in `ids` and the controls' dict.
+    Returns `(tokens (B,) int32, probabilities (B,))`.
     """
 
-    def __init__(self, model, sampler, suppress_token_ids=()):
+    def __init__(self, model, sampler, suppress_token_ids=(), temperature=None):
         super().__init__(model)
-        self.sampler, self.suppress_token_ids = sampler, suppress_token_ids
+        self.sampler, self.suppress_token_ids, self.temperature = sampler, suppress_token_ids, temperature
 
-    def __call__(self, ids, last):
+    def __call__(self, ids, last, *controlled):
         compiled.count_trace()
         model = self.model
         cache = model.empty_cache(ids.shape[0], ids.shape[1])
         logits, _ = model.call_with_cache(ids, cache, 0, None)  # (B, W, V)
         logits = ops.cast(ops.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], "float32")  # (B, V)
         logits = samplers.suppress(logits, self.suppress_token_ids)
-        token = ops.cast(self.sampler.get_next_token(self.sampler.compute_probabilities(logits)), "int32")
+        chosen = logits
+        if self.temperature is not None:
+            new_start, arrays = controlled
+            chosen = Controlled(self.temperature, arrays)(logits, ids, last + 1, new_start)
+        token = ops.cast(self.sampler.get_next_token(self.sampler.compute_probabilities(chosen)), "int32")
         return token, _probability_of(logits, token)
 
 
@@ -266,10 +295,11 @@ class SamplingStep:
     that the sampler's random state advances inside the compiled loop.
     """
 
-    def __init__(self, model, sampler, context, mask, budget_end, stop_token_ids, end, suppress_token_ids=()):
+    def __init__(self, model, sampler, context, mask, budget_end, stop_token_ids, end, suppress_token_ids=(),
+                 controlled=None):
         self.model, self.sampler, self.context = model, sampler, context
         self.mask, self.budget_end, self.stop_token_ids, self.end = mask, budget_end, stop_token_ids, end
-        self.suppress_token_ids = suppress_token_ids
+        self.suppress_token_ids, self.controlled = suppress_token_ids, controlled
         self.stateless = keras.config.backend() == "jax"
         self.layout = KernelLayout(model)
 
@@ -304,7 +334,11 @@ class SamplingStep:
             previous = ops.slice(token_ids, [0, index - 1], [token_ids.shape[0], 1])  # (B, 1)
             logits, cache = self.model.call_with_cache(previous, cache, index - 1, self.context)
             logits = samplers.suppress(ops.cast(logits[:, 0], "float32"), self.suppress_token_ids)  # (B, V)
-            token = ops.cast(sampler.get_next_token(sampler.compute_probabilities(logits)), "int32")
+            chosen = logits
+            if self.controlled is not None:  # the prompt lengths: the mask is True at prompt tokens
+                prompt_lengths = ops.sum(ops.cast(self.mask, "int32"), axis=1)
+                chosen = self.controlled(logits, token_ids, index, prompt_lengths)
+            token = ops.cast(sampler.get_next_token(sampler.compute_probabilities(chosen)), "int32")
             in_prompt = self.mask[:, index]
             token = ops.where(in_prompt, token_ids[:, index], token)  # (B,)
             token_ids = ops.slice_update(token_ids, [0, index], token[:, None])

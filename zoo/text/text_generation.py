@@ -16,6 +16,7 @@ import numpy as np
 
 from zoo.data.tokenizers import token_id_lists
 from zoo.generation import samplers
+from zoo.generation.controls import NAMES as CONTROLS
 from zoo.generation.api import generate_ids
 from zoo.generation.engine import Decoding, check_stop_tokens
 from zoo.models import CausalLM, DecoderStack, EncoderDecoder
@@ -75,7 +76,10 @@ def generate(
             `top_p` top-p's p). The former names `k` and `p` are refused.
         stop: for text, stop strings (a str or a list of str): the new
             text ends before the first one it contains, as OpenAI's `stop`.
-        **kwargs: passed to the token-id loop (`num_beams`,
+        **kwargs: the decoding controls (`min_p`, `repetition_penalty`,
+            `presence_penalty`, `frequency_penalty`, `logit_bias`: see
+            `zoo.generation.controls`; each one value, or one a prompt),
+            and on token ids what the token-id loop takes (`num_beams`,
             `length_penalty`, `padding_mask`, ...).
 
     Returns:
@@ -156,7 +160,8 @@ def stream(
         prompt: one str.
         skip_prompt: False yields the prompt's text first (as `zoo.generate`
             returns prompt and continuation); True only the new text.
-        The rest: as `zoo.generate`'s (`sampler` is not "beam").
+        The rest: as `zoo.generate`'s (`sampler` is not "beam"), the
+            decoding controls included.
 
     Yields:
         str pieces.
@@ -173,6 +178,7 @@ def stream(
         print(piece, end="", flush=True)
     ```
     """
+    controls = _controls(kwargs)
     samplers.refuse_renamed(kwargs, "zoo.stream")
     if not isinstance(prompt, str):
         raise ValueError(f"zoo.stream takes one prompt, a str; got {type(prompt).__name__}.")
@@ -181,7 +187,7 @@ def stream(
         max_new_tokens = min(len(rows[0]) + 10, model.max_sequence_length - 1)  # as zoo.translate
     budgets = _text_budgets(model, rows, max_new_tokens, max_length)
     generation = TextGeneration(model, rows, budgets, stop=stop, stop_token_ids=stop_token_ids, sampler=sampler,
-                                seed=seed, temperature=temperature, top_k=top_k, top_p=top_p)
+                                seed=seed, temperature=temperature, top_k=top_k, top_p=top_p, controls=controls)
     return _pieces(generation, skip_prompt or isinstance(model, EncoderDecoder))
 
 
@@ -215,6 +221,8 @@ class TextGeneration:
             (a list of B lists).
         stop_token_ids, sampler, seed, temperature, top_k, top_p: as `zoo.generate`'s.
         bucket: round the compiled shapes up, see `zoo.generation.Decoding`.
+        controls: the decoding controls' settings (`min_p`,
+            `repetition_penalty`, ...: `zoo.generation.controls`), or None.
 
     Attributes:
         rows: B `TextRow`s: `prompt_text`, `text` (the new text so far),
@@ -237,7 +245,7 @@ class TextGeneration:
     """
 
     def __init__(self, model, prompt_ids, budgets, *, stop=None, stop_token_ids=AUTO, sampler="greedy", seed=None,
-                 temperature=1.0, top_k=50, top_p=0.9, bucket=False, **kwargs):
+                 temperature=1.0, top_k=50, top_p=0.9, bucket=False, controls=None, **kwargs):
         samplers.refuse_renamed(kwargs, "TextGeneration")
         tokenizer = tokenizer_of(model, "zoo.generate")
         if sampler == "beam":
@@ -250,11 +258,12 @@ class TextGeneration:
             start, end = special_id(tokenizer, "start"), special_id(tokenizer, "end")
             ends = [end] if is_auto(stop_token_ids) else stop_token_ids
             self.decoding = Decoding(model, [[start]] * batch, budgets, config, ends, seed, source=prompt_ids,
-                                     bucket=bucket)
+                                     bucket=bucket, controls=controls)
             text_prompts = [[] for _ in prompt_ids]
         else:
             ends = auto_stop_ids(tokenizer) if is_auto(stop_token_ids) else stop_token_ids
-            self.decoding = Decoding(model, prompt_ids, budgets, config, ends, seed, slide=True, bucket=bucket)
+            self.decoding = Decoding(model, prompt_ids, budgets, config, ends, seed, slide=True, bucket=bucket,
+                                     controls=controls)
             text_prompts = prompt_ids
         ends = self.decoding.stop_token_ids
         self.rows = [TextRow(tokenizer, ids, len(ids), row_stops, ends) for ids, row_stops in zip(text_prompts, stops)]
@@ -413,12 +422,18 @@ def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_toke
     samplers.check_name(sampler)
     if sampler == "beam":
         return _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, kwargs)
+    controls = _controls(kwargs)
     if kwargs:
         raise ValueError(f"zoo.generate on text takes no {', '.join(sorted(kwargs))} (only with sampler='beam').")
     generation = TextGeneration(model, rows, budgets, stop=stop, stop_token_ids=stop_token_ids, sampler=sampler,
-                                seed=seed, temperature=temperature, top_k=top_k, top_p=top_p)
+                                seed=seed, temperature=temperature, top_k=top_k, top_p=top_p, controls=controls)
     texts = [row.prompt_text + new for row, new in zip(generation.rows, generation.run())]
     return texts[0] if isinstance(prompt, str) else texts
+
+
+def _controls(kwargs):
+    """The decoding controls taken out of `kwargs` (`zoo.generation.controls`)."""
+    return {name: kwargs.pop(name) for name in CONTROLS if kwargs.get(name) is not None}
 
 
 def _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, kwargs):
