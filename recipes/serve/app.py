@@ -18,6 +18,12 @@ Request fields: `model`, `prompt` / `messages`, `max_tokens`
 `stop`, `stream`, `stream_options.include_usage`, `n` (up to
 `--max-batch` samples of each prompt, decoded in one batch; a seed draws
 one, so `n` above 1 takes no seed), `user`.
+Both take the decoding controls of `zoo.generate`
+(`zoo.generation.controls`): OpenAI's `presence_penalty`,
+`frequency_penalty` ([-2, 2]) and `logit_bias` (at most `MAX_LOGIT_BIAS`
+token ids to biases in [-100, 100]), and vLLM's extra fields
+`repetition_penalty` (> 0) and `min_p` ([0, 1]); requests with different
+controls decode in one batch, each row by its own.
 Completions also take a prompt as token ids, a list of up to
 `MAX_PROMPTS` prompts (one choice each, in order), `logprobs` (0-5) and
 `echo`, as OpenAI's legacy completions define them: `logprobs: {tokens,
@@ -73,7 +79,7 @@ from zoo.models import BertSentenceEncoder
 from zoo.text.tokens import decode
 
 COMMON = ("model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "n", "user",
-          "presence_penalty", "frequency_penalty")
+          "presence_penalty", "frequency_penalty", "logit_bias", "repetition_penalty", "min_p")
 COMPLETION_FIELDS = COMMON + ("prompt", "echo", "logprobs", "best_of")
 CHAT_FIELDS = COMMON + ("messages", "max_completion_tokens", "logprobs", "top_logprobs")
 COMPLETION_DEFAULT_TOKENS = 16  # OpenAI's default `max_tokens` of a completion
@@ -90,6 +96,7 @@ MAX_PROMPTS = 64  # prompts of one completions request
 MAX_LOGPROBS = 5  # OpenAI's most `logprobs` of a completion
 MAX_TOP_LOGPROBS = 20  # OpenAI's most `top_logprobs` of a chat answer
 MAX_EMBEDDING_INPUTS = 256  # texts of one embeddings request
+MAX_LOGIT_BIAS = 300  # OpenAI's most `logit_bias` entries
 EMBEDDING_FIELDS = ("model", "input", "encoding_format", "user")
 
 
@@ -132,6 +139,7 @@ class Service:
                 "max_logprobs": MAX_LOGPROBS,
                 "max_top_logprobs": MAX_TOP_LOGPROBS,
                 "max_embedding_inputs": MAX_EMBEDDING_INPUTS,
+                "max_logit_bias": MAX_LOGIT_BIAS,
                 "max_batch": scheduler.max_batch,
                 "max_batches": scheduler.max_batches,
                 "max_queue": scheduler.max_queue,
@@ -368,9 +376,6 @@ class Service:
         if model is not None and model != self.name:
             raise RequestError(f"model: {model!r} is not served here; expected {self.name!r} (GET /v1/models)",
                                "model", status=404, code="model_not_found")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if body.get(name) not in (None, 0, 0.0):
-                raise RequestError(f"{name}: only 0 is supported; got {short(body.get(name))}", name)
         if not isinstance(body.get("stream", False), bool):
             raise RequestError(f"stream: expected true or false; got {short(body.get('stream'))}", "stream")
         options = body.get("stream_options")
@@ -419,7 +424,33 @@ class Service:
             sampler, temperature = "greedy", 1.0
         else:
             sampler = "top_p" if top_p < 1.0 else "temperature"
-        return Job(ids, max_tokens, tuple(stop or ()), sampler, temperature, top_p, seed)
+        return Job(ids, max_tokens, tuple(stop or ()), sampler, temperature, top_p, seed, self._controls(body))
+
+    def _controls(self, body):
+        """The decoding controls a request sets (`zoo.generation.controls`):
+        OpenAI's penalties and `logit_bias`, vLLM's `repetition_penalty`
+        and `min_p`."""
+        controls = {}
+        for name in ("presence_penalty", "frequency_penalty"):
+            controls[name] = number(body, name, None, "a number in [-2, 2]", low=-2.0, high=2.0)
+        controls["repetition_penalty"] = number(body, "repetition_penalty", None, "a number > 0", above=0.0)
+        controls["min_p"] = number(body, "min_p", None, "a number in [0, 1]", low=0.0, high=1.0)
+        bias = body.get("logit_bias")
+        if bias is not None:
+            vocabulary = self.model.vocabulary_size
+            expected = (f"an object of at most {MAX_LOGIT_BIAS} token ids (in [0, {vocabulary})) to biases in "
+                        "[-100, 100]")
+            if not isinstance(bias, dict) or len(bias) > MAX_LOGIT_BIAS:
+                raise RequestError(f"logit_bias: expected {expected}; got {short(bias)}", "logit_bias")
+            checked = {}
+            for token, value in bias.items():
+                if not str(token).isdigit() or not int(token) < vocabulary or not isinstance(
+                    value, (int, float)
+                ) or isinstance(value, bool) or not -100 <= value <= 100:
+                    raise RequestError(f"logit_bias: expected {expected}; got {short({token: value})}", "logit_bias")
+                checked[int(token)] = float(value)
+            controls["logit_bias"] = checked
+        return {name: value for name, value in controls.items() if value is not None}
 
 
 def create_app(service, api_key=None):

@@ -18,7 +18,9 @@ A `ModelJob` (a `ScoreJob`: the log-probabilities of given tokens,
 same thread, whole, before the next decoding step.
 
 Requests share a batch when the same sampler draws for them: greedy ones
-always; sampled ones with the same sampler settings and no seed. A seeded
+always; sampled ones with the same sampler settings and no seed. Their
+decoding controls (penalties, `min_p`, `logit_bias`) may differ: each row
+has its own. A seeded
 request decodes in a batch of its own, because a sampler's random draw
 depends on the batch, and a seed promises the answer the request would
 get alone.
@@ -52,9 +54,10 @@ class Job:
 
     _ids = itertools.count()
 
-    def __init__(self, prompt_ids, max_tokens, stop, sampler, temperature, top_p, seed):
+    def __init__(self, prompt_ids, max_tokens, stop, sampler, temperature, top_p, seed, controls=None):
         self.prompt_ids, self.max_tokens, self.stop = prompt_ids, max_tokens, stop
         self.sampler, self.temperature, self.top_p, self.seed = sampler, temperature, top_p, seed
+        self.controls = controls or {}  # the decoding controls' settings: each row its own, so not in batch_key
         self.events = queue.Queue()
         self.cancelled = False
         self.wake = None
@@ -260,6 +263,7 @@ class _Batch:
                 temperature=first.temperature,
                 top_p=first.top_p,
                 bucket=self.max_batch if len(self.jobs) > 1 else True,  # two batch shapes: 1 and max_batch
+                controls=_row_controls(self.jobs),
             )
             self.steps = self.generation.steps(every_token=True)
         except Exception as error:  # every job of the batch hears why, and the server goes on
@@ -295,3 +299,13 @@ class _Batch:
             if not self.ended[row]:
                 self.ended[row] = True
                 job.put((ERROR, message))
+
+
+# What a row without a control gets: the control's off value.
+_OFF = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0, "logit_bias": None}
+
+
+def _row_controls(jobs):
+    """The batch's controls, one value a row, for each control a job sets."""
+    names = sorted({name for job in jobs for name in job.controls})
+    return {name: [job.controls.get(name, _OFF[name]) for job in jobs] for name in names} or None
