@@ -127,21 +127,16 @@ def sample(model, prompt="ROMEO:", length=100, temperature=0.8, top_p=None, top_
 
 def make_parser():
     """The recipe's flags (`zoo train gpt_finetune -h`)."""
-    from recipes.flags import COUNT, NON_NEGATIVE, POSITIVE_INT, recipe_parser
+    from recipes.flags import POSITIVE_INT, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train gpt_finetune")
     parser.add_argument("--pretrained", default=DEFAULTS["pretrained"],
                         help="a causal-LM checkpoint: a folder (keras-hub preset, or Hugging Face: config.json + "
                         "model.safetensors) or a handle (hf://ORG/NAME[@REVISION])")
-    parser.add_argument("--lora", type=COUNT, default=DEFAULTS["lora"], metavar="RANK",
-                        help="train LoRA adapters of this rank on every projection only (0: every weight)")
     parser.add_argument("--sequence-length", type=POSITIVE_INT, default=DEFAULTS["sequence_length"],
                         help="tokens per window")
-    parser.add_argument("--warmup-steps", type=COUNT, default=DEFAULTS["warmup_steps"], help="linear warm-up steps")
-    parser.add_argument("--weight-decay", type=NON_NEGATIVE, default=DEFAULTS["weight_decay"],
-                        help="AdamW, matrices only")
     add_language_model_flags(parser, DEFAULTS, "new tokens")
-    lm_data.add_memory_flags(parser)
+    lm_data.add_fine_tuning_flags(parser, DEFAULTS)
     parser.add_argument("--prompt", default=DEFAULTS["prompt"], help="the text the sample continues")
     return parser
 

@@ -140,12 +140,18 @@ def lora_projections(text):
     return tuple(dict.fromkeys(names))
 
 
-def add_memory_flags(parser):
-    """The fine-tuning recipes' memory levers: --lora-targets, --quantize
-    (QLoRA), --accumulate and --remat (with --lora and --mixed-precision,
+def add_fine_tuning_flags(parser, defaults):
+    """The fine-tuning recipes' shared flags: --lora, --warmup-steps and
+    --weight-decay, then the memory levers --lora-targets, --quantize
+    (QLoRA), --accumulate and --remat (with --mixed-precision,
     docs/fine-tuning.md's "Memory levers")."""
-    from recipes.flags import POSITIVE_INT
+    from recipes.flags import COUNT, NON_NEGATIVE, POSITIVE_INT
 
+    parser.add_argument("--lora", type=COUNT, default=defaults["lora"], metavar="RANK",
+                        help="train LoRA adapters of this rank on every projection only (0: every weight)")
+    parser.add_argument("--warmup-steps", type=COUNT, default=defaults["warmup_steps"], help="linear warm-up steps")
+    parser.add_argument("--weight-decay", type=NON_NEGATIVE, default=defaults["weight_decay"],
+                        help="AdamW, matrices only")
     parser.add_argument("--lora-targets", type=lora_projections, default=None, metavar="NAMES",
                         help=f"the projections that get LoRA adapters, comma-separated from {','.join(LORA_PROJECTIONS)} "
                         "(output: the attention's and the feed-forward's); default: all of them")

@@ -79,7 +79,7 @@ CHATML_NAME = "chatml"  # --chat-template chatml: zoo.data.CHATML
 
 def make_parser():
     """The recipe's flags (`zoo train sft -h`)."""
-    from recipes.flags import COUNT, NON_NEGATIVE, Number, recipe_parser
+    from recipes.flags import Number, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train sft")
     parser.add_argument("--pretrained", default=DEFAULTS["pretrained"],
@@ -94,15 +94,10 @@ def make_parser():
                         help="JSON Lines validation conversations; default: --validation-fraction of --data")
     parser.add_argument("--validation-fraction", type=Number(float, above=0, below=1),
                         default=DEFAULTS["validation_fraction"], help="the share of --data held out to validate")
-    parser.add_argument("--lora", type=COUNT, default=DEFAULTS["lora"], metavar="RANK",
-                        help="train LoRA adapters of this rank on every projection only (0: every weight)")
     parser.add_argument("--sequence-length", type=Number(int, minimum=2), default=DEFAULTS["sequence_length"],
                         help="the most tokens of a conversation; longer ones are cut (and counted)")
-    parser.add_argument("--warmup-steps", type=COUNT, default=DEFAULTS["warmup_steps"], help="linear warm-up steps")
-    parser.add_argument("--weight-decay", type=NON_NEGATIVE, default=DEFAULTS["weight_decay"],
-                        help="AdamW, matrices only")
     add_language_model_flags(parser, DEFAULTS, "new tokens")
-    lm_data.add_memory_flags(parser)
+    lm_data.add_fine_tuning_flags(parser, DEFAULTS)
     parser.add_argument("--prompt", default=DEFAULTS["prompt"], help="the user message the sample answers")
     return parser
 
