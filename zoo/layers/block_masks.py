@@ -1,5 +1,5 @@
-"""What the encoder and decoder blocks share: argument checks and the
-Keras mask they carry.
+"""What the encoder and decoder blocks share: their common arguments, checked
+and kept as config, and the Keras mask they carry.
 
 A block's output carries a Keras mask (what `mask_zero` embeddings start),
 so that the next layer sees the padding without being told: the block's
@@ -11,13 +11,26 @@ Keras' `mask` argument, which `Layer.__call__` hands to `compute_mask`.
 import keras
 
 
-def check_block_args(num_heads, intermediate_dim, dropout):
+def set_block_args(block, num_heads, intermediate_dim, dropout, attention_dropout, activation, norm_first,
+                   norm_epsilon, kernel_initializer, output_kernel_initializer):
+    """Checks the arguments both blocks take and keeps them on `block` as
+    its config: `attention_dropout` None is `dropout`, and
+    `output_kernel_initializer` None is `kernel_initializer`."""
     if not isinstance(num_heads, int) or num_heads < 1:
         raise ValueError(f"`num_heads` must be a positive integer; got {num_heads!r}.")
     if intermediate_dim is not None and (not isinstance(intermediate_dim, int) or intermediate_dim < 1):
         raise ValueError(f"`intermediate_dim` must be a positive integer; got {intermediate_dim!r}.")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"`dropout` must be in [0, 1); got {dropout!r}.")
+    block.num_heads = num_heads
+    block.intermediate_dim = intermediate_dim
+    block.dropout = dropout
+    block.attention_dropout = dropout if attention_dropout is None else attention_dropout
+    block.activation = activation
+    block.norm_first = norm_first
+    block.norm_epsilon = norm_epsilon
+    block.kernel_initializer = keras.initializers.get(kernel_initializer)
+    block.output_kernel_initializer = keras.initializers.get(output_kernel_initializer or kernel_initializer)
 
 
 def padding_as_keras_mask(padding_mask, kwargs):

@@ -5,7 +5,7 @@ Shape letters: B batch, T length, d width.
 
 import keras
 
-from zoo.layers.block_masks import check_block_args, input_keras_mask, output_keras_mask, padding_as_keras_mask
+from zoo.layers.block_masks import input_keras_mask, output_keras_mask, padding_as_keras_mask, set_block_args
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import FeedForward
 from zoo.layers.multi_head_attention import MultiHeadAttention
@@ -71,17 +71,9 @@ class EncoderBlock(keras.layers.Layer):
         kwargs = current_names(kwargs, {"layer_norm_epsilon": "norm_epsilon"}, "EncoderBlock")
         norm_epsilon = kwargs.pop("norm_epsilon", norm_epsilon)
         super().__init__(**kwargs)
-        check_block_args(num_heads, intermediate_dim, dropout)
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.attention_dropout = dropout if attention_dropout is None else attention_dropout
-        self.activation = activation
-        self.norm_first = norm_first
-        self.norm_epsilon = norm_epsilon
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.output_kernel_initializer = keras.initializers.get(
-            output_kernel_initializer or kernel_initializer
+        set_block_args(
+            self, num_heads, intermediate_dim, dropout, attention_dropout, activation, norm_first,
+            norm_epsilon, kernel_initializer, output_kernel_initializer,
         )
         self.supports_masking = True
 
