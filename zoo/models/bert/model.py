@@ -146,14 +146,14 @@ class BertMaskedLM(ZooModel):
     Example:
 
     ```python
-    backbone = BertBackbone(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16)
-    inputs = {
-        "token_ids": np.array([[2, 7, 8, 3, 0]]),
-        "segment_ids": np.zeros((1, 5), "int32"),
-        "padding_mask": np.array([[1, 1, 1, 1, 0]]),
+    masked_lm = BertMaskedLM(BertBackbone(30, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16))
+    batch = {  # two sentences, a [MASK] (id 4) in each
+        "token_ids": np.array([[2, 7, 4, 3], [2, 4, 3, 0]]),
+        "segment_ids": np.zeros((2, 4), "int32"),
+        "padding_mask": np.array([[1, 1, 1, 1], [1, 1, 1, 0]]),
+        "mask_positions": np.array([[2], [1]]),
     }
-    masked_lm = BertMaskedLM(backbone)
-    logits = masked_lm({**inputs, "mask_positions": np.array([[1, 2]])})  # (1, 2, 30)
+    masked_lm(batch).shape  # (2, 1, 30): (B, P, V)
     ```
 
     References:
@@ -209,13 +209,13 @@ class BertClassifier(ZooModel):
 
     ```python
     backbone = BertBackbone(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16)
-    inputs = {
-        "token_ids": np.array([[2, 7, 8, 3, 0]]),
-        "segment_ids": np.zeros((1, 5), "int32"),
-        "padding_mask": np.array([[1, 1, 1, 1, 0]]),
+    classifier = BertClassifier(backbone, num_classes=3)
+    pair = {  # [CLS] a [SEP] b b [SEP]: the second sentence in segment 1
+        "token_ids": np.array([[2, 7, 3, 8, 9, 3]]),
+        "segment_ids": np.array([[0, 0, 0, 1, 1, 1]]),
+        "padding_mask": np.ones((1, 6), "int32"),
     }
-    classifier = BertClassifier(backbone, num_classes=2)
-    logits = classifier(inputs)  # (1, 2)
+    classifier(pair).shape  # (1, 3)
     ```
 
     References:
