@@ -32,8 +32,9 @@ under the model (before temperature and top-p), its `logprobs` most
 likely alternatives (and itself) as `{token: logprob}`, and its offset in
 the prompt followed by the answer; `echo: true` returns the prompt before
 the answer, its tokens first in `logprobs` (the first one's log-probability
-null), and with `max_tokens: 0` scores the prompt alone (what
-lm-evaluation-harness's `local-completions` model asks); `best_of`
+null), and with `max_tokens: 0` scores the prompt alone, which may then
+fill the whole context (the harness's `local-completions` model asks for
+`echo` with `logprobs`); `best_of`
 (up to `--max-batch`) samples of which the `n` of the highest
 log-probability per token are returned. Chat takes `logprobs: true` and
 `top_logprobs` (0-20), in OpenAI's chat shape (`{"content": [{token,
@@ -162,14 +163,16 @@ class Service:
         if logprobs is not None and (not is_int(logprobs) or not 0 <= logprobs <= MAX_LOGPROBS):
             raise RequestError(f"logprobs: expected null or an integer in [0, {MAX_LOGPROBS}]; got {short(logprobs)}",
                                "logprobs")
-        prompts = self._prompts(body.get("prompt"))
+        # A prompt only scored (echo, max_tokens 0) may fill the context: the model reads all its tokens.
+        scoring = echo and body.get("max_tokens") == 0
+        prompts = self._prompts(body.get("prompt"), self.context if scoring else self.context - 1)
         n, best_of = self._samples(body, chat=False)
         if len(prompts) * best_of > MAX_PROMPTS:
             raise RequestError(f"prompt: {len(prompts)} prompts of {best_of} samples each; expected at most "
                                f"{MAX_PROMPTS} samples in all", "prompt")
         if body.get("stream") and (echo or logprobs is not None or len(prompts) > 1):
             raise RequestError("stream: true takes one prompt, without echo or logprobs", "stream")
-        if echo and body.get("max_tokens") == 0:
+        if scoring:
             jobs = [[] for _ in prompts]
         else:
             jobs = [[self._job(body, ids, COMPLETION_DEFAULT_TOKENS) for _ in range(best_of)] for _, ids in prompts]
@@ -209,9 +212,10 @@ class Service:
         tokens = sum(min(len(self._ids(t, "input")) + 2, self.context) for t in texts)  # [CLS] text [SEP]
         return texts, tokens
 
-    def _prompts(self, prompt):
+    def _prompts(self, prompt, most):
         """`(text or None, ids)` of each prompt: a string, a list of token
-        ids, or a list of either (at most `MAX_PROMPTS`)."""
+        ids, or a list of either (at most `MAX_PROMPTS`), each of at most
+        `most` tokens."""
         expected = ("expected a non-empty string, a list of token ids, or a list of at most "
                     f"{MAX_PROMPTS} of either")
         if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(is_int(t) for t in prompt)):
@@ -221,15 +225,14 @@ class Service:
         prompts = []
         for one in prompt:
             if isinstance(one, str) and one:
-                prompts.append((one, self.prompt_ids(one, "prompt")))
-                self._check_length(prompts[-1][1], "prompt")
+                prompts.append((one, self.prompt_ids(one, "prompt", most)))
+                self._check_length(prompts[-1][1], "prompt", most)
             elif isinstance(one, list) and one and all(is_int(t) for t in one):
                 vocabulary = self.model.vocabulary_size
-                if len(one) >= self.context or not all(0 <= t < vocabulary for t in one):
+                if len(one) > most or not all(0 <= t < vocabulary for t in one):
                     raise RequestError(
-                        f"prompt: expected at most {self.context - 1} token ids, each in [0, {vocabulary}); "
-                        f"got {short(one)}", "prompt", code="context_length_exceeded" if len(one) >= self.context
-                        else None)
+                        f"prompt: expected at most {most} token ids, each in [0, {vocabulary}); "
+                        f"got {short(one)}", "prompt", code="context_length_exceeded" if len(one) > most else None)
                 prompts.append((None, list(one)))
             else:
                 raise RequestError(f"prompt: {expected}; got {short(one)}", "prompt")
@@ -299,13 +302,14 @@ class Service:
                     entry(t, v) for t, v in zip(score.top_ids[i], score.top_logprobs[i])]})
         return {"content": content, "refusal": None}
 
-    def prompt_ids(self, text, field):
+    def prompt_ids(self, text, field, most=None):
         """The ids of `text`, refused once it surely has more tokens than a
-        prompt may: a long text is tokenized piece by piece (each piece
-        cut before a space, so the pieces tokenize as the whole does, give
-        or take a token at each cut), and only a text that fits is then
-        tokenized whole."""
-        most, counted, pieces, start = self.context - 1, 0, 0, 0
+        prompt may (`most`; None: the context less one): a long text is
+        tokenized piece by piece (each piece cut before a space, so the
+        pieces tokenize as the whole does, give or take a token at each
+        cut), and only a text that fits is then tokenized whole."""
+        most = self.context - 1 if most is None else most
+        counted, pieces, start = 0, 0, 0
         while len(text) - start > PIECE_CHARACTERS:
             end = _cut(text, start + PIECE_CHARACTERS)
             counted += len(self._ids(text[start:end], field))
@@ -388,11 +392,12 @@ class Service:
         if body.get("user") is not None and not isinstance(body["user"], str):
             raise RequestError("user: expected a string", "user")
 
-    def _check_length(self, ids, field):
-        if len(ids) >= self.context:
+    def _check_length(self, ids, field, most=None):
+        most = self.context - 1 if most is None else most
+        if len(ids) > most:
             raise RequestError(
                 f"the prompt has {len(ids)} tokens; this model's context is {self.context} tokens, so a prompt may "
-                f"have at most {self.context - 1}", field,
+                f"have at most {most}", field,
             )
 
     def _job(self, body, ids, default_tokens):

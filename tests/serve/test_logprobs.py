@@ -6,6 +6,7 @@ lm-evaluation-harness's own `local-completions` model, pointed at the
 server, scores a multiple-choice task as `zoo.score` does."""
 
 import json
+import math
 import os
 import tempfile
 
@@ -18,7 +19,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import zoo  # noqa: E402
-from tests.serve.conftest import CONTEXT, Server  # noqa: E402
+from tests.serve.conftest import CONTEXT, TEXT, Server  # noqa: E402
 from tests.serve.test_openai_api import chat_folder  # noqa: E402, F401  (a fixture)
 
 pytest.importorskip("openai")
@@ -47,6 +48,21 @@ def test_echo_with_no_new_tokens_scores_the_prompt_alone(served, lm):
         alternatives = {vocabulary[t]: v for t, v in zip(score.top_ids[i], score.top_logprobs[i])}
         alternatives.setdefault(logprobs.tokens[i + 1], float(score.token_logprobs[i]))  # the token itself
         assert top == pytest.approx(alternatives, rel=1e-6)
+
+
+def test_a_prompt_only_scored_may_fill_the_context(served, lm):
+    """`echo` with `max_tokens: 0` reads the prompt and writes nothing: a
+    prompt of the whole context, as text or as token ids, is scored."""
+    text = (TEXT * 2)[:CONTEXT]
+    ids = ids_of(lm, text)
+    assert len(ids) == CONTEXT
+    score = zoo.score(lm, [ids[:1]], [ids[1:]])[0]
+    assert score.context_length == 1  # nothing cut: the model read every token
+    for prompt in (text, ids):
+        answer = served.client().completions.create(model="lm", prompt=prompt, max_tokens=0, echo=True, logprobs=0)
+        logprobs = answer.choices[0].logprobs
+        assert answer.choices[0].text == text and logprobs.token_logprobs[0] is None
+        np.testing.assert_allclose(logprobs.token_logprobs[1:], score.token_logprobs, rtol=1e-6)
 
 
 def test_logprobs_of_a_greedy_answer_are_its_tokens_scored_after_the_prompt(served, lm):
@@ -110,7 +126,9 @@ def test_the_tokenizer_endpoints_are_vllms(served, lm):
     ({"prompt": [[1] * CONTEXT]}, "prompt", f"at most {CONTEXT - 1} token ids"),
     ({"prompt": [PROMPT] * 65}, "prompt", "at most 64"),
     ({"prompt": [PROMPT, 3]}, "prompt", "a list of token ids"),
-    ({"echo": True, "max_tokens": 0, "prompt": "R" * CONTEXT}, "prompt", "context is 32 tokens"),
+    ({"echo": True, "max_tokens": 0, "prompt": "R" * (CONTEXT + 1)}, "prompt", "at most 32"),
+    ({"echo": True, "max_tokens": 0, "prompt": [[1] * (CONTEXT + 1)]}, "prompt", f"at most {CONTEXT} token ids"),
+    ({"echo": True, "max_tokens": 1, "prompt": "R" * CONTEXT}, "prompt", "at most 31"),
 ])
 def test_bad_logprobs_echo_and_prompts_are_refused_in_one_line(served, body, param, message):
     response = httpx.post(served.url + "/v1/completions", json={"model": "lm", "prompt": PROMPT, **body}, timeout=60)
@@ -128,21 +146,12 @@ def test_the_harness_local_completions_model_scores_as_zoo_score(tmp_path):
     pytest.importorskip("tenacity")  # the harness's API models need it (the eval extra)
     from lm_eval.tasks import TaskManager
 
-    from tests.recipes.test_evaluate import CHOICE_TASK, QUESTIONS, TEXTS
+    from tests.recipes.test_evaluate import CHOICE_TASK, QUESTIONS
 
     data = tmp_path / "choice.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in QUESTIONS), encoding="utf-8")
     (tmp_path / "choice.yaml").write_text(CHOICE_TASK.format(data=data), encoding="utf-8")
-    import keras
-
-    from zoo.data import CharTokenizer
-
-    everything = " ".join(q["question"] + " " + " ".join(q["choices"]) for q in QUESTIONS) + " ".join(
-        t["text"] for t in TEXTS)
-    tokenizer = CharTokenizer.from_text(everything)
-    keras.utils.set_random_seed(0)
-    model = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), max_sequence_length=32,
-                      initializer_range=0.5, tokenizer=tokenizer)
+    model = evaluated_model()
     server = Server(model)
     try:
         results = lm_eval.simple_evaluate(
@@ -164,6 +173,70 @@ def test_the_harness_local_completions_model_scores_as_zoo_score(tmp_path):
     assert len(correct) == len(QUESTIONS)
     assert results["results"]["zoo_choice"]["acc,none"] == pytest.approx(np.mean(correct))
     assert 0 < np.mean(correct) < 1  # the check tells a right choice from a wrong one
+
+
+@pytest.mark.integration  # half a minute of the harness's requests
+def test_the_harness_local_completions_model_scores_rolling_windows_as_zoo_score(tmp_path):
+    """The rolling-perplexity task through `local-completions` at
+    `max_length` the model's context: the harness keeps one token for
+    generation, so each of its windows is a prompt of the context less one
+    token (`echo`, `logprobs: 1`, `max_tokens: 1`) scoring the context less
+    two; every window is answered, and the word perplexity is `zoo.score`'s
+    over the harness's own windows. A text inside one window gets
+    `zoo.score_rolling`'s log-likelihood."""
+    lm_eval = pytest.importorskip("lm_eval")
+    pytest.importorskip("tenacity")
+    from lm_eval.tasks import TaskManager
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+    from tests.recipes.test_evaluate import ROLLING_TASK, TEXTS
+
+    data = tmp_path / "text.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in TEXTS), encoding="utf-8")
+    (tmp_path / "text.yaml").write_text(ROLLING_TASK.format(data=data), encoding="utf-8")
+    model = evaluated_model()
+    prefix = 0  # a character tokenizer has no start or end token for the harness to predict the first from
+    server = Server(model)
+    try:
+        results = lm_eval.simple_evaluate(
+            model="local-completions",
+            model_args=f"base_url={server.url}/v1/completions,tokenizer_backend=remote,max_length={CONTEXT},model=lm,"
+                       f"batch_size=16,custom_prefix_token_id={prefix},max_retries=1",
+            tasks=["zoo_text"], task_manager=TaskManager(include_path=str(tmp_path)), log_samples=True,
+        )
+    finally:
+        server.stop()
+    texts = [row["text"] for row in TEXTS]
+    totals, windows = [], []
+    for text in texts:
+        pairs = [make_disjoint_window(pair) for pair in get_rolling_token_windows(
+            ids_of(model, text), prefix_token=prefix, max_seq_len=CONTEXT - 2, context_len=1)]
+        assert max(len(context + continuation) for context, continuation in pairs) == min(len(text) + 1, CONTEXT - 1)
+        totals.append(sum(s.logprob for s in zoo.score(model, [c for c, _ in pairs], [t for _, t in pairs])))
+        windows.append(len(pairs))
+    assert windows == [3, 1, 3]  # the long texts take several windows
+    harness = {sample["doc_id"]: sample["resps"][0][0] for sample in results["samples"]["zoo_text"]}
+    np.testing.assert_allclose([harness[i] for i in range(len(texts))], totals, rtol=1e-5)
+    words = sum(len(text.split()) for text in texts)
+    assert results["results"]["zoo_text"]["word_perplexity,none"] == pytest.approx(math.exp(-sum(totals) / words),
+                                                                                  rel=1e-5)
+    short = zoo.score_rolling(model, [texts[1]], prefix_token_id=prefix)[0]
+    assert short.window_count == 1 and harness[1] == pytest.approx(short.logprob, rel=1e-5)
+
+
+def evaluated_model():
+    """The model of tests/recipes/test_evaluate.py: a context of 32 characters."""
+    import keras
+
+    from tests.recipes.test_evaluate import QUESTIONS, TEXTS
+    from zoo.data import CharTokenizer
+
+    everything = " ".join(q["question"] + " " + " ".join(q["choices"]) for q in QUESTIONS) + " ".join(
+        t["text"] for t in TEXTS)
+    tokenizer = CharTokenizer.from_text(everything)
+    keras.utils.set_random_seed(0)
+    return zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(),
+                     max_sequence_length=CONTEXT, initializer_range=0.5, tokenizer=tokenizer)
 
 
 # --- n, best_of, chat ---------------------------------------------------------------------------
