@@ -105,6 +105,43 @@ def test_multiple_choice_accuracy_is_the_choice_zoo_score_ranks_first(files, cap
     assert "zoo_choice" in table and "acc" in table and "|" in table
 
 
+def test_limit_and_num_fewshot_reach_the_harness(files, monkeypatch):
+    """`--limit 3` scores the first three documents only, `--num-fewshot 1`
+    puts one other answered question before each; the accuracy is the
+    choice `zoo.score` ranks first on those very requests."""
+    asked = []
+    loglikelihood = ZooLM.loglikelihood
+
+    def recorded(self, requests, disable_tqdm=False):
+        asked.extend(request.args for request in requests)
+        return loglikelihood(self, requests, disable_tqdm)
+
+    monkeypatch.setattr(ZooLM, "loglikelihood", recorded)
+    # The choice task with ". " between examples: the harness's "\n\n" is not among the model's characters.
+    tasks = files.folder / "shots"
+    tasks.mkdir(exist_ok=True)
+    task = (files.tasks / "choice.yaml").read_text(encoding="utf-8").replace("task: zoo_choice", "task: zoo_shots")
+    (tasks / "shots.yaml").write_text(task + 'fewshot_delimiter: ". "\n', encoding="utf-8")
+    output = files.folder / "fewshot.json"
+    assert cli.main(["evaluate", str(files.model_path), "--tasks", "zoo_shots", "--include-path", str(tasks),
+                     "--limit", "3", "--num-fewshot", "1", "--output", str(output)]) == 0
+    results = json.loads(output.read_text(encoding="utf-8"))
+    assert results["n-samples"]["zoo_shots"]["effective"] == 3
+    contexts = {}
+    for context, continuation in asked:
+        contexts.setdefault(context, []).append(continuation)
+    assert len(contexts) == 3 and len(asked) == sum(len(q["choices"]) for q in QUESTIONS[:3])
+    correct = []
+    for question, (context, continuations) in zip(QUESTIONS[:3], sorted(contexts.items(), key=lambda item: min(
+            i for i, q in enumerate(QUESTIONS) if item[0].endswith(q["question"])))):
+        shot, _, own = context.rpartition(". ")
+        assert own == question["question"] and continuations == [" " + c for c in question["choices"]]
+        assert shot in [q["question"] + " " + q["choices"][q["label"]] for q in QUESTIONS if q is not question]
+        scores = zoo.score(files.model, [context] * len(continuations), continuations)
+        correct.append(int(np.argmax([s.logprob for s in scores])) == question["label"])
+    assert results["results"]["zoo_shots"]["acc,none"] == pytest.approx(np.mean(correct))
+
+
 def test_rolling_perplexity_is_zoo_score_rolling_over_words_and_bytes(files):
     output = files.folder / "text.json"
     assert cli.main(["evaluate", str(files.model_path), "--tasks", "zoo_text", "--include-path", str(files.tasks),

@@ -291,6 +291,37 @@ def test_chat_logprobs_are_openais_chat_shape_and_zoo_scores(chat_folder):
         assert entry.top_logprobs[0].logprob == max(t.logprob for t in entry.top_logprobs)
 
 
+def test_chat_n_returns_n_answers_each_the_models(chat_folder):
+    """Chat's `n` through the `openai` client: greedy, each choice is
+    `zoo.generate`'s answer; sampled, n different answers, each of its own
+    tokens with their log-probabilities, counted in `usage`."""
+    lm = zoo.from_pretrained(chat_folder)
+    messages = [{"role": "user", "content": "naïve café?"}]
+    ids = lm.tokenizer.apply_chat_template(messages)
+    new = zoo.generate(lm, [ids], 6, stop_token_ids=lm.tokenizer.end_token_ids).sequences[0]
+    greedy = lm.tokenizer.detokenize([t for t in new if t not in lm.tokenizer.end_token_ids])
+    server = Server(lm, name="qwen")
+    try:
+        client = server.client()
+        answer = client.chat.completions.create(model="qwen", messages=messages, max_tokens=6, temperature=0, n=2)
+        sampled = client.chat.completions.create(model="qwen", messages=messages, max_tokens=6, temperature=2.0, n=3,
+                                                 logprobs=True)
+    finally:
+        server.stop()
+    assert [c.index for c in answer.choices] == [0, 1]
+    assert [c.message.content for c in answer.choices] == [greedy, greedy]
+    assert [c.index for c in sampled.choices] == [0, 1, 2]
+    tokens = 0
+    for choice in sampled.choices:
+        content = choice.logprobs.content
+        assert choice.message.role == "assistant" and choice.finish_reason in ("stop", "length")
+        assert 1 <= len(content) <= 6 and all(-math.inf < entry.logprob <= 0 for entry in content)
+        assert (choice.finish_reason == "length") == (len(content) == 6)
+        tokens += len(content) + (choice.finish_reason == "stop")  # an end token is counted, not shown
+    assert sampled.usage.completion_tokens == tokens and sampled.usage.prompt_tokens == len(ids)
+    assert len({c.message.content for c in sampled.choices}) > 1  # three draws, not one answer three times
+
+
 @pytest.mark.parametrize("body, param", [
     ({"top_logprobs": 2}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
