@@ -173,11 +173,13 @@ def check_memory_flags(parser, args):
         parser.error(f"--lora-targets {','.join(args.lora_targets)}: names the projections of LoRA; add --lora RANK")
 
 
-def load_checkpoint(args, parser):
+def load_checkpoint(args, parser, special_tokens=()):
     """(model, the checkpoint's parameter count): --pretrained with its
-    tokenizer, built under Keras' RematScope with --remat, quantized with
-    --quantize, LoRA adapters added with --lora on --lora-targets; a
-    --sequence-length past the checkpoint's context is `parser`'s error."""
+    tokenizer (`special_tokens` appended to a tokenizer the zoo trained from
+    scratch, `with_special_tokens`), built under Keras' RematScope with
+    --remat, quantized with --quantize, LoRA adapters added with --lora on
+    --lora-targets; a --sequence-length past the checkpoint's context is
+    `parser`'s error."""
     import contextlib
 
     import keras
@@ -190,8 +192,10 @@ def load_checkpoint(args, parser):
     # The scope marks the blocks as they are built; Keras rematerializes them when they are called.
     blocks = keras.RematScope(mode="list_of_layers", layer_names=DECODER_BLOCKS) if remat else contextlib.nullcontext()
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map), blocks:
-        model = zoo.from_pretrained(args.pretrained, task="causal_lm")
+        model = pretrained_model(args.pretrained)
         parameters = model.count_params()  # the checkpoint's, before any adapters
+        if special_tokens and hasattr(model.tokenizer, "with_special_tokens"):
+            model = with_special_tokens(model, special_tokens)
         if getattr(args, "quantize", None):
             model.quantize(args.quantize)
         if args.lora:
@@ -200,6 +204,66 @@ def load_checkpoint(args, parser):
     if args.sequence_length > window:
         parser.error(f"--sequence-length {args.sequence_length}: the checkpoint's context is {window} tokens")
     return model, parameters
+
+
+def pretrained_model(pretrained):
+    """The causal LM of --pretrained: a run folder's or a `.keras` file's
+    (`recipes.run_folder.open_target`), else a checkpoint's
+    (`zoo.from_pretrained`)."""
+    from pathlib import Path
+
+    import zoo
+
+    from recipes.run_folder import MODEL, open_target
+
+    path = Path(pretrained)
+    if not zoo.checkpoints.is_handle(pretrained) and ((path / MODEL).is_file() or path.suffix == ".keras"):
+        return open_target(pretrained)
+    return zoo.from_pretrained(pretrained, task="causal_lm")
+
+
+def with_special_tokens(model, tokens, seed=0):
+    """`model` with `tokens` appended to its tokenizer's vocabulary as
+    special tokens (those it lacks; `CharTokenizer.with_special_tokens`)
+    and a row for each appended to the token embedding, and to the head
+    where it is not tied to it: a causal LM trained from scratch made ready
+    for a chat template's markers. The other ids keep their rows, so the
+    model's logits over them are unchanged; a new row is drawn around the
+    mean of the others, with their spread in each dimension, as
+    transformers' `resize_token_embeddings` starts new rows near the mean.
+
+    Args:
+        model: a causal LM carrying a tokenizer with `with_special_tokens`.
+        tokens: a sequence of str, e.g. `zoo.data.CHATML_TOKENS`.
+        seed: int, the new rows' draw.
+
+    Returns:
+        The causal LM: `model` itself when its tokenizer has every token
+        already, else a model of the same class and config with the larger
+        vocabulary.
+    """
+    import keras
+    import numpy as np
+
+    tokenizer = model.tokenizer.with_special_tokens(tokens)
+    old_size, new_size = model.vocabulary_size, tokenizer.vocabulary_size()
+    if new_size <= old_size:
+        model.tokenizer = tokenizer
+        return model
+    config = model.get_config()
+    config["backbone"]["config"]["vocabulary_size"] = new_size
+    config["tokenizer"] = tokenizer
+    grown = type(model).from_config(config)
+    rng = np.random.default_rng(seed)
+    for old, new in zip(model.weights, grown.weights, strict=True):
+        value = keras.ops.convert_to_numpy(old)
+        if value.shape != tuple(new.shape):
+            axis = next(i for i, (a, b) in enumerate(zip(value.shape, new.shape)) if (a, b) == (old_size, new_size))
+            rows = np.moveaxis(value, axis, 0)  # (V, ...)
+            drawn = rows.mean(0) + rows.std(0) * rng.standard_normal((new_size - old_size,) + rows.shape[1:])
+            value = np.moveaxis(np.concatenate([rows, drawn.astype(rows.dtype)]), 0, axis)
+        new.assign(value)
+    return grown
 
 
 def compile_finetuning(model, args, loss, defaults):

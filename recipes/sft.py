@@ -208,20 +208,23 @@ def read_data(args):
     (`zoo.data.ChatExamples`)."""
     import numpy as np
 
-    from zoo.data import DataError, chat_examples
+    from zoo.data import CHATML, CHATML_TOKENS, CharTokenizer, DataError, chat_examples
 
     from recipes.lm_data import load_checkpoint
 
     train, val = split_conversations(args)
     template = read_template(args)
-    model, parameters = load_checkpoint(args, make_parser())
+    # A model trained from scratch gets ChatML's markers as tokens of its own.
+    model, parameters = load_checkpoint(args, make_parser(), special_tokens=CHATML_TOKENS)
     tokenizer = model.tokenizer
     if not hasattr(tokenizer, "tokenize_chat"):
         raise DataError(f"{args.pretrained}: its tokenizer is a {type(tokenizer).__name__}, which cannot carry a chat "
                         "template; expected a checkpoint with a Hugging Face tokenizer.json (Llama, Mistral, Qwen, "
-                        "SmolLM2, Gemma 3)")
+                        "SmolLM2, Gemma 3) or a run of a recipe with a CharTokenizer (gpt_char)")
     if template is not None:
         tokenizer.chat_template = template  # saved with the model: zoo serve renders as the run trained
+    elif isinstance(tokenizer, CharTokenizer) and tokenizer.chat_template is None:
+        tokenizer.chat_template = CHATML  # the template of a model trained from scratch
     elif tokenizer.chat_template is None:
         raise no_template(args)
     examples = {name: chat_examples(model, part, args.sequence_length, args.train_on_prompt)

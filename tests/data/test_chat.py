@@ -132,8 +132,11 @@ def test_an_explicit_template_renders_where_the_tokenizer_has_none(qwen):
         chat_examples(bare, [{"messages": TALK[:3]}], 64)
     np.testing.assert_array_equal(chat_examples(bare, [{"messages": TALK[:3]}], 64, chat_template=CHATML).loss_mask,
                                   chat_examples(qwen, [{"messages": TALK[:3]}], 64).loss_mask)
-    with pytest.raises(ValueError, match="CharTokenizer"):
-        chat_examples(zoo.data.CharTokenizer(zoo.data.CharVocabulary("abc")), [{"messages": TALK[:3]}], 64)
+    characters = zoo.data.CharTokenizer(zoo.data.CharVocabulary("abc"))  # without ChatML's markers
+    with pytest.raises(ValueError, match="no chat template"):
+        chat_examples(characters, [{"messages": TALK[:3]}], 64)
+    with pytest.raises(DataError, match=r"character '<' at position 0 .*with_special_tokens\(zoo.data.CHATML_TOKENS\)"):
+        chat_examples(characters, [{"messages": TALK[:3]}], 64, chat_template=CHATML)
 
 
 # --- Reading chat files ----------------------------------------------------------------------------

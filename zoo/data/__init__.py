@@ -9,7 +9,7 @@ functions that need them.
 from zoo.data.columns import Columns, hold_out, is_pair_source, is_table, label_ids, label_names, read_columns, read_pairs
 from zoo.data.packing import pack_sentences
 from zoo.data.buckets import bucketed_batches, divisor_batch_size, int32_masks, interleave, length_buckets
-from zoo.data.chat import CHATML, ChatExamples, chat_examples, read_chat
+from zoo.data.chat import CHATML, CHATML_TOKENS, ChatExamples, chat_examples, read_chat
 from zoo.data.errors import DataError
 from zoo.data.huggingface_tokenizer import HuggingFaceTokenizer, train_sentence_piece
 from zoo.data.marian_tokenizer import MarianTokenizer
@@ -23,6 +23,7 @@ from zoo.data.synthetic import (
     sort_task,
     toy_translation,
     toy_translation_pairs,
+    word_order_chat,
 )
 from zoo.data.tokenizers import (
     BYTE_PAIR_RESERVED_TOKENS,
@@ -41,6 +42,7 @@ from zoo.data.tokenizers import (
 __all__ = [
     "BYTE_PAIR_RESERVED_TOKENS",
     "CHATML",
+    "CHATML_TOKENS",
     "WORD_PIECE_RESERVED_TOKENS",
     "CharTokenizer",
     "CharVocabulary",
@@ -93,6 +95,7 @@ __all__ = [
     "train_byte_pair",
     "train_sentence_piece",
     "train_word_piece",
+    "word_order_chat",
 ]
 
 # The tf.data pipelines load TensorFlow: imported on first use, so that

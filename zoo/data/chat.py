@@ -47,6 +47,9 @@ CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
     "'\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+# ChatML's markers: a tokenizer trained from scratch (`CharTokenizer.with_special_tokens`) holds each as
+# one token of its own; the second ends an assistant turn, and so a served answer.
+CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,43 @@ def conversation_messages(record, where):
     return checked
 
 
+def render_template(template, messages, add_generation_prompt, **special_tokens):
+    """A conversation rendered by a Jinja chat template as transformers'
+    `render_jinja_template` renders it: an immutable sandbox, Jinja's loop
+    controls, `raise_exception`, `strftime_now` and its `tojson`; `special_tokens`
+    are the template's variables `bos_token` and `eos_token`."""
+    try:
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:
+        raise ValueError("a chat template needs jinja2; expected the serve extra: pip install -e .[serve]") from None
+    import datetime
+
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, type(None)))
+        for m in messages
+    ):
+        raise ValueError('messages: expected a list of {"role": str, "content": str} objects')
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                extensions=["jinja2.ext.loopcontrols"])
+    environment.filters["tojson"] = tojson
+    environment.globals["raise_exception"] = raise_exception
+    environment.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    try:
+        return environment.from_string(template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **special_tokens
+        )
+    except jinja2.exceptions.TemplateError as error:
+        raise ValueError(f"the chat template refused the messages: {error}") from None
+
+
 def chat_examples(model_or_tokenizer, conversations, sequence_length, train_on_prompt=False, chat_template=None):
     """Conversations as padded token ids and the loss mask of fine-tuning.
 
@@ -172,8 +212,9 @@ def chat_examples(model_or_tokenizer, conversations, sequence_length, train_on_p
     `padding_mask`, and causal attention never looks right).
 
     Args:
-        model_or_tokenizer: a `HuggingFaceTokenizer`, or a model carrying
-            one (`model.tokenizer`).
+        model_or_tokenizer: a `HuggingFaceTokenizer` or a `CharTokenizer`
+            (with `CHATML_TOKENS` among its special tokens), or a model
+            carrying one (`model.tokenizer`).
         conversations: a list of `{"messages": [...]}` or `{"prompt": ...,
             "completion": ...}` dicts, or of message lists (`read_chat`'s).
         sequence_length: int, L; a longer conversation is cut to its first
@@ -195,7 +236,7 @@ def chat_examples(model_or_tokenizer, conversations, sequence_length, train_on_p
     tokenizer = getattr(model_or_tokenizer, "tokenizer", None) or model_or_tokenizer
     if not hasattr(tokenizer, "tokenize_chat"):
         raise ValueError(f"chat_examples: a {type(tokenizer).__name__} cannot render a chat template; expected a "
-                         "zoo.data.HuggingFaceTokenizer (a tokenizer.json), or a model carrying one")
+                         "zoo.data.HuggingFaceTokenizer (a tokenizer.json) or CharTokenizer, or a model carrying one")
     if (chat_template or tokenizer.chat_template) is None:
         raise ValueError("chat_examples: the tokenizer has no chat template; expected chat_template=... "
                          "(zoo.data.CHATML for a model trained from scratch)")
@@ -222,8 +263,8 @@ def assistant_spans(tokenizer, messages, chat_template=None):
     turns, each up to and including its end token.
 
     Args:
-        tokenizer: a `HuggingFaceTokenizer` (its template renders; its end
-            tokens end a turn).
+        tokenizer: a `HuggingFaceTokenizer` or `CharTokenizer` (its template
+            renders; its end tokens end a turn).
         messages: a list of `{"role", "content"}` dicts.
         chat_template: a Jinja template, or None for the tokenizer's own.
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from zoo.data.chat import render_template
 from zoo.data.errors import DataError
 from zoo.data.tokenizers import python_strings
 from zoo.files import write_text
@@ -347,8 +348,8 @@ class HuggingFaceTokenizer(keras.layers.Layer):
                 "the tokenizer has no chat template (tokenizer_config.json's `chat_template`); expected an "
                 "instruction-tuned checkpoint, or a plain completion instead of chat"
             )
-        return _render_chat(chat_template, messages, add_generation_prompt,
-                            bos_token=self._token(self.start_token_id), eos_token=self._token(self.end_token_id))
+        return render_template(chat_template, messages, add_generation_prompt,
+                               bos_token=self._token(self.start_token_id), eos_token=self._token(self.end_token_id))
 
     def _token(self, token_id):
         return "" if token_id is None else self.id_to_token(token_id)
@@ -410,41 +411,6 @@ def _chat_template(tokenizer_config, folder):
     if template is None and (folder / "chat_template.jinja").is_file():
         template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
     return template if isinstance(template, str) else None
-
-
-def _render_chat(template, messages, add_generation_prompt, **special_tokens):
-    """transformers' `render_jinja_template`: an immutable sandbox, Jinja's
-    loop controls, `raise_exception`, `strftime_now` and its `tojson`."""
-    try:
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError:
-        raise ValueError("a chat template needs jinja2; expected the serve extra: pip install -e .[serve]") from None
-    import datetime
-
-    if not isinstance(messages, list) or not all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, type(None)))
-        for m in messages
-    ):
-        raise ValueError('messages: expected a list of {"role": str, "content": str} objects')
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                extensions=["jinja2.ext.loopcontrols"])
-    environment.filters["tojson"] = tojson
-    environment.globals["raise_exception"] = raise_exception
-    environment.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
-    try:
-        return environment.from_string(template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt, **special_tokens
-        )
-    except jinja2.exceptions.TemplateError as error:
-        raise ValueError(f"the chat template refused the messages: {error}") from None
 
 
 def _optional_id(value, name):

@@ -1,5 +1,5 @@
-"""Synthetic tasks that need no download: digit copying, reversing, sorting
-and a toy English to German grammar.
+"""Synthetic tasks that need no download: digit copying, reversing, sorting,
+a toy English to German grammar, and word reordering as chat conversations.
 
 Every task is deterministic given its seed. The digit tasks return token ids
 ready for `seq2seq_dataset`, with a `WordVocabulary` of the digits; the toy
@@ -233,3 +233,75 @@ def held_out_split(sources, targets, held_out_fraction=0.1, seed=0):
         side[0].append(source)
         side[1].append(target)
     return train, test
+
+
+# Short words of lowercase letters for the chat tasks: every character is in
+# Tiny Shakespeare, so a character model pretrained on it reads them all.
+CHAT_WORDS = (
+    "ant", "bee", "cat", "cow", "dog", "elk", "fox", "hen", "owl", "pig", "rat", "yak",
+    "ash", "elm", "fig", "oak", "sun", "sky", "sea", "ice", "mud", "cup", "pen", "box",
+    "key", "map", "bell", "bird", "boat", "cake", "coat", "door", "drum", "fish", "frog", "gold",
+    "lamp", "leaf", "milk", "moon", "nest", "ring", "rock", "rose", "salt", "ship", "star", "wolf",
+)
+# What each chat task asks, and its answer to a list of words.
+CHAT_TASKS = {
+    "reverse": ("Reverse", lambda words: words[::-1]),
+    "sort": ("Sort", sorted),
+}
+
+
+def word_order_chat(counts, task="reverse", num_words=3, words=CHAT_WORDS, seed=0):
+    """An instruction task as chat conversations, in disjoint splits: the
+    user gives a list of words ("Reverse: cat moon fig"), the assistant
+    answers them reordered ("fig moon cat"; "Sort": alphabetically).
+
+    Each prompt is a distinct sequence of `num_words` different words, drawn
+    with `seed`, so no prompt occurs in two splits.
+
+    Args:
+        counts: a dict of split name to the number of conversations, e.g.
+            `{"train": 4000, "validation": 200, "test": 200}`; the splits are
+            drawn in this order.
+        task: "reverse" or "sort".
+        num_words: int >= 2, the words of a prompt.
+        words: the distinct words drawn from.
+        seed: int.
+
+    Returns:
+        A dict of split name to a list of conversations, each
+        `{"messages": [{"role": "user", ...}, {"role": "assistant", ...}]}`
+        (the OpenAI shape that `zoo.data.read_chat` reads).
+
+    Example:
+    ```python
+    splits = word_order_chat({"train": 2, "test": 1}, seed=0)
+    splits["test"][0]["messages"]  # [{"role": "user", "content": "Reverse: ..."}, {"role": "assistant", ...}]
+    ```
+    """
+    if task not in CHAT_TASKS:
+        raise ValueError(f"task: {task!r}; expected one of {', '.join(CHAT_TASKS)}")
+    words = list(words)
+    if len(set(words)) != len(words) or not 2 <= num_words <= len(words):
+        raise ValueError(f"num_words: expected 2 to {len(words)} distinct words; got {num_words} of {len(words)}")
+    total = sum(counts.values())
+    available = np.prod(np.arange(len(words) - num_words + 1, len(words) + 1, dtype=np.float64))
+    if total > available / 2:
+        raise ValueError(f"counts: {total} conversations of {num_words} of {len(words)} words; expected at most "
+                         f"{int(available // 2)}, half the distinct prompts")
+    instruction, reorder = CHAT_TASKS[task]
+    rng = np.random.default_rng(seed)
+    drawn, seen = [], set()
+    while len(drawn) < total:
+        chosen = tuple(words[i] for i in rng.choice(len(words), num_words, replace=False))
+        if chosen not in seen:
+            seen.add(chosen)
+            drawn.append(chosen)
+    splits, start = {}, 0
+    for name, count in counts.items():
+        splits[name] = [
+            {"messages": [{"role": "user", "content": f"{instruction}: {' '.join(chosen)}"},
+                          {"role": "assistant", "content": " ".join(reorder(list(chosen)))}]}
+            for chosen in drawn[start:start + count]
+        ]
+        start += count
+    return splits

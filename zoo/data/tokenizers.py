@@ -28,11 +28,13 @@ tokenizer("the cat danced")  # int32 ids
 import collections
 import heapq
 import json
+import re
 from pathlib import Path
 
 import keras
 import numpy as np
 
+from zoo.data.chat import CHATML_TOKENS, render_template
 from zoo.data.errors import DataError
 from zoo.files import write_text
 
@@ -49,67 +51,119 @@ BYTE_PAIR_RESERVED_TOKENS = ("[PAD]", "[START]", "[END]")
 
 
 class CharVocabulary:
-    """A character vocabulary: the sorted set of characters seen, as nanoGPT.
+    """A character vocabulary: the sorted set of characters seen, as nanoGPT,
+    and optionally special tokens after them.
 
     Encoding and decoding are vectorised through a code point lookup table, so
     the 1 MB Tiny Shakespeare encodes in milliseconds. Character level models
-    need no padding, so no padding token is added.
+    need no padding, so no padding token is added. A special token (ChatML's
+    `<|im_start|>`, `<|im_end|>`) is a string of several characters that
+    encodes to one id of its own, wherever it appears in a text; its ids
+    follow the characters', so adding one keeps every character's id.
 
     Args:
         characters: a str or a sequence of distinct single characters, in id
             order (id i is `characters[i]`).
+        special_tokens: a sequence of distinct strings of at least two
+            characters; id `len(characters) + j` is `special_tokens[j]`.
 
     Example:
     ```python
     vocabulary = CharVocabulary.from_text("hello")
     vocabulary.encode("hell")  # array([1, 0, 2, 2], dtype=int32)
     vocabulary.decode([3, 1])  # "oh"
+    chat = CharVocabulary("ehlo", special_tokens=["<|im_end|>"])
+    chat.encode("oh<|im_end|>")  # array([3, 1, 4], dtype=int32)
     ```
     """
 
-    def __init__(self, characters):
+    def __init__(self, characters, special_tokens=()):
         characters = list(characters)
+        special_tokens = list(special_tokens)
         if not characters:
             raise ValueError("A CharVocabulary needs at least one character.")
         if any(len(c) != 1 for c in characters):
             raise ValueError(f"Expected single characters, got {characters}.")
         if len(set(characters)) != len(characters):
             raise ValueError(f"Expected distinct characters, got {characters}.")
+        if any(not isinstance(t, str) or len(t) < 2 for t in special_tokens) or len(set(special_tokens)) != len(
+            special_tokens
+        ):
+            raise ValueError(f"special_tokens: expected distinct strings of at least two characters; got {special_tokens}.")
         self.characters = characters
+        self.special_tokens = special_tokens
         self._code_points = np.array([ord(c) for c in characters], np.uint32)
         # table[code point] = id, or -1 for a character not in the vocabulary.
         self._table = np.full(int(self._code_points.max()) + 1, -1, np.int32)
         self._table[self._code_points] = np.arange(len(characters), dtype=np.int32)
+        self._special_ids = {token: len(characters) + j for j, token in enumerate(special_tokens)}
+        # The longest first, so that a token holding another is matched whole.
+        alternatives = sorted(special_tokens, key=len, reverse=True)
+        self._special_pattern = re.compile("|".join(map(re.escape, alternatives))) if special_tokens else None
 
     @classmethod
-    def from_text(cls, text):
+    def from_text(cls, text, special_tokens=()):
         """Builds the vocabulary of the characters in `text`, sorted.
 
         Args:
             text: str.
+            special_tokens: as the constructor's.
 
         Returns:
             A `CharVocabulary`.
         """
-        return cls(sorted(set(text)))
+        return cls(sorted(set(text)), special_tokens)
 
     @property
     def vocabulary_size(self):
-        """int. The number of characters."""
-        return len(self.characters)
+        """int. The number of ids: the characters and the special tokens."""
+        return len(self.characters) + len(self.special_tokens)
 
     def encode(self, text):
-        """Encodes a text, one id per character.
+        """Encodes a text, one id per character and per special token.
 
         Args:
             text: str.
 
         Returns:
-            An int32 array of shape (len(text),).
+            An int32 array of shape (T,), T = len(text) without special tokens.
 
         Raises:
             DataError: a character of `text` is not in the vocabulary.
         """
+        return self.encode_with_offsets(text)[0]
+
+    def encode_with_offsets(self, text):
+        """Encodes a text, and says where each id is in it.
+
+        Args:
+            text: str.
+
+        Returns:
+            `(ids, offsets)`: an int32 array (T,) and an int array (T, 2) of
+            each id's `(start, end)` character span in `text`.
+
+        Raises:
+            DataError: a character of `text` is not in the vocabulary.
+        """
+        if self._special_pattern is None:
+            ids = self._encode_characters(text, 0)
+            starts = np.arange(len(ids))
+            return ids, np.stack([starts, starts + 1], axis=1)
+        pieces, spans, start = [], [], 0
+        for match in self._special_pattern.finditer(text):
+            pieces.append(self._encode_characters(text[start:match.start()], start))
+            spans.append(np.stack([np.arange(start, match.start())] * 2, axis=1) + [0, 1])
+            pieces.append(np.array([self._special_ids[match.group()]], np.int32))
+            spans.append(np.array([[match.start(), match.end()]]))
+            start = match.end()
+        pieces.append(self._encode_characters(text[start:], start))
+        spans.append(np.stack([np.arange(start, len(text))] * 2, axis=1) + [0, 1])
+        return np.concatenate(pieces).astype(np.int32), np.concatenate(spans).reshape(-1, 2)
+
+    def _encode_characters(self, text, offset):
+        """The ids of `text`'s characters; `offset` is where `text` starts
+        in the text the error names."""
         code_points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
         in_table = code_points < len(self._table)
         ids = np.full(code_points.shape, -1, np.int32)
@@ -118,17 +172,18 @@ class CharVocabulary:
         if unknown.size:
             position = int(unknown[0])
             raise DataError(
-                f"character {text[position]!r} at position {position} is not "
-                f"in the vocabulary of {self.vocabulary_size} characters; "
+                f"character {text[position]!r} at position {offset + position} is not "
+                f"in the vocabulary of {len(self.characters)} characters; "
                 f"expected only characters seen when the vocabulary was built"
             )
         return ids
 
-    def decode(self, ids):
+    def decode(self, ids, skip_special_tokens=False):
         """Decodes ids back to text.
 
         Args:
             ids: a sequence or array of ints, each in [0, vocabulary_size).
+            skip_special_tokens: bool; True leaves the special tokens out.
 
         Returns:
             str.
@@ -139,15 +194,29 @@ class CharVocabulary:
                 f"CharVocabulary.decode: expected ids in "
                 f"[0, {self.vocabulary_size}), got {ids.min()}..{ids.max()}"
             )
-        return self._code_points[ids].tobytes().decode("utf-32-le")
+        special = ids >= len(self.characters)
+        if not special.any():
+            return self._code_points[ids].tobytes().decode("utf-32-le")
+        text, start = [], 0
+        for position in np.flatnonzero(special).tolist():
+            text.append(self._code_points[ids[start:position]].tobytes().decode("utf-32-le"))
+            if not skip_special_tokens:
+                text.append(self.special_tokens[int(ids[position]) - len(self.characters)])
+            start = position + 1
+        text.append(self._code_points[ids[start:]].tobytes().decode("utf-32-le"))
+        return "".join(text)
 
     def save(self, path):
-        """Writes the vocabulary to a JSON file (a list of the characters).
+        """Writes the vocabulary to a JSON file (a list of the characters,
+        and one of the special tokens when there are any).
 
         Args:
             path: str or `pathlib.Path`, e.g. `"runs/shakespeare/chars.json"`.
         """
-        write_text(path, json.dumps({"characters": self.characters}, ensure_ascii=False))
+        saved = {"characters": self.characters}
+        if self.special_tokens:
+            saved["special_tokens"] = self.special_tokens
+        write_text(path, json.dumps(saved, ensure_ascii=False))
 
     @classmethod
     def load(cls, path):
@@ -159,7 +228,7 @@ class CharVocabulary:
         Returns:
             A `CharVocabulary`.
         """
-        return cls(_load_json(path, "characters"))
+        return cls(_load_json(path, "characters"), _load_json(path, "special_tokens", default=[]))
 
 
 class WordVocabulary:
@@ -336,10 +405,13 @@ class _VocabularyTokenizer(keras.layers.Layer):
         if not isinstance(inputs, (list, tuple)):
             inputs = keras.ops.convert_to_numpy(inputs)
         if isinstance(inputs, np.ndarray) and inputs.ndim <= 1:
-            return vocabulary.decode(inputs)
+            return self._decode(vocabulary, inputs)
         if isinstance(inputs, np.ndarray) or (len(inputs) and not np.isscalar(inputs[0])):
-            return [vocabulary.decode(np.asarray(row, dtype=np.int64)) for row in inputs]
-        return vocabulary.decode(np.asarray(inputs, dtype=np.int64))
+            return [self._decode(vocabulary, np.asarray(row, dtype=np.int64)) for row in inputs]
+        return self._decode(vocabulary, np.asarray(inputs, dtype=np.int64))
+
+    def _decode(self, vocabulary, ids):
+        return vocabulary.decode(ids)
 
     def vocabulary_size(self):
         """int. The number of token ids."""
@@ -382,10 +454,20 @@ class CharTokenizer(_VocabularyTokenizer):
     The same ids as `CharVocabulary`, with keras-hub's tokenizer methods.
     Saved inside a model's `.keras` file as the asset `chars.json`.
 
+    It chats as a `HuggingFaceTokenizer` does (`render_chat`,
+    `tokenize_chat`, `apply_chat_template`) once its vocabulary holds the
+    markers its `chat_template` writes as special tokens: ChatML's
+    (`zoo.data.CHATML`, the template of a model trained from scratch) with
+    `with_special_tokens(zoo.data.CHATML_TOKENS)`. `<|im_end|>` is then its
+    end token (`end_token_ids`), where `zoo.generate` on text and `zoo
+    serve` stop; `detokenize` leaves the special tokens out, as
+    transformers' `skip_special_tokens`.
+
     Args:
         vocabulary: a `CharVocabulary`, a str or sequence of distinct
             characters in id order, a path to a `chars.json` written by
             `CharVocabulary.save`, or None (set later, e.g. when loading).
+        chat_template: a Jinja chat template (str), or None.
 
     Example:
     ```python
@@ -393,19 +475,110 @@ class CharTokenizer(_VocabularyTokenizer):
     tokenizer("hold")  # array([3, 5, 4, 1], dtype=int32)
     tokenizer.detokenize([3, 5, 4, 1])  # "hold"
     lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
+    chat = CharTokenizer.from_text("user\nassistant\nhello").with_special_tokens(zoo.data.CHATML_TOKENS)
+    chat.chat_template = zoo.data.CHATML  # the markers are ids 12 and 13, after the 12 characters
+    chat.apply_chat_template([{"role": "user", "content": "hello"}])  # [12, 11, 9, 2, 8, 0, 3, 2, 5, 5, 7, 13, 0, 12, ...]
     ```
     """
 
     asset_file = "chars.json"
     vocabulary_class = CharVocabulary
 
+    def __init__(self, vocabulary=None, chat_template=None, **kwargs):
+        super().__init__(vocabulary, **kwargs)
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise ValueError(f"chat_template: expected a Jinja template (a str) or None; got {type(chat_template).__name__}.")
+        self.chat_template = chat_template
+
     @classmethod
     def from_text(cls, text, **kwargs):
         """The tokenizer of the sorted characters of `text`."""
         return cls(CharVocabulary.from_text(text), **kwargs)
 
+    def with_special_tokens(self, tokens):
+        """This tokenizer with `tokens` appended as special tokens, those it
+        lacks, after its ids (which keep their meaning), and its template.
+
+        Args:
+            tokens: a sequence of str, e.g. `zoo.data.CHATML_TOKENS`.
+
+        Returns:
+            A `CharTokenizer`.
+        """
+        vocabulary = self._checked()
+        added = [t for t in tokens if t not in vocabulary.special_tokens]
+        return CharTokenizer(CharVocabulary(vocabulary.characters, vocabulary.special_tokens + added),
+                             chat_template=self.chat_template)
+
+    @property
+    def special_tokens(self):
+        """The special tokens, a list of str in id order (after the characters)."""
+        return list(self._checked().special_tokens)
+
+    @property
+    def end_token_ids(self):
+        """A tuple of int: the id of ChatML's `<|im_end|>`, the end of a turn,
+        when the vocabulary has it; else empty."""
+        return tuple(self.token_to_id(t) for t in CHATML_TOKENS[1:] if t in self.special_tokens)
+
+    @property
+    def end_token_id(self):
+        """int or None. The first of `end_token_ids`."""
+        return self.end_token_ids[0] if self.end_token_ids else None
+
+    def render_chat(self, messages, add_generation_prompt=True, chat_template=None):
+        """A conversation's text, rendered by `chat_template` (a Jinja
+        template) when given, else the tokenizer's own."""
+        chat_template = chat_template or self.chat_template
+        if chat_template is None:
+            raise ValueError("the tokenizer has no chat template; expected zoo.data.CHATML, the template of a model "
+                             "trained from scratch (`tokenizer.chat_template = zoo.data.CHATML`)")
+        return render_template(chat_template, messages, add_generation_prompt)
+
+    def tokenize_chat(self, text):
+        """The ids of a rendered conversation and where each id is in it.
+
+        Args:
+            text: str, a conversation rendered by the chat template.
+
+        Returns:
+            `(ids, offsets)`: a list of int ids and a list of `(start, end)`
+            character spans in `text`, one per id.
+
+        Raises:
+            DataError: a character of `text` is not in the vocabulary (a
+                marker the template writes that is not a special token).
+        """
+        try:
+            ids, offsets = self._checked().encode_with_offsets(text)
+        except DataError as error:
+            raise DataError(f"{error}; a chat template's markers must be special tokens "
+                            "(`with_special_tokens(zoo.data.CHATML_TOKENS)` for ChatML)") from None
+        return ids.tolist(), [tuple(span) for span in offsets.tolist()]
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        """The ids of a conversation rendered by the chat template.
+
+        Args:
+            messages: a list of {"role": str, "content": str} dicts.
+            add_generation_prompt: end with the start of an assistant turn.
+
+        Returns:
+            A list of int ids.
+        """
+        return self.tokenize_chat(self.render_chat(messages, add_generation_prompt))[0]
+
+    def _decode(self, vocabulary, ids):
+        return vocabulary.decode(ids, skip_special_tokens=True)
+
     def _tokens(self):
-        return self._checked().characters
+        vocabulary = self._checked()
+        return vocabulary.characters + vocabulary.special_tokens
+
+    def get_config(self):
+        config = super().get_config()
+        config["chat_template"] = self.chat_template
+        return config
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -677,13 +850,14 @@ def _learn_merges(word_counts, vocabulary, vocabulary_size, min_frequency):
     return merges
 
 
-def _load_json(path, key):
+def _load_json(path, key, default=None):
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: does not exist; expected a vocabulary file")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))[key]
-    except (ValueError, KeyError, TypeError):
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        return saved[key] if default is None else saved.get(key, default)
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise DataError(
             f"{path}: expected a JSON object with a {key!r} list"
         ) from None
