@@ -17,7 +17,7 @@ One driver per format, one file per family:
 * each family's weight map, in its folder beside its models
   (`zoo.models.gpt.weight_map` for GPT-2, `bert`, `llama` for Llama,
   Mistral, Qwen2, Qwen3, SmolLM2 and TinyLlama, `gemma` for Gemma 3's
-  text models, `transformer` for Marian's opus-mt): its config in and
+  text models, `transformer` for Marian's opus-mt and BART): its config in and
   out, tensor names, tokenizer and keras-hub weight copy; `registry` finds the one of a checkpoint or a
   model.
 
@@ -97,7 +97,9 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
             models (`model_type` "gemma3_text": 270M, 1B), or Marian's
             opus-mt translation models (`model_type` "marian": an
             `EncoderDecoder` carrying `tokenizer` and `source_tokenizer`,
-            `zoo.data.MarianTokenizer`s); or a handle of
+            `zoo.data.MarianTokenizer`s), or BART's (`model_type` "bart":
+            facebook/bart-base, bart-large-cnn; an `EncoderDecoder` carrying
+            one `zoo.data.HuggingFaceTokenizer`); or a handle of
             one: `hf://ORG/NAME` (the Hugging Face Hub, optionally pinned
             as `hf://ORG/NAME@REVISION`), a keras-hub preset name
             (`gpt2_base_en`) or a `kaggle://` handle, downloaded into the

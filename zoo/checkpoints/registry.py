@@ -68,6 +68,6 @@ def for_model(model):
     if family is not None and family.weight_map is not None:
         return family.weight_map_module()
     raise ValueError(
-        f"Checkpoints exist for zoo GPT, BERT, Llama-family, Gemma 3 and Marian (encoder-decoder) models; got a "
-        f"{type(model).__name__}."
+        f"Checkpoints exist for zoo GPT, BERT, Llama-family, Gemma 3, Marian and BART (encoder-decoder) models; "
+        f"got a {type(model).__name__}."
     )

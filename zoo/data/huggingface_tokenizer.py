@@ -67,10 +67,15 @@ class HuggingFaceTokenizer(keras.layers.Layer):
         chat_template: the checkpoint's Jinja chat template (the
             `chat_template` of `tokenizer_config.json`, or its
             `chat_template.jinja`), or None; see `apply_chat_template`.
+        generation: None, or an encoder-decoder checkpoint's decoding
+            settings (its `generation_config.json`: `num_beams`,
+            `max_length`, `decoder_start_token_id`, `forced_bos_token_id`,
+            ...), which `zoo.translate` follows (BART's).
 
     Attributes:
         start_token_id, end_token_ids (a tuple of int), end_token_id (the
-        first of them, or None), pad_token_id, add_bos, chat_template.
+        first of them, or None), pad_token_id, add_bos, chat_template,
+        generation (a dict, or None).
 
     Example:
     ```python
@@ -91,6 +96,7 @@ class HuggingFaceTokenizer(keras.layers.Layer):
         pad_token_id=None,
         add_bos=None,
         chat_template=None,
+        generation=None,
         **kwargs,
     ):
         kwargs.setdefault("trainable", False)
@@ -108,6 +114,11 @@ class HuggingFaceTokenizer(keras.layers.Layer):
         if chat_template is not None and not isinstance(chat_template, str):
             raise ValueError(f"chat_template: expected a Jinja template (a str) or None; got {type(chat_template).__name__}.")
         self.chat_template = chat_template
+        if generation is not None and not isinstance(generation, dict):
+            raise ValueError(
+                f"generation: expected a dict of decoding settings or None; got {type(generation).__name__}."
+            )
+        self.generation = None if generation is None else dict(generation)
         self._json = None
         self._tokenizer = None
         self._size = None
@@ -206,6 +217,73 @@ class HuggingFaceTokenizer(keras.layers.Layer):
         return cls.from_file(
             folder / ASSET_FILE, bos_token=bos, eos_token=eos, pad_token=pad, add_bos=add_bos, **kwargs
         )
+
+    @classmethod
+    def from_byte_level_bpe(cls, vocabulary_file, merges_file, **kwargs):
+        """GPT-2's byte-level BPE with RoBERTa's and BART's special tokens,
+        from a `vocab.json` and a `merges.txt`: the tokenizer.json that
+        transformers' `RobertaConverter` makes of them (`BartTokenizerFast`,
+        `RobertaTokenizerFast`), so its ids are `BartTokenizer`'s.
+
+        Bytes map to GPT-2's printable characters, the text is cut by
+        GPT-2's pattern (no space added in front), the merges apply in
+        rank order, and `<s>` text `</s>` frame each text; `<s>`, `<pad>`,
+        `</s>`, `<unk>` and `<mask>` (the ones in `vocab.json`) are special
+        tokens, `<mask>` taking the space before it.
+
+        Args:
+            vocabulary_file: path to `vocab.json` ({token: id}).
+            merges_file: path to `merges.txt` (an optional `#version`
+                line, then one merge `a b` a line, by rank).
+            **kwargs: passed to `from_file` (`generation`, ...).
+
+        Returns:
+            A `HuggingFaceTokenizer` with `<s>` as `start_token_id`, `</s>`
+            as the end and `<pad>` as padding.
+
+        Raises:
+            DataError: a file is missing or not what it should be, or
+                `vocab.json` lacks `<s>`, `<pad>` or `</s>`.
+
+        References:
+            Radford et al. 2019 (GPT-2), section 2.2; Liu et al. 2019
+            (RoBERTa) and Lewis et al. 2020 (BART), which reuse it.
+        """
+        import tokenizers
+        from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
+
+        vocabulary_file, merges_file = Path(vocabulary_file), Path(merges_file)
+        for path, what in ((vocabulary_file, "vocab.json"), (merges_file, "merges.txt")):
+            if not path.is_file():
+                raise DataError(f"{path}: does not exist; expected the byte-level BPE's {what}")
+        vocabulary = _read_json_object(vocabulary_file)
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in vocabulary.values()):
+            raise DataError(f"{vocabulary_file}: expected {{token: int id}}")
+        for token in ("<s>", "<pad>", "</s>"):
+            if token not in vocabulary:
+                raise DataError(f"{vocabulary_file}: has no {token!r}; expected RoBERTa's and BART's special tokens")
+        merges = []
+        for number, line in enumerate(merges_file.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip() or (number == 1 and line.startswith("#version")):
+                continue
+            pair = line.split(" ")
+            if len(pair) != 2:
+                raise DataError(f"{merges_file}: line {number} is {line!r}; expected two tokens, `a b`")
+            merges.append(tuple(pair))
+        backend = tokenizers.Tokenizer(
+            models.BPE(vocab=vocabulary, merges=merges, continuing_subword_prefix="", end_of_word_suffix="",
+                       fuse_unk=False)
+        )
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        backend.decoder = decoders.ByteLevel()
+        backend.post_processor = processors.RobertaProcessing(
+            ("</s>", vocabulary["</s>"]), ("<s>", vocabulary["<s>"]), trim_offsets=True, add_prefix_space=False
+        )
+        backend.add_special_tokens([
+            AddedToken(token, lstrip=token == "<mask>", normalized=False, special=True)
+            for token in ("<s>", "<pad>", "</s>", "<unk>", "<mask>") if token in vocabulary
+        ])
+        return cls.from_file(backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", **kwargs)
 
     def set_tokenizer_json(self, tokenizer_json):
         """Sets the tokenizer: a path to a `tokenizer.json`, its JSON text,
@@ -398,6 +476,7 @@ class HuggingFaceTokenizer(keras.layers.Layer):
             pad_token_id=self.pad_token_id,
             add_bos=self.add_bos,
             chat_template=self.chat_template,
+            generation=self.generation,
         )
         return config
 

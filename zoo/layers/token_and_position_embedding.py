@@ -31,6 +31,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             does (section 3.4) before adding the positions.
         embeddings_initializer: of the token table.
         position_initializer: of a learned position table.
+        position_offset: rows of a learned table before position 0's
+            (BART's 2; see `PositionEmbedding`).
+        token_embedding: a `TokenEmbedding` to use instead of a table of
+            its own: one token table under two position tables (BART's
+            encoder and decoder share `shared`, each with its positions).
+            The model that shares it builds it again on reload; it is not
+            part of this layer's config.
 
     Call arguments:
         inputs: (B, T) token ids; or, with `reverse=True`, (B, T, d) hidden
@@ -52,7 +59,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     References:
         Vaswani et al. 2017, sections 3.4 and 3.5 (embeddings times
         sqrt(d_model), plus sinusoidal positions); Radford et al. 2018,
-        Devlin et al. 2019 (learned positions).
+        Devlin et al. 2019 (learned positions); Lewis et al. 2020 (BART:
+        the offset, one token table with a position table per stack).
     """
 
     def __init__(
@@ -65,6 +73,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         scale_embeddings=False,
         embeddings_initializer="uniform",
         position_initializer="glorot_uniform",
+        position_offset=0,
+        token_embedding=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -77,6 +87,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
         if position not in POSITIONS:
             raise ValueError(f"`position` must be one of {POSITIONS}; got {position!r}.")
+        if position_offset and position != "learned":
+            raise ValueError(f"`position_offset` is an offset into a learned table; got position={position!r}.")
         self.vocabulary_size = vocabulary_size
         self.sequence_length = sequence_length
         self.embedding_dim = embedding_dim
@@ -85,19 +97,28 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.scale_embeddings = scale_embeddings
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.position_initializer = keras.initializers.get(position_initializer)
+        self.position_offset = position_offset
         self.supports_masking = True
 
-        self.token_embedding = TokenEmbedding(
-            vocabulary_size,
-            embedding_dim,
-            embeddings_initializer=self.embeddings_initializer,
-            dtype=self.dtype_policy,
-            name="token_embedding",
-        )
+        if token_embedding is None:
+            token_embedding = TokenEmbedding(
+                vocabulary_size,
+                embedding_dim,
+                embeddings_initializer=self.embeddings_initializer,
+                dtype=self.dtype_policy,
+                name="token_embedding",
+            )
+        elif (token_embedding.input_dim, token_embedding.output_dim) != (vocabulary_size, embedding_dim):
+            raise ValueError(
+                f"`token_embedding` is ({token_embedding.input_dim}, {token_embedding.output_dim}); expected "
+                f"({vocabulary_size}, {embedding_dim})."
+            )
+        self.token_embedding = token_embedding
         if position == "learned":
             self.position_embedding = PositionEmbedding(
                 sequence_length,
                 initializer=self.position_initializer,
+                offset=position_offset,
                 dtype=self.dtype_policy,
                 name="position_embedding",
             )
@@ -107,7 +128,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             )
 
     def build(self, input_shape):
-        self.token_embedding.build(input_shape)
+        if not self.token_embedding.built:  # a shared table is built once
+            self.token_embedding.build(input_shape)
         self.position_embedding.build(tuple(input_shape) + (self.embedding_dim,))
         self.built = True
 
@@ -154,6 +176,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 "scale_embeddings": self.scale_embeddings,
                 "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
                 "position_initializer": keras.initializers.serialize(self.position_initializer),
+                "position_offset": self.position_offset,
             }
         )
         return config

@@ -21,13 +21,16 @@ def translate(model, sentences, max_length=None, num_beams=None, length_penalty=
     length, `batch_size` at a time, so a batch's compiled search is shared
     by sentences of similar length.
 
-    A checkpoint's model (Marian: its tokenizer carries the checkpoint's
-    `generation_config.json` as `generation`) decodes as transformers does
-    by default: its `num_beams`, `length_penalty` and `max_length`
-    (transformers' 1, 1.0 and 20 where it has none; `max_length` counts the
-    start token), its single-token `bad_words_ids` (Marian's `<pad>`) never
-    chosen, from its `decoder_start_token_id`. An argument given overrides
-    the setting.
+    A checkpoint's model (Marian, BART: its tokenizer carries the
+    checkpoint's `generation_config.json` as `generation`) decodes as
+    transformers does by default: its `num_beams`, `length_penalty` and
+    `max_length` (transformers' 1, 1.0 and 20 where it has none;
+    `max_length` counts the decoder's prompt), its single-token
+    `bad_words_ids` (Marian's `<pad>`) never chosen, from its
+    `decoder_start_token_id`, then its `forced_bos_token_id` where it has
+    one (BART's `</s> <s>`: the forced token is the prompt's second, so
+    the beams' `length ** length_penalty` counts from after it). An
+    argument given overrides the setting.
 
     Args:
         model: an `EncoderDecoder` carrying a tokenizer: the target's, and
@@ -35,7 +38,7 @@ def translate(model, sentences, max_length=None, num_beams=None, length_penalty=
         sentences: a list of str.
         max_length: the most target tokens of a translation (`[END]`
             included); by default the checkpoint's, else the longest source
-            of the batch plus 10, at most W - 1.
+            of the batch plus 10, at most W less the decoder's prompt.
         num_beams: beam search with this many beams; 1 is greedy decoding;
             by default the checkpoint's, else 4.
         length_penalty: beam score `log_prob / length ** length_penalty`;
@@ -65,23 +68,25 @@ def translate(model, sentences, max_length=None, num_beams=None, length_penalty=
     sentences = sentence_list(sentences, "zoo.translate")
     window = model.max_sequence_length
     settings, suppressed = getattr(tokenizer, "generation", None), None
+    prompt = decoder_prompt(tokenizer)
+    room = window - len(prompt)  # target tokens the context leaves after the prompt
     if settings is not None:  # a checkpoint's generation_config.json, with transformers' defaults
         num_beams = settings.get("num_beams", 1) if num_beams is None else num_beams
         length_penalty = settings.get("length_penalty", 1.0) if length_penalty is None else length_penalty
         if max_length is None:
-            max_length = max(1, min(settings.get("max_length", 20) - 1, window - 1))  # less the start token
+            max_length = max(1, min(settings.get("max_length", 20) - len(prompt), room))  # less the prompt
         suppressed = [ids[0] for ids in settings.get("bad_words_ids") or () if len(ids) == 1]
     num_beams = 4 if num_beams is None else num_beams
     length_penalty = 0.6 if length_penalty is None else length_penalty
     for name, value in (("num_beams", num_beams), ("batch_size", batch_size)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
-    if max_length is not None and not (isinstance(max_length, int) and 1 <= max_length <= window - 1):
+    if max_length is not None and not (isinstance(max_length, int) and 1 <= max_length <= room):
         raise ValueError(
-            f"`max_length` must be an integer in [1, {window - 1}] (the model's context {window} minus the "
-            f"start token); got {max_length!r}."
+            f"`max_length` must be an integer in [1, {room}] (the model's context {window} minus the "
+            f"decoder's {len(prompt)} prompt token(s)); got {max_length!r}."
         )
-    start, end = special_id(tokenizer, "start"), special_id(tokenizer, "end")
+    end = special_id(tokenizer, "end")
     source_tokenizer = model.source_tokenizer or tokenizer
     sources = [ids[:window] for ids in token_id_lists(source_tokenizer, sentences)]
     check_not_empty(sources, sentences)
@@ -92,8 +97,8 @@ def translate(model, sentences, max_length=None, num_beams=None, length_penalty=
         chunk = [sources[i] for i in rows]
         result = generate_ids(
             model,
-            [[start]] * len(chunk),
-            max_length or min(max(map(len, chunk)) + 10, window - 1),
+            [prompt] * len(chunk),
+            max_length or min(max(map(len, chunk)) + 10, room),
             sampler="beam" if num_beams > 1 else "greedy",
             stop_token_ids=[end],
             source=chunk,
@@ -105,3 +110,16 @@ def translate(model, sentences, max_length=None, num_beams=None, length_penalty=
             tokens = [int(t) for t in tokens]
             outputs[i] = decode(tokenizer, tokens[: tokens.index(end)] if end in tokens else tokens)
     return outputs
+
+
+def decoder_prompt(tokenizer):
+    """The decoder's first tokens: the checkpoint's `decoder_start_token_id`
+    (else the tokenizer's start token), then its `forced_bos_token_id`
+    where it has one (transformers forces that token at the first step:
+    BART's `</s> <s>`)."""
+    settings = getattr(tokenizer, "generation", None) or {}
+    start = settings.get("decoder_start_token_id")
+    prompt = [special_id(tokenizer, "start") if start is None else int(start)]
+    if settings.get("forced_bos_token_id") is not None:
+        prompt.append(int(settings["forced_bos_token_id"]))
+    return prompt

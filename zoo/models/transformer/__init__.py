@@ -1,5 +1,6 @@
-"""The encoder-decoder Transformer family (Vaswani et al. 2017, and Marian's
-opus-mt models): its config, models, presets and weight map, registered once."""
+"""The encoder-decoder Transformer family (Vaswani et al. 2017, Marian's
+opus-mt models and BART): its config, models, presets and weight map,
+registered once."""
 
 from zoo.families import Family, Task, register
 from zoo.models.transformer.config import PRESETS

@@ -1,5 +1,5 @@
 """The encoder-decoder family's config, the one list of its sizes and flags, and its
-presets, instances of it."""
+presets, instances of it: the paper's, Marian's opus-mt and BART's."""
 
 from dataclasses import dataclass
 
@@ -20,11 +20,20 @@ class EncoderDecoderConfig(ModelConfig):
         max_sequence_length: longest source or target sequence.
         dropout: P_drop, applied to sub-layer outputs and to the sums of
             embeddings and positions (0.1 in the paper).
-        position: "sinusoidal" (the paper), "learned", or
+        position: "sinusoidal" (the paper), "learned" (BART), or
             "sinusoidal_halves" (the paper's sines and cosines with the
             sines in the first half of the channels: Marian).
-        share_embeddings: one embedding table for source and target (the
+        position_offset: rows of a learned position table before position
+            0's: BART's `BartLearnedPositionalEmbedding` keeps 2 (the table
+            has max_sequence_length + 2 rows, position p reads row p + 2).
+        share_embeddings: one token table for source and target (the
             paper shares them over a joint BPE vocabulary).
+        share_positions: with `share_embeddings`, the encoder and the
+            decoder share the positions too (one token-and-position layer);
+            False gives each stack a learned position table of its own
+            under the one token table (BART's `encoder.embed_positions`
+            and `decoder.embed_positions`). Without `share_embeddings` each
+            stack has its own layer anyway.
         tie_output: the pre-softmax projection reuses the target embedding
             table (the paper, section 3.4).
         norm_first: False (post-LN, the paper) or True (pre-LN, with final
@@ -36,6 +45,9 @@ class EncoderDecoderConfig(ModelConfig):
             `scale_embedding`).
         final_logits_bias: a learned bias over the target vocabulary
             added to the logits (Marian's and BART's `final_logits_bias`).
+        layernorm_embedding: a LayerNorm on the sum of token and position
+            embeddings, before dropout, in each stack (BART's
+            `layernorm_embedding`, from fairseq).
 
     Example:
 
@@ -46,7 +58,8 @@ class EncoderDecoderConfig(ModelConfig):
     ```
 
     References:
-        Vaswani et al. 2017, Table 3 (the base and big models' sizes).
+        Vaswani et al. 2017, Table 3 (the base and big models' sizes);
+        Lewis et al. 2020 (BART), section 2.1 and transformers' `BartModel`.
     """
 
     vocabulary_size: int
@@ -65,6 +78,9 @@ class EncoderDecoderConfig(ModelConfig):
     layer_norm_epsilon: float = 1e-6
     scale_embeddings: bool = True
     final_logits_bias: bool = False
+    position_offset: int = 0
+    share_positions: bool = True
+    layernorm_embedding: bool = False
 
     positive = ("vocabulary_size", "source_vocabulary_size", "num_layers", "num_heads", "hidden_dim",
                 "max_sequence_length")
@@ -77,6 +93,13 @@ class EncoderDecoderConfig(ModelConfig):
 
     def check(self):
         super().check()
+        offset = self.position_offset
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"`position_offset` must be a non-negative integer; got {self.position_offset!r}.")
+        if self.position_offset and self.position != "learned":
+            raise ValueError(
+                f"`position_offset` is an offset into a learned position table; got position={self.position!r}."
+            )
         if self.share_embeddings and self.source_vocabulary_size != self.vocabulary_size:
             raise ValueError(
                 "`share_embeddings=True` needs one vocabulary: got source_vocabulary_size="
@@ -84,7 +107,7 @@ class EncoderDecoderConfig(ModelConfig):
             )
 
 
-# Vaswani et al. 2017's sizes (Table 3), small ones for Multi30k on a CPU and tests, and Marian's opus-mt.
+# Vaswani et al. 2017's sizes (Table 3), small ones for Multi30k on a CPU and tests, Marian's opus-mt and BART.
 PRESETS = {
     "transformer-base": Preset(
         "Vaswani et al. 2017 base model (Table 3): N=6, d=512, d_ff=2048, h=8.",
@@ -119,6 +142,23 @@ PRESETS = {
         EncoderDecoderConfig(vocabulary_size=1000, num_layers=2, num_heads=4, hidden_dim=32,
                              intermediate_dim=64, max_sequence_length=64, dropout=0.0,
                              position="sinusoidal_halves", activation="silu", layer_norm_epsilon=1e-5,
+                             final_logits_bias=True),
+    ),
+    "bart-base": Preset(
+        "BART base (facebook/bart-base's config, Lewis et al. 2020): 6+6 post-LN layers, d=768, h=12, GELU, "
+        "learned positions (offset 2) for each stack, LayerNorm on the embeddings, a final logits bias.",
+        EncoderDecoderConfig(vocabulary_size=50265, num_layers=6, num_heads=12, hidden_dim=768,
+                             intermediate_dim=3072, max_sequence_length=1024, dropout=0.1, position="learned",
+                             position_offset=2, share_positions=False, layernorm_embedding=True,
+                             activation="gelu", layer_norm_epsilon=1e-5, scale_embeddings=False,
+                             final_logits_bias=True),
+    ),
+    "bart-tiny": Preset(
+        "A tiny BART for tests: 2+2 layers, d=32, h=4.",
+        EncoderDecoderConfig(vocabulary_size=1000, num_layers=2, num_heads=4, hidden_dim=32,
+                             intermediate_dim=64, max_sequence_length=64, dropout=0.0, position="learned",
+                             position_offset=2, share_positions=False, layernorm_embedding=True,
+                             activation="gelu", layer_norm_epsilon=1e-5, scale_embeddings=False,
                              final_logits_bias=True),
     ),
 }

@@ -52,7 +52,8 @@ class EncoderDecoder(ZooModel):
     References:
         Vaswani et al. 2017, section 3 and Figure 1 (the architecture),
         section 3.4 (shared, scaled embeddings), section 3.5 (sinusoidal
-        positions).
+        positions); Lewis et al. 2020 (BART: learned positions for each
+        stack, a LayerNorm on the embeddings, GELU).
     """
 
     is_encoder_decoder = True
@@ -61,23 +62,34 @@ class EncoderDecoder(ZooModel):
     def __init__(self, *args, dtype=None, **kwargs):
         config, kwargs = EncoderDecoderConfig.take(args, kwargs)
         # === Layers ===
-        def embedding(size, name):
+        def embedding(size, name, token_embedding=None):
             return TokenAndPositionEmbedding(
                 size,
                 config.max_sequence_length,
                 config.hidden_dim,
                 position=config.position,
+                position_offset=config.position_offset,
                 scale_embeddings=config.scale_embeddings,  # section 3.4: embeddings times sqrt(d_model)
                 embeddings_initializer=keras.initializers.RandomNormal(stddev=config.hidden_dim**-0.5),
+                token_embedding=token_embedding,
                 dtype=dtype,
                 name=name,
             )
 
-        shared = config.share_embeddings
-        self.decoder_embedding = embedding(config.vocabulary_size, "embedding" if shared else "decoder_embedding")
-        self.encoder_embedding = (
-            self.decoder_embedding if shared else embedding(config.source_vocabulary_size, "encoder_embedding")
-        )
+        if not config.share_embeddings:
+            self.decoder_embedding = embedding(config.vocabulary_size, "decoder_embedding")
+            self.encoder_embedding = embedding(config.source_vocabulary_size, "encoder_embedding")
+        elif config.share_positions:  # one layer: the paper's shared table and its positions
+            self.decoder_embedding = self.encoder_embedding = embedding(config.vocabulary_size, "embedding")
+        else:  # one token table, a learned position table per stack (BART)
+            self.decoder_embedding = embedding(config.vocabulary_size, "decoder_embedding")
+            self.encoder_embedding = embedding(
+                config.vocabulary_size, "encoder_embedding", token_embedding=self.decoder_embedding.token_embedding
+            )
+        norm = lambda name: LayerNormalization(epsilon=config.layer_norm_epsilon, dtype=dtype, name=name)
+        # BART's `layernorm_embedding`: a LayerNorm on tokens plus positions, before the dropout.
+        self.encoder_embedding_norm = norm("encoder_layernorm_embedding") if config.layernorm_embedding else None
+        self.decoder_embedding_norm = norm("decoder_layernorm_embedding") if config.layernorm_embedding else None
         dropout = lambda name: keras.layers.Dropout(config.dropout, dtype=dtype, name=name)
         self.encoder_embeddings_dropout = dropout("encoder_embeddings_dropout")
         self.decoder_embeddings_dropout = dropout("decoder_embeddings_dropout")
@@ -98,7 +110,6 @@ class EncoderDecoder(ZooModel):
             )
             for i in range(config.num_layers)
         ]
-        norm = lambda name: LayerNormalization(epsilon=config.layer_norm_epsilon, dtype=dtype, name=name)
         self.encoder_norm = norm("encoder_norm") if config.norm_first else None
         self.decoder_norm = norm("decoder_norm") if config.norm_first else None
         self.output_projection = (
@@ -144,7 +155,10 @@ class EncoderDecoder(ZooModel):
 
     def embed_source(self, encoder_token_ids, training=None):
         """(B, S) source ids -> (B, S, d)."""
-        return self.encoder_embeddings_dropout(self.encoder_embedding(encoder_token_ids), training=training)
+        x = self.encoder_embedding(encoder_token_ids)
+        if self.encoder_embedding_norm is not None:
+            x = self.encoder_embedding_norm(x)
+        return self.encoder_embeddings_dropout(x, training=training)
 
     def _encoder_final(self, x):
         """The encoder's final norm (pre-LN models) of its last block's output."""
@@ -153,6 +167,8 @@ class EncoderDecoder(ZooModel):
     def embed_target(self, decoder_token_ids, start_index=0, training=None):
         """(B, T) target ids at positions start_index.. -> (B, T, d)."""
         x = self.decoder_embedding(decoder_token_ids, start_index=start_index)
+        if self.decoder_embedding_norm is not None:
+            x = self.decoder_embedding_norm(x)
         return self.decoder_embeddings_dropout(x, training=training)
 
     def start(self, source_ids, source_padding_mask):

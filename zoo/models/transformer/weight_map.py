@@ -1,5 +1,7 @@
-"""Marian checkpoints (Helsinki-NLP/opus-mt-*): `EncoderDecoder` <->
-transformers' `MarianMTModel`.
+"""Marian (Helsinki-NLP/opus-mt-*) and BART (facebook/bart-*) checkpoints:
+`EncoderDecoder` <-> transformers' `MarianMTModel` and
+`BartForConditionalGeneration`. The config's `model_type` picks the one
+read; the model's flags pick the one written (`model_type`).
 
 Marian is the paper's base model with four of the encoder-decoder's flags
 set: `position="sinusoidal_halves"` (`MarianSinusoidalPositionalEmbedding`:
@@ -9,25 +11,41 @@ the sines in the first half of the channels, no position offset),
 `scale_embeddings`, and `share_encoder_decoder_embeddings` is
 `share_embeddings`. The output layer is tied to the target embedding.
 
-Config in and out, the tensor-name table, the tokenizers (`source.spm`,
-`target.spm` and `vocab.json` as two `zoo.data.MarianTokenizer`s: the
-model's `source_tokenizer` and `tokenizer`) and the generation settings
-of `generation_config.json`. transformers' `q_proj`, `k_proj` and `v_proj`
-(out, in) weights are the transposed column blocks [q | k | v] of the
-zoo's fused (d, 3d) self-attention kernel; in the cross-attention, `k_proj`
-and `v_proj` are the blocks [k | v] of the (d, 2d) key/value kernel. The
-sinusoidal tables (`embed_positions`) that older checkpoints store are
-computed, not read.
+BART (Lewis et al. 2020) is post-LN too, with learned positions
+(`position="learned"`, `position_offset=2`: `BartLearnedPositionalEmbedding`'s
+max_position_embeddings + 2 rows, position p at row p + 2), one position
+table per stack under the one shared token table (`share_positions=False`),
+a LayerNorm on the embeddings of each stack (`layernorm_embedding`), exact
+GELU, embeddings unscaled unless `scale_embedding`, `final_logits_bias` and
+the tied output layer.
+
+Config in and out, the tensor-name tables, the tokenizers and the
+generation settings of `generation_config.json`. Marian's `source.spm`,
+`target.spm` and `vocab.json` are two `zoo.data.MarianTokenizer`s (the
+model's `source_tokenizer` and `tokenizer`); BART's byte-level BPE
+(`tokenizer.json`, or `vocab.json` and `merges.txt` as transformers'
+`RobertaConverter` reads them) is one `zoo.data.HuggingFaceTokenizer` for
+both sides. transformers' `q_proj`, `k_proj` and `v_proj` (out, in)
+weights are the transposed column blocks [q | k | v] of the zoo's fused
+(d, 3d) self-attention kernel; in the cross-attention, `k_proj` and
+`v_proj` are the blocks [k | v] of the (d, 2d) key/value kernel. The
+sinusoidal tables (`embed_positions`) that older Marian checkpoints store
+are computed, not read.
 
 What the zoo's encoder-decoder does not compute is refused with one line:
-pre-LN blocks (`normalize_before`), a LayerNorm on the embeddings
-(`normalize_embedding`, BART's `layernorm_embedding`), final stack norms
-(`add_final_layer_norm`), learned positions, an encoder and a decoder of
-different sizes, an untied output layer.
+pre-LN blocks (`normalize_before`), final stack norms
+(`add_final_layer_norm`), an encoder and a decoder of different sizes, an
+untied output layer; for Marian a LayerNorm on the embeddings
+(`normalize_embedding`) and learned positions; for BART the legacy keys of
+one-class-for-all configs where they say other than BART
+(`normalize_embedding` False, `static_position_embeddings`, an
+`extra_pos_embeddings` other than 2).
 """
 
 import functools
 import json
+import tempfile
+from pathlib import Path
 
 from zoo.models.tensor_names import (
     CheckpointError,
@@ -42,19 +60,26 @@ from zoo.models.tensor_names import (
     write_text,
 )
 
-NAME = "Marian"
-MODEL_TYPES = ("marian",)
+NAME = "Marian or BART"
+MODEL_TYPES = ("marian", "bart")
 TASKS = ("seq2seq",)
 DEFAULT_TASK = "seq2seq"
 HEADS_WITH_WEIGHTS = ()  # the output layer is the tied target embedding
-ARCHITECTURES = {"MarianMTModel": "seq2seq", "MarianModel": "seq2seq"}
+ARCHITECTURES = {
+    "marian": {"MarianMTModel": "seq2seq", "MarianModel": "seq2seq"},
+    "bart": {"BartForConditionalGeneration": "seq2seq", "BartModel": "seq2seq"},
+}
+NAMES = {"marian": "Marian", "bart": "BART"}
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 KERAS_HUB_BACKBONES = ()
 KERAS_HUB_TASKS = {}
 KERAS_HUB_TOKENIZERS = {}
-# generation_config.json's settings that `zoo.translate` follows.
+# generation_config.json's settings that the model's tokenizer carries: `zoo.translate` follows the
+# first eight and BART's `forced_bos_token_id`; the last three go back out on export, not followed.
 GENERATION_KEYS = ("num_beams", "max_length", "length_penalty", "bad_words_ids", "decoder_start_token_id",
-                   "forced_eos_token_id", "eos_token_id", "pad_token_id")
+                   "forced_eos_token_id", "eos_token_id", "pad_token_id", "forced_bos_token_id",
+                   "min_length", "no_repeat_ngram_size", "early_stopping")
+BART_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 
 
 def build_backbone(zoo_config, dtype=None):
@@ -67,23 +92,38 @@ def build_task(backbone, task, num_classes=None):
     return backbone  # the encoder-decoder's output is already the logits
 
 
+def model_type(backbone):
+    """The transformers model_type whose model computes what this encoder-decoder's flags say
+    (its positions tell; `check_huggingface_export` checks the rest)."""
+    return "bart" if backbone.get_config()["position"] == "learned" else "marian"
+
+
 # --- Hugging Face: config ------------------------------------------------------------------
 
 
 def from_huggingface_config(config, config_file):
-    """transformers' MarianConfig -> (architecture, head, zoo config)."""
-    architecture, get = read_architecture(config, config_file, ARCHITECTURES)
+    """transformers' MarianConfig or BartConfig -> (architecture, head, zoo config)."""
+    kind = config["model_type"]
+    architecture, get = read_architecture(config, config_file, ARCHITECTURES[kind])
     refuse = functools.partial(refuse_config_value, config, config_file)
-    for key, expected, why in (
-        ("normalize_before", False, "the zoo's Marian is post-LN, as the paper"),
-        ("normalize_embedding", False, "the zoo's Marian has no LayerNorm on the embeddings"),
+    name = NAMES[kind]
+    expected_values = [
+        ("normalize_before", False, f"the zoo's {name} is post-LN, as the paper"),
         ("add_final_layer_norm", False, "the zoo's post-LN stacks have no final LayerNorm"),
-        ("static_position_embeddings", True, "the zoo's Marian has sinusoidal positions"),
         ("tie_word_embeddings", True, "the zoo ties the output layer to the target embedding"),
         ("add_bias_logits", False, "the logits' bias is `final_logits_bias`"),
-    ):
+    ]
+    if kind == "marian":
+        expected_values += [("normalize_embedding", False, "the zoo's Marian has no LayerNorm on the embeddings"),
+                            ("static_position_embeddings", True, "the zoo's Marian has sinusoidal positions")]
+    else:
+        expected_values += [("normalize_embedding", True, "BART has a LayerNorm on the embeddings"),
+                            ("static_position_embeddings", False, "BART's positions are learned")]
+    for key, expected, why in expected_values:
         if key in config and bool(config[key]) != expected:
             refuse(key, why)
+    if kind == "bart" and config.get("extra_pos_embeddings", 2) != 2:
+        refuse("extra_pos_embeddings", "BART's position tables keep 2 rows before position 0")
     for encoder_key, decoder_key in (("encoder_layers", "decoder_layers"), ("encoder_attention_heads",
                                      "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
         if get(encoder_key) != get(decoder_key):
@@ -91,10 +131,10 @@ def from_huggingface_config(config, config_file):
                 f"{config_file}: {encoder_key}={get(encoder_key)} and {decoder_key}={get(decoder_key)} differ; "
                 "expected an encoder and a decoder of one size."
             )
-    activation = get("activation_function", "swish")
+    activation = get("activation_function", "swish" if kind == "marian" else "gelu")
     if activation not in ACTIVATIONS:
         refuse("activation_function", f"expected one of {', '.join(ACTIVATIONS)}")
-    shared = bool(get("share_encoder_decoder_embeddings", True))
+    shared = kind == "bart" or bool(get("share_encoder_decoder_embeddings", True))
     vocabulary_size = get("vocab_size")
     zoo_config = dict(
         vocabulary_size=vocabulary_size if shared else get("decoder_vocab_size", vocabulary_size),
@@ -105,33 +145,52 @@ def from_huggingface_config(config, config_file):
         intermediate_dim=get("encoder_ffn_dim"),
         max_sequence_length=get("max_position_embeddings"),
         dropout=float(get("dropout", 0.1)),
-        position="sinusoidal_halves",
         share_embeddings=shared,
         tie_output=True,
         norm_first=False,
         activation=ACTIVATIONS[activation],
-        layer_norm_epsilon=1e-5,  # nn.LayerNorm's default, which MarianEncoderLayer uses
+        layer_norm_epsilon=1e-5,  # nn.LayerNorm's default, which Marian's and BART's layers use
         scale_embeddings=bool(get("scale_embedding", False)),
         final_logits_bias=True,
     )
-    return architecture, ARCHITECTURES[architecture], zoo_config
+    if kind == "marian":
+        zoo_config.update(position="sinusoidal_halves")
+    else:
+        zoo_config.update(position="learned", position_offset=2, share_positions=False, layernorm_embedding=True)
+    return architecture, ARCHITECTURES[kind][architecture], zoo_config
 
 
 def check_huggingface_export(backbone):
     config = backbone.get_config()
-    problems = [
-        (config["position"] != "sinusoidal_halves", f"position={config['position']!r}; Marian's are 'sinusoidal_halves'"),
-        (config["norm_first"], "norm_first=True; Marian is post-LN"),
-        (not config["tie_output"], "tie_output=False; Marian ties its output layer to the target embedding"),
-        (not config["final_logits_bias"], "final_logits_bias=False; Marian has one"),
-        (config["activation"] not in ("silu", "relu", "gelu"), f"activation {config['activation']!r} has no Marian name"),
+    kind = model_type(backbone)
+    if kind == "marian":
+        problems = [
+            (config["position"] != "sinusoidal_halves",
+             f"position={config['position']!r}; Marian's are 'sinusoidal_halves' (BART's 'learned')"),
+            (config["layernorm_embedding"], "layernorm_embedding=True; Marian has no LayerNorm on the embeddings"),
+        ]
+    else:
+        problems = [
+            (config["position_offset"] != 2, f"position_offset={config['position_offset']}; BART's is 2"),
+            (not config["share_embeddings"], "share_embeddings=False; BART shares one token table"),
+            (config["share_positions"], "share_positions=True; BART has a position table per stack"),
+            (not config["layernorm_embedding"], "layernorm_embedding=False; BART has one"),
+        ]
+    problems += [
+        (config["norm_first"], f"norm_first=True; {NAMES[kind]} is post-LN"),
+        (not config["tie_output"], f"tie_output=False; {NAMES[kind]} ties its output layer to the target embedding"),
+        (not config["final_logits_bias"], f"final_logits_bias=False; {NAMES[kind]} has one"),
+        (config["activation"] not in ("silu", "relu", "gelu"),
+         f"activation {config['activation']!r} has no {NAMES[kind]} name"),
     ]
     reasons = [why for bad, why in problems if bad]
     if reasons:
-        raise ValueError(f"This encoder-decoder is not a Marian model: {'; '.join(reasons)}.")
+        raise ValueError(f"This encoder-decoder is not a {NAMES[kind]} model: {'; '.join(reasons)}.")
 
 
 def to_huggingface_config(model):
+    if model_type(model) == "bart":
+        return _bart_config(model)
     config = model.get_config()
     tokenizer = getattr(model, "tokenizer", None)
     pad = getattr(tokenizer, "pad_token_id", None)
@@ -172,6 +231,42 @@ def to_huggingface_config(model):
     }
 
 
+def _bart_config(model):
+    config = model.get_config()
+    tokenizer = getattr(model, "tokenizer", None)
+    ids = {"bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2}  # BartConfig's defaults
+    for key, attribute in (("bos_token_id", "start_token_id"), ("pad_token_id", "pad_token_id"),
+                           ("eos_token_id", "end_token_id")):
+        if getattr(tokenizer, attribute, None) is not None:
+            ids[key] = getattr(tokenizer, attribute)
+    generation = getattr(tokenizer, "generation", None) or {}
+    sizes = {}
+    for side in ("encoder", "decoder"):
+        sizes.update({f"{side}_layers": config["num_layers"], f"{side}_attention_heads": config["num_heads"],
+                      f"{side}_ffn_dim": config["intermediate_dim"], f"{side}_layerdrop": 0.0})
+    return {
+        "architectures": ["BartForConditionalGeneration"],
+        "model_type": "bart",
+        "vocab_size": config["vocabulary_size"],
+        "d_model": config["hidden_dim"],
+        **sizes,
+        "max_position_embeddings": config["max_sequence_length"],
+        "activation_function": {"silu": "swish"}.get(config["activation"], config["activation"]),
+        "dropout": config["dropout"],
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "scale_embedding": config["scale_embeddings"],
+        "tie_word_embeddings": True,
+        "is_encoder_decoder": True,
+        "init_std": 0.02,
+        **ids,
+        "decoder_start_token_id": generation.get("decoder_start_token_id", ids["eos_token_id"]),
+        "forced_eos_token_id": generation.get("forced_eos_token_id", ids["eos_token_id"]),
+        "use_cache": True,
+        "torch_dtype": "float32",
+    }
+
+
 # --- Hugging Face: tensor names ------------------------------------------------------------
 
 
@@ -185,8 +280,12 @@ def _attention(prefix, attention, width, cross):
     return names + linear(prefix + "out_proj", attention.output_dense)
 
 
+def _norm(name, layer_norm):
+    return [TensorName(name + ".weight", layer_norm.gamma), TensorName(name + ".bias", layer_norm.beta)]
+
+
 def _layer_norm(name, add_norm):
-    return [TensorName(name + ".weight", add_norm.layer_norm.gamma), TensorName(name + ".bias", add_norm.layer_norm.beta)]
+    return _norm(name, add_norm.layer_norm)
 
 
 def _feed_forward(prefix, block):
@@ -195,9 +294,29 @@ def _feed_forward(prefix, block):
             + _layer_norm(prefix + "final_layer_norm", block.feed_forward_add_norm))
 
 
-def huggingface_names(model):
-    """(architecture, table): `MarianMTModel`, its tensors in checkpoint order."""
-    d = model.hidden_dim
+def _blocks(model, prefix):
+    d, names = model.hidden_dim, []
+    for i, block in enumerate(model.encoder_blocks):
+        p = f"{prefix}encoder.layers.{i}."
+        names += _attention(p + "self_attn.", block.self_attention, d, cross=False)
+        names += _layer_norm(p + "self_attn_layer_norm", block.self_attention_add_norm)
+        names += _feed_forward(p, block)
+    for i, block in enumerate(model.decoder_blocks):
+        p = f"{prefix}decoder.layers.{i}."
+        names += _attention(p + "self_attn.", block.self_attention, d, cross=False)
+        names += _layer_norm(p + "self_attn_layer_norm", block.self_attention_add_norm)
+        names += _attention(p + "encoder_attn.", block.cross_attention_layer, d, cross=True)
+        names += _layer_norm(p + "encoder_attn_layer_norm", block.cross_attention_add_norm)
+        names += _feed_forward(p, block)
+    return names
+
+
+def _final_logits_bias(model):
+    bias = model.output_bias.bias
+    return [TensorName("final_logits_bias", bias, shape=(1, bias.shape[0]))]
+
+
+def _marian_names(model):
     if model.share_embeddings:
         names = [TensorName("model.shared.weight", model.decoder_embedding.token_embedding.embeddings)]
     else:
@@ -205,21 +324,32 @@ def huggingface_names(model):
             TensorName("model.encoder.embed_tokens.weight", model.encoder_embedding.token_embedding.embeddings),
             TensorName("model.decoder.embed_tokens.weight", model.decoder_embedding.token_embedding.embeddings),
         ]
-    for i, block in enumerate(model.encoder_blocks):
-        p = f"model.encoder.layers.{i}."
-        names += _attention(p + "self_attn.", block.self_attention, d, cross=False)
-        names += _layer_norm(p + "self_attn_layer_norm", block.self_attention_add_norm)
-        names += _feed_forward(p, block)
-    for i, block in enumerate(model.decoder_blocks):
-        p = f"model.decoder.layers.{i}."
-        names += _attention(p + "self_attn.", block.self_attention, d, cross=False)
-        names += _layer_norm(p + "self_attn_layer_norm", block.self_attention_add_norm)
-        names += _attention(p + "encoder_attn.", block.cross_attention_layer, d, cross=True)
-        names += _layer_norm(p + "encoder_attn_layer_norm", block.cross_attention_add_norm)
-        names += _feed_forward(p, block)
-    bias = model.output_bias.bias
-    names.append(TensorName("final_logits_bias", bias, shape=(1, bias.shape[0])))
-    return "MarianMTModel", names
+    return names + _blocks(model, "model.") + _final_logits_bias(model)
+
+
+def _bart_names(model, prefix="model.", with_bias=True):
+    """BART's tensors: `prefix` "model." in `BartForConditionalGeneration`, "" in a `BartModel`
+    file; `BartModel` files have no `final_logits_bias` (transformers starts it at zero)."""
+    names = [TensorName(prefix + "shared.weight", model.decoder_embedding.token_embedding.embeddings)]
+    for side, embedding, norm in (("encoder", model.encoder_embedding, model.encoder_embedding_norm),
+                                  ("decoder", model.decoder_embedding, model.decoder_embedding_norm)):
+        names.append(TensorName(f"{prefix}{side}.embed_positions.weight",
+                                embedding.position_embedding.position_embeddings))  # (max + 2, d), whole
+        names += _norm(f"{prefix}{side}.layernorm_embedding", norm)
+    names += _blocks(model, prefix)
+    return names + (_final_logits_bias(model) if with_bias else [])
+
+
+def huggingface_names(model):
+    """(architecture, table): `MarianMTModel` or `BartForConditionalGeneration`, its tensors in checkpoint order."""
+    if model_type(model) == "bart":
+        return "BartForConditionalGeneration", _bart_names(model)
+    return "MarianMTModel", _marian_names(model)
+
+
+def module_prefix(checkpoint_names):
+    """transformers' "model." before the tensor names, where a checkpoint's names have it."""
+    return "model." if any(n.startswith("model.") for n in checkpoint_names) else ""
 
 
 def checkpoint_name(name):
@@ -227,21 +357,27 @@ def checkpoint_name(name):
 
 
 def import_names(model, checkpoint_names, with_head):
-    return huggingface_names(model)[1]
+    """The table in the checkpoint's layout: for BART, with or without "model." and `final_logits_bias`."""
+    if model_type(model) == "bart":
+        return _bart_names(model, module_prefix(checkpoint_names), with_bias="final_logits_bias" in checkpoint_names)
+    return _marian_names(model)
 
 
 def ignorable(name):
-    """The sinusoidal tables older checkpoints store, and the tied copies of an embedding (checked equal by `tied_copies`)."""
+    """Marian's sinusoidal tables older checkpoints store, and the tied copies of an embedding
+    (checked equal by `tied_copies`)."""
     return name in ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight",
-                    "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
+                    "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight",
+                    "encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 
 
 def tied_copies(model, checkpoint_names):
     """(copy, original) pairs that must be equal."""
     if model.share_embeddings:
-        shared = "model.shared.weight"
-        return [(copy, shared) for copy in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
-                                            "lm_head.weight")]
+        prefix = module_prefix(checkpoint_names)
+        shared = prefix + "shared.weight"
+        return [(copy, shared) for copy in (prefix + "encoder.embed_tokens.weight",
+                                            prefix + "decoder.embed_tokens.weight", "lm_head.weight")]
     return [("lm_head.weight", "model.decoder.embed_tokens.weight")]
 
 
@@ -256,6 +392,10 @@ def _generation_settings(folder):
             values = read_json(folder / name)
             settings.update({key: values[key] for key in GENERATION_KEYS if values.get(key) is not None})
     return settings
+
+
+def _folder_model_type(folder):
+    return read_json(folder / "config.json").get("model_type")
 
 
 def _read_side(folder, side, vocabulary_size, weights_file):
@@ -276,29 +416,124 @@ def _read_side(folder, side, vocabulary_size, weights_file):
 
 
 def read_huggingface_tokenizer(folder, vocabulary_size, weights_file):
-    """The target side (`target.spm`, `vocab.json`): the model's `tokenizer`, the decoder's."""
+    """The decoder's tokenizer, the model's `tokenizer`: Marian's target side (`target.spm`,
+    `vocab.json`), or BART's byte-level BPE."""
+    if _folder_model_type(folder) == "bart":
+        return _read_bart_tokenizer(folder, vocabulary_size, weights_file)
     require_files(folder, "source.spm", "target.spm", "vocab.json",
                   why="Marian's tokenizer (source.spm, target.spm and vocab.json)")
     return _read_side(folder, "target", vocabulary_size, weights_file)
 
 
 def read_huggingface_source_tokenizer(folder, vocabulary_size, weights_file):
-    """The source side (`source.spm`, `vocab.json`): the model's `source_tokenizer`, the encoder's."""
+    """Marian's source side (`source.spm`, `vocab.json`): the model's `source_tokenizer`, the
+    encoder's; None for BART, whose one tokenizer serves both sides."""
+    if _folder_model_type(folder) == "bart":
+        return None
     return _read_side(folder, "source", vocabulary_size, weights_file)
 
 
-def tokenizer_problem(tokenizer, format, backbone):
-    from zoo.data import MarianTokenizer
+def _tokenizer_json(tokenizer):
+    """The tokenizer.json a HuggingFaceTokenizer holds, as a dict (through its public `save_assets`)."""
+    with tempfile.TemporaryDirectory() as folder:
+        tokenizer.save_assets(folder)
+        return json.loads((Path(folder) / "tokenizer.json").read_text(encoding="utf-8"))
 
+
+def _within_the_table(tokenizer, vocabulary_size):
+    """The tokenizer less its special added tokens past the embedding (bart-large-cnn's 50,264-row
+    table has no row for `<mask>`, 50264: the literal text `<mask>` is then cut as plain text),
+    so that every id it gives has a row; as it was when other tokens lie past the table (the
+    caller refuses it)."""
+    data = _tokenizer_json(tokenizer)
+    past = [token for token in data.get("added_tokens", []) if token["id"] >= vocabulary_size]
+    special = {token["content"] for token in past if token.get("special")}
+    vocabulary = (data.get("model") or {}).get("vocab") or {}
+    listed = vocabulary.items() if isinstance(vocabulary, dict) else ()
+    if not past or len(special) < len(past) or any(i >= vocabulary_size and t not in special for t, i in listed):
+        return tokenizer
+    data["added_tokens"] = [token for token in data["added_tokens"] if token["id"] < vocabulary_size]
+    data["model"]["vocab"] = {token: i for token, i in listed if i < vocabulary_size}
+    tokenizer.set_tokenizer_json(json.dumps(data, ensure_ascii=False))
+    return tokenizer
+
+
+def _read_bart_tokenizer(folder, vocabulary_size, weights_file):
+    """`tokenizer.json` (what transformers' BartTokenizerFast reads), else `vocab.json` and `merges.txt`
+    (BartTokenizer's) turned into the same tokenizer; its `<s>`, `</s>` and `<pad>` (or the tokens
+    tokenizer_config.json names) checked against config.json's ids, the other file and the embedding."""
+    from zoo.data import DataError, HuggingFaceTokenizer
+
+    generation = _generation_settings(folder)
+    from_json = (folder / "tokenizer.json").is_file()
+    if not from_json:
+        require_files(folder, "vocab.json", "merges.txt",
+                      why="BART's tokenizer (tokenizer.json, or vocab.json and merges.txt)")
+    where = folder / ("tokenizer.json" if from_json else "vocab.json")
+    settings = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+
+    def token(key, default):  # BartTokenizer's default unless tokenizer_config.json names another
+        value = settings.get(key) or default
+        return value.get("content", default) if isinstance(value, dict) else value
+
+    special = {"bos_token_id": token("bos_token", "<s>"), "eos_token_id": token("eos_token", "</s>"),
+               "pad_token_id": token("pad_token", "<pad>")}
+    try:
+        if from_json:
+            tokenizer = HuggingFaceTokenizer.from_file(
+                folder / "tokenizer.json", bos_token=special["bos_token_id"], eos_token=special["eos_token_id"],
+                pad_token=special["pad_token_id"], generation=generation)
+        else:
+            tokenizer = HuggingFaceTokenizer.from_byte_level_bpe(folder / "vocab.json", folder / "merges.txt",
+                                                                 generation=generation)
+    except (DataError, ValueError) as error:
+        message = str(error)
+        raise CheckpointError(message if str(folder) in message else f"{where}: {message}") from None
+    if from_json and (folder / "vocab.json").is_file():
+        listed = read_json(folder / "vocab.json")
+        vocabulary = tokenizer.get_vocabulary()
+        different = [token for token, i in listed.items() if not (0 <= i < len(vocabulary) and vocabulary[i] == token)]
+        if different:
+            raise CheckpointError(
+                f"{folder / 'vocab.json'}: {len(different)} token(s) with other ids than in tokenizer.json, e.g. "
+                f"{different[:3]}; expected the vocabulary of the same tokenizer."
+            )
+    config = read_json(folder / "config.json")
+    for key, attribute in (("bos_token_id", "start_token_id"), ("eos_token_id", "end_token_id"),
+                           ("pad_token_id", "pad_token_id")):
+        found = getattr(tokenizer, attribute)
+        if config.get(key) is not None and found != config[key]:
+            raise CheckpointError(
+                f"{where}: the tokenizer's {special[key]!r} is id {found}; expected {config[key]}, config.json's {key}."
+            )
+    if tokenizer.vocabulary_size() > vocabulary_size:
+        tokenizer = _within_the_table(tokenizer, vocabulary_size)
+    check_vocabulary(tokenizer.vocabulary_size(), vocabulary_size, where, weights_file)
+    return tokenizer
+
+
+def tokenizer_problem(tokenizer, format, backbone):
+    from zoo.data import HuggingFaceTokenizer, MarianTokenizer
+
+    kind = model_type(backbone)
     if format != "huggingface":
-        return "keras-hub has no Marian tokenizer"
-    if not isinstance(tokenizer, MarianTokenizer):
-        return f"model.tokenizer is a {type(tokenizer).__name__}; Marian needs a zoo.data.MarianTokenizer"
+        return f"keras-hub has no {NAMES[kind]} tokenizer"
+    expected = MarianTokenizer if kind == "marian" else HuggingFaceTokenizer
+    if not isinstance(tokenizer, expected):
+        return (f"model.tokenizer is a {type(tokenizer).__name__}; {NAMES[kind]} needs a "
+                f"zoo.data.{expected.__name__}")
+    if kind == "bart":
+        model = (_tokenizer_json(tokenizer).get("model") or {}).get("type")
+        if model != "BPE":
+            return f"the tokenizer.json's model is {model!r}; BART's vocab.json and merges.txt need a 'BPE'"
     return None
 
 
 def write_huggingface_tokenizer(tokenizer, folder, model):
-    """source.spm, target.spm, vocab.json, tokenizer_config.json and generation_config.json."""
+    """Marian: source.spm, target.spm, vocab.json; BART: tokenizer.json, vocab.json, merges.txt;
+    then tokenizer_config.json and generation_config.json."""
+    if model_type(model) == "bart":
+        return _write_bart_tokenizer(tokenizer, folder, model)
     from zoo.files import atomic_path
 
     source = getattr(model, "source_tokenizer", None) or tokenizer
@@ -318,8 +553,37 @@ def write_huggingface_tokenizer(tokenizer, folder, model):
     write_text(folder / "generation_config.json", json.dumps(generation, indent=2) + "\n")
 
 
+def _write_bart_tokenizer(tokenizer, folder, model):
+    tokenizer.save_assets(folder)  # tokenizer.json, as it came
+    bpe = _tokenizer_json(tokenizer)["model"]
+    vocabulary = dict(bpe["vocab"])
+    for i, token in enumerate(tokenizer.get_vocabulary()):
+        if token and token not in vocabulary:  # an added token outside the BPE's own vocabulary
+            vocabulary[token] = i
+    write_text(folder / "vocab.json", json.dumps(vocabulary, ensure_ascii=False))
+    merges = [" ".join(pair) if isinstance(pair, list) else pair for pair in bpe.get("merges", [])]
+    write_text(folder / "merges.txt", "\n".join(["#version: 0.2", *merges]) + "\n")
+    present = set(tokenizer.get_vocabulary())
+    token = lambda i: None if i is None else tokenizer.id_to_token(i)  # noqa: E731
+    settings = {"tokenizer_class": "BartTokenizer", "model_max_length": model.max_sequence_length,
+                "bos_token": token(tokenizer.start_token_id), "eos_token": token(tokenizer.end_token_id),
+                "cls_token": token(tokenizer.start_token_id), "sep_token": token(tokenizer.end_token_id),
+                "pad_token": token(tokenizer.pad_token_id), "add_prefix_space": False, "errors": "replace"}
+    optional = (("unk_token", "<unk>"), ("mask_token", "<mask>"))
+    settings.update({key: value for key, value in optional if value in present})
+    write_text(folder / "tokenizer_config.json", json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+    generation = dict(tokenizer.generation or {})
+    start, end, pad = tokenizer.start_token_id, tokenizer.end_token_id, tokenizer.pad_token_id
+    generation.update({"bos_token_id": start, "eos_token_id": end, "pad_token_id": pad})
+    generation.setdefault("decoder_start_token_id", end)
+    generation.setdefault("forced_eos_token_id", end)
+    write_text(folder / "generation_config.json", json.dumps(generation, indent=2) + "\n")
+
+
 # --- keras-hub -----------------------------------------------------------------------------
 
 
 def keras_hub_incompatibilities(backbone):
+    if model_type(backbone) == "bart":
+        return ["the zoo does not map keras-hub's BartBackbone"], []
     return ["keras-hub has no Marian model"], []
