@@ -16,8 +16,9 @@ Rows, each the median of `--repeats` runs after one warm-up run (which
 compiles the batch's shapes):
 - 1 client, greedy;
 - 8 clients, greedy: decoded together in one batch;
-- 8 clients, sampled with 8 different seeds: a seed decodes alone (its
-  answer must be the one it would get alone), so the 8 batches take turns.
+- 8 clients, sampled with 8 different seeds: one batch too (each row draws
+  from its own seed); then each of the 8 asks alone, and the benchmark
+  checks that every answer of the batch is the one its seed gives alone.
 Aggregate tokens/s = clients x new tokens / wall seconds from the first
 request to the last `[DONE]`.
 """
@@ -87,31 +88,35 @@ def stream(client, url, prompt, new_tokens, seed):
     body = {"model": "bench", "prompt": prompt, "max_tokens": new_tokens, "stream": True,
             "stream_options": {"include_usage": True}}
     body.update({"temperature": 0} if seed is None else {"temperature": 1.0, "seed": seed})
-    tokens = 0
+    tokens, text = 0, ""
     with client.stream("POST", url, json=body) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if line.startswith("data: {"):
-                usage = json.loads(line[6:]).get("usage")
+                chunk = json.loads(line[6:])
+                usage = chunk.get("usage")
                 tokens = usage["completion_tokens"] if usage else tokens
-    return tokens
+                text += "".join(choice["text"] for choice in chunk.get("choices") or ())
+    return tokens, text
 
 
 def run(url, prompts, new_tokens, seeds):
     """Aggregate tokens/s of one client per prompt, each with its connection
-    open before the clock starts (as a client that keeps one would)."""
+    open before the clock starts (as a client that keeps one would), and
+    the clients' texts."""
     clients = [httpx.Client(timeout=3600) for _ in prompts]
     for client in clients:
         client.get(url.replace("/completions", "/models")).raise_for_status()
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-        tokens = list(pool.map(lambda i: stream(clients[i], url, prompts[i], new_tokens, seeds[i]),
-                               range(len(prompts))))
+        answers = list(pool.map(lambda i: stream(clients[i], url, prompts[i], new_tokens, seeds[i]),
+                                range(len(prompts))))
     seconds = time.perf_counter() - start
     for client in clients:
         client.close()
+    tokens = [count for count, _ in answers]
     assert tokens == [new_tokens] * len(prompts), tokens
-    return sum(tokens) / seconds
+    return sum(tokens) / seconds, [text for _, text in answers]
 
 
 def main(argv=None):
@@ -131,17 +136,22 @@ def main(argv=None):
     prompts = [" ".join(words[i:] + words[:i]) for i in range(8)]
     prompts = [tokenizer.detokenize(tokenizer(p)[: args.prompt_tokens]) for p in prompts]
     rows = [("1 client, greedy", prompts[:1], [None]), ("8 clients, greedy (one batch)", prompts, [None] * 8),
-            ("8 clients, 8 seeds (8 batches in turn)", prompts, list(range(8)))]
+            ("8 clients, 8 seeds (one batch)", prompts, list(range(8)))]
     print(f"{args.preset}: {model.count_params():,} parameters, backend {keras.config.backend()}, "
           f"{args.prompt_tokens}-token prompts, {args.new_tokens} new tokens per client")
-    figures = {}
+    figures, texts = {}, {}
     batch_sizes = start_server.scheduler.batch_sizes
     for name, batch, seeds in rows:
         run(url, batch, args.new_tokens, seeds)  # compiles this batch's shapes
         batch_sizes.clear()
-        figures[name] = statistics.median(run(url, batch, args.new_tokens, seeds) for _ in range(args.repeats))
+        runs = [run(url, batch, args.new_tokens, seeds) for _ in range(args.repeats)]
+        figures[name], texts[name] = statistics.median(speed for speed, _ in runs), runs[0][1]
         print(f"{name}: {statistics.median(batch_sizes):g} requests a batch (median), batches {list(batch_sizes)}",
               flush=True)
+    name, batch, seeds = rows[-1]
+    alone = [run(url, [prompt], args.new_tokens, [seed])[1][0] for prompt, seed in zip(batch, seeds)]
+    same = sum(a == b for a, b in zip(alone, texts[name]))
+    print(f"{name}: {same} of {len(batch)} answers are the ones their seeds give alone", flush=True)
     base = figures[rows[0][0]]
     print("| clients | aggregate tokens/s | x one client |")
     print("|---|---|---|")

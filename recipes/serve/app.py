@@ -16,8 +16,11 @@
 Request fields: `model`, `prompt` / `messages`, `max_tokens`
 (`max_completion_tokens`), `temperature` (0: greedy), `top_p`, `seed`,
 `stop`, `stream`, `stream_options.include_usage`, `n` (up to
-`--max-batch` samples of each prompt, decoded in one batch; a seed draws
-one, so `n` above 1 takes no seed), `user`.
+`--max-batch` samples of each prompt, decoded in one batch; with a `seed`
+s, the k-th sample of the request, prompts in order and each prompt's
+samples together, draws with seed s + k, as row k of `zoo.generate(...,
+seed=s)` does), `user`. Requests with different samplers, temperatures,
+`top_p` and seeds decode in one batch, each row by its own.
 Both take the decoding controls of `zoo.generate`
 (`zoo.generation.controls`): OpenAI's `presence_penalty`,
 `frequency_penalty` ([-2, 2]) and `logit_bias` (at most `MAX_LOGIT_BIAS`
@@ -175,7 +178,8 @@ class Service:
         if scoring:
             jobs = [[] for _ in prompts]
         else:
-            jobs = [[self._job(body, ids, COMPLETION_DEFAULT_TOKENS) for _ in range(best_of)] for _, ids in prompts]
+            jobs = [[self._job(body, ids, COMPLETION_DEFAULT_TOKENS, sample=p * best_of + i) for i in range(best_of)]
+                    for p, (_, ids) in enumerate(prompts)]
         return Completion([text for text, _ in prompts], [ids for _, ids in prompts], jobs, echo, logprobs, n)
 
     def _samples(self, body, chat):
@@ -184,9 +188,6 @@ class Service:
         most = self.scheduler.max_batch
         n = integer(body, "n", 1, most, 1)
         best_of = n if chat else integer(body, "best_of", n, most, n)
-        sampled = body.get("temperature") != 0
-        if best_of > 1 and sampled and body.get("seed") is not None:
-            raise RequestError("seed: a seed draws one sample; with n or best_of above 1, leave it out", "seed")
         if best_of > 1 and body.get("stream"):
             raise RequestError("stream: true takes one sample (n and best_of 1)", "stream")
         return n, best_of
@@ -372,7 +373,7 @@ class Service:
             if body.get("max_tokens") is not None:
                 raise RequestError("max_tokens and max_completion_tokens: give one", "max_completion_tokens")
             body = {**body, "max_tokens": body["max_completion_tokens"]}
-        jobs = [self._job(body, ids, None) for _ in range(n)]
+        jobs = [self._job(body, ids, None, sample=i) for i in range(n)]
         return Completion([None], [ids], [jobs], False, top if logprobs else None, n, chat=True)
 
     def _check_common(self, body):
@@ -400,7 +401,9 @@ class Service:
                 f"have at most {most}", field,
             )
 
-    def _job(self, body, ids, default_tokens):
+    def _job(self, body, ids, default_tokens, sample=0):
+        """The `Job` of one sample of a prompt: the request's `sample`-th,
+        which draws with its seed + `sample`."""
         self._check_length(ids, "messages" if default_tokens is None else "prompt")
         room = self.context - len(ids)
         max_tokens = body.get("max_tokens")
@@ -429,6 +432,7 @@ class Service:
             sampler, temperature = "greedy", 1.0
         else:
             sampler = "top_p" if top_p < 1.0 else "temperature"
+        seed = None if seed is None else seed + sample
         return Job(ids, max_tokens, tuple(stop or ()), sampler, temperature, top_p, seed, self._controls(body))
 
     def _controls(self, body):

@@ -17,13 +17,10 @@ A `ModelJob` (a `ScoreJob`: the log-probabilities of given tokens,
 `zoo.score`; an `EmbedJob`: sentence embeddings, `zoo.embed`) runs on the
 same thread, whole, before the next decoding step.
 
-Requests share a batch when the same sampler draws for them: greedy ones
-always; sampled ones with the same sampler settings and no seed. Their
-decoding controls (penalties, `min_p`, `logit_bias`) may differ: each row
-has its own. A seeded
-request decodes in a batch of its own, because a sampler's random draw
-depends on the batch, and a seed promises the answer the request would
-get alone.
+Any requests share a batch: each row has its own sampler, temperature,
+`top_p`, seed (`zoo.generation.Sampling`) and decoding controls
+(penalties, `min_p`, `logit_bias`), and a row's draws come from its seed
+alone, so a seeded request gets the answer it would get alone.
 """
 
 import collections
@@ -33,8 +30,6 @@ import threading
 import time
 
 import zoo
-from zoo.generation import sampler_config
-
 PIECE, END, ERROR = "piece", "end", "error"
 
 
@@ -57,7 +52,7 @@ class Job:
     def __init__(self, prompt_ids, max_tokens, stop, sampler, temperature, top_p, seed, controls=None):
         self.prompt_ids, self.max_tokens, self.stop = prompt_ids, max_tokens, stop
         self.sampler, self.temperature, self.top_p, self.seed = sampler, temperature, top_p, seed
-        self.controls = controls or {}  # the decoding controls' settings: each row its own, so not in batch_key
+        self.controls = controls or {}  # the decoding controls' settings
         self.events = queue.Queue()
         self.cancelled = False
         self.wake = None
@@ -68,12 +63,6 @@ class Job:
         self.events.put(event)
         if self.wake is not None:
             self.wake()
-
-    def batch_key(self, vocabulary_size):
-        config = sampler_config(self.sampler, self.temperature, 50, self.top_p, vocabulary_size)
-        if self.sampler == "greedy":
-            return (config,)
-        return (config, "seed", self.id) if self.seed is not None else (config,)
 
     def pieces(self):
         """The events as they come, ending with `END` or `ERROR`. Closing
@@ -205,12 +194,9 @@ class Scheduler:
                 self.waiting -= 1
 
     def _next_batch(self, backlog):
-        """The first waiting job and the next ones that share its sampler,
-        up to `max_batch`, taken from `backlog` as one batch."""
-        key = backlog[0].batch_key(self.model.vocabulary_size)
-        jobs = [job for job in backlog if job.batch_key(self.model.vocabulary_size) == key][: self.max_batch]
-        for job in jobs:
-            backlog.remove(job)
+        """The first `max_batch` waiting jobs, taken from `backlog` as one batch."""
+        jobs = backlog[: self.max_batch]
+        del backlog[: self.max_batch]
         with self.lock:
             self.waiting -= len(jobs)
             self.running += len(jobs)
@@ -251,17 +237,17 @@ class _Batch:
 
     def start(self):
         """Builds the generation; False (each job told why) if it cannot start."""
-        first = self.jobs[0]
+        jobs = self.jobs
         try:
             self.generation = zoo.text.TextGeneration(
                 self.model,
-                [job.prompt_ids for job in self.jobs],
-                [job.max_tokens for job in self.jobs],
-                stop=[list(job.stop) for job in self.jobs],
-                sampler=first.sampler,
-                seed=first.seed,
-                temperature=first.temperature,
-                top_p=first.top_p,
+                [job.prompt_ids for job in jobs],
+                [job.max_tokens for job in jobs],
+                stop=[list(job.stop) for job in jobs],
+                sampler=[job.sampler for job in jobs],
+                seed=[job.seed for job in jobs],
+                temperature=[job.temperature for job in jobs],
+                top_p=[job.top_p for job in jobs],
                 bucket=self.max_batch if len(self.jobs) > 1 else True,  # two batch shapes: 1 and max_batch
                 controls=_row_controls(self.jobs),
             )

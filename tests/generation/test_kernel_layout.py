@@ -88,7 +88,7 @@ def test_generation_in_the_gpu_layout_equals_the_stored_layout(preset, kwargs, m
     # Two equal models (a compiled function is kept per model); the whole
     # generation's loop and a stream's, token by token.
     def decode(model, every_token):
-        decoding = Decoding(model, PROMPTS, NEW, ("greedy",))
+        decoding = Decoding(model, PROMPTS, NEW)
         for _ in decoding.steps(every_token=every_token):
             pass
         return decoding

@@ -7,7 +7,6 @@ import pytest
 
 import zoo
 from zoo.generation.engine import Decoding
-from zoo.generation.samplers import sampler_config
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +40,8 @@ def test_suppressing_nothing_chosen_changes_nothing(lm):
 def test_the_stream_suppresses_as_the_whole_loop(lm):
     prompt = [[1, 2, 3]]
     _, banned = favourite(lm, prompt)
-    config = sampler_config("greedy", 1.0, 50, 0.9, lm.vocabulary_size)
-    whole = Decoding(lm, prompt, 8, config, suppress_token_ids=[banned]).run().new_tokens
-    stream = Decoding(lm, prompt, 8, config, suppress_token_ids=[banned])
+    whole = Decoding(lm, prompt, 8, suppress_token_ids=[banned]).run().new_tokens
+    stream = Decoding(lm, prompt, 8, suppress_token_ids=[banned])
     for _ in stream.steps(every_token=True):
         pass
     assert stream.new_tokens == whole and banned not in whole[0]

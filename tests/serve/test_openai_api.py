@@ -106,7 +106,6 @@ REFUSALS = [
     ("/v1/completions", {"model": "lm", "prompt": PROMPT, "stop": [""]}, 400, "stop", "non-empty strings"),
     ("/v1/completions", {"model": "lm", "prompt": PROMPT, "n": 9}, 400, "n", "[1, 8]"),
     ("/v1/completions", {"model": "lm", "prompt": PROMPT, "n": 2, "best_of": 1}, 400, "best_of", "[2, 8]"),
-    ("/v1/completions", {"model": "lm", "prompt": PROMPT, "n": 2, "seed": 1}, 400, "seed", "draws one sample"),
     ("/v1/completions", {"model": "lm", "prompt": PROMPT, "n": 2, "stream": True}, 400, "stream", "one sample"),
     ("/v1/completions", {"model": "lm", "prompt": PROMPT, "suffix": "x"}, 400, "suffix", "unknown field"),
     ("/v1/completions", {"model": "lm", "prompt": "Zebra"}, 400, "prompt", "not in the vocabulary"),

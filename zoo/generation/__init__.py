@@ -15,15 +15,15 @@ and `zoo serve` use it).
 from zoo.generation.api import BeamSearchOutput, GenerationOutput, beam_search
 from zoo.generation.compiled import trace_count
 from zoo.generation.engine import Decoding
-from zoo.generation.samplers import SAMPLERS, sampler_config, sampler_options
+from zoo.generation.samplers import SAMPLERS, Sampling, sampler_options
 
 __all__ = [
     "SAMPLERS",
     "BeamSearchOutput",
     "Decoding",
     "GenerationOutput",
+    "Sampling",
     "beam_search",
-    "sampler_config",
     "sampler_options",
     "trace_count",
 ]

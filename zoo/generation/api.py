@@ -118,18 +118,23 @@ def generate_ids(
         sampler: "greedy"; "temperature" (sample from softmax(logits /
             temperature)); "top_k" (from the top_k most likely); "top_p" (from
             the smallest set with probability >= top_p, nucleus sampling);
-            "beam" (the best of `num_beams` beams; `beam_search` returns
-            them all).
+            one for every row, or a list of one a row
+            (`zoo.generation.Sampling`); or "beam" (the best of `num_beams`
+            beams; `beam_search` returns them all).
         stop_token_ids: ids that end a sequence; the stop token is the last
             one returned.
-        seed: an int makes sampling reproducible; None draws a new one
-            each call.
+        seed: an int s: row r draws with seed s + r, and a row's tokens
+            are the same alone or in any batch (`generate(m, [p], seed=s +
+            r)` is row r of `generate(m, prompts, seed=s)`); a list: one
+            seed a row; None: a new seed each call (from NumPy's global
+            random state).
         padding_mask: (B, T), True or 1 at the tokens of an array `prompt`.
         source, source_padding_mask: the encoder input of an
             encoder-decoder, in the same forms as `prompt`.
         temperature: > 0; divides the logits (all samplers but greedy).
         top_k: top-k's k, 1 <= top_k <= vocabulary size.
-        top_p: top-p's p, in (0, 1].
+        top_p: top-p's p, in (0, 1]. `temperature`, `top_k` and `top_p`
+            are each one value or one a row.
         num_beams, length_penalty: see `beam_search`.
         pad_token_id: fills the padded positions of the returned arrays.
         suppress_token_ids: ids never chosen, by any sampler or beam
@@ -150,13 +155,13 @@ def generate_ids(
     ```
     """
     samplers.refuse_renamed(kwargs, "generate_ids")
-    samplers.check_name(sampler)
     controls = {name: value for name, value in dict(
         min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
         frequency_penalty=frequency_penalty, logit_bias=logit_bias).items() if value is not None}
-    if sampler == "beam" and controls:
+    beam = isinstance(sampler, str) and sampler == "beam"
+    if beam and controls:
         raise ValueError(f"`{next(iter(controls))}` is not taken by beam search; use a sampler.")
-    if sampler == "beam":
+    if beam:
         beams = beam_search(
             model,
             prompt,
@@ -178,9 +183,9 @@ def generate_ids(
             sequences=[row[0] for row in beams.sequences],
         )
     check_model(model)
-    config = samplers.sampler_config(sampler, temperature, top_k, top_p, model.vocabulary_size)
+    sampling = dict(sampler=sampler, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     decoding = Decoding(
-        model, prompt, max_new_tokens, config, stop_token_ids, seed,
+        model, prompt, max_new_tokens, sampling, stop_token_ids,
         padding_mask=padding_mask, source=source, source_padding_mask=source_padding_mask,
         suppress_token_ids=suppress_token_ids, controls=controls,
     ).run()

@@ -38,7 +38,6 @@ class BeamSearch:
         self.num_beams = num_beams
         self.length_penalty = length_penalty
         self.temperature = temperature
-        self.variables = []  # no random state (what `compiled` threads through JAX)
 
     def _penalty(self, new_tokens):
         new_tokens = ops.maximum(ops.cast(new_tokens, "float32"), 1.0)

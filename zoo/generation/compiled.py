@@ -1,4 +1,4 @@
-"""One compiled function per (model, input shapes, sampler configuration).
+"""One compiled function per (model, input shapes, configuration).
 
 A decoding function - a whole generation, or the prefill and a stage's
 `while_loop` of a stream (`zoo.generation.loop`), or beam search's whole
@@ -17,7 +17,6 @@ import keras
 _COMPILED = weakref.WeakKeyDictionary()  # model -> OrderedDict(key -> Compiled)
 _PER_MODEL = 32  # the most recently used functions kept per model
 _TRACES = [0]
-_SAMPLERS = weakref.WeakKeyDictionary()  # model -> {sampler configuration: keras-hub sampler}
 
 
 def trace_count():
@@ -40,17 +39,6 @@ def lookup(model, key):
     return per_model[key]
 
 
-def sampler(model, config):
-    """The one keras-hub sampler of `config` for `model`: every function
-    that samples with it reads and advances the same random state."""
-    from zoo.generation.samplers import keras_hub_sampler
-
-    per_model = _SAMPLERS.setdefault(model, {})
-    if config not in per_model:
-        per_model[config] = keras_hub_sampler(config)
-    return per_model[config]
-
-
 def compile(model, key, function):
     """Compiles `function` for `model` and caches it under `key`.
 
@@ -60,9 +48,9 @@ def compile(model, key, function):
             model alive).
         key: hashable, what the traced function depends on.
         function: a decoding function: called with the input arrays, it
-            returns a tuple of tensors; it has `model` and `sampler` (whose
-            `variables` are the random state it updates; None: no random
-            state).
+            returns a tuple of tensors; it has `model`. It has no state of
+            its own: the random draws come from the seeds in its inputs
+            (`zoo.generation.samplers`).
 
     Returns:
         The `Compiled` function.
@@ -87,7 +75,6 @@ class Compiled:
 
     def __init__(self, function):
         self.function = function
-        self.sampler = function.sampler
         self.backend = keras.config.backend()
         if self.backend == "tensorflow":
             import tensorflow as tf
@@ -111,16 +98,9 @@ class Compiled:
             return self._concrete(arrays)(*arrays)
         if self.backend != "jax":
             return self.compiled(*arrays)
-        model, variables = self.function.model, self.variables
-        state = (
-            [v.value for v in variables],
-            [v.value for v in model.trainable_variables],
-            [v.value for v in model.non_trainable_variables],
-        )
-        outputs, new_sampler_values = self.compiled(state, arrays)
-        for variable, value in zip(variables, new_sampler_values):
-            variable.assign(value)
-        return outputs
+        model = self.function.model
+        state = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])
+        return self.compiled(state, arrays)
 
     def _concrete(self, arrays):
         """TensorFlow's traced function for these input shapes, called
@@ -136,26 +116,13 @@ class Compiled:
             concrete = self.concrete[signature] = self.compiled.get_concrete_function(*specs)
         return concrete
 
-    @property
-    def variables(self):
-        return self.sampler.variables if self.sampler is not None else []
-
     def stateless(self, state, arrays):
         """The function as `jax.jit` traces it. JAX arrays are immutable:
-        the model's and the sampler's variables come in as `state` (read
-        through a `StatelessScope`), the sampler's new seed state goes out,
-        as keras-hub's CausalLM does it."""
-        model, variables = self.function.model, self.variables
-        sampler_values, trainable, non_trainable = state
-        mapping = itertools.chain(
-            zip(variables, sampler_values),
-            zip(model.trainable_variables, trainable),
-            zip(model.non_trainable_variables, non_trainable),
-        )
-        with keras.StatelessScope(state_mapping=mapping) as scope:
-            outputs = self.function(*arrays)
-        new_sampler_values = []
-        for variable, value in zip(variables, sampler_values):
-            new = scope.get_current_value(variable)
-            new_sampler_values.append(value if new is None else new)
-        return outputs, new_sampler_values
+        the model's variables come in as `state`, read through a
+        `StatelessScope`, as keras-hub's CausalLM does it."""
+        model = self.function.model
+        trainable, non_trainable = state
+        mapping = itertools.chain(zip(model.trainable_variables, trainable),
+                                  zip(model.non_trainable_variables, non_trainable))
+        with keras.StatelessScope(state_mapping=mapping):
+            return self.function(*arrays)

@@ -3,7 +3,7 @@
 `zoo.generate`, `zoo.stream`, `zoo serve` and `zoo explore` all decode
 through a `Decoding` (text through `zoo.text.TextGeneration`):
 
-    decoding = Decoding(model, [[1, 2, 3]], budgets=8, config=("greedy",))
+    decoding = Decoding(model, [[1, 2, 3]], budgets=8, sampling=dict(sampler="top_p", top_p=0.9, seed=0))
     for new in decoding.steps(every_token=True):
         new  # B lists: the tokens each row gained in this step
     decoding.new_tokens  # B lists of new tokens, each cut at its budget or stop token
@@ -23,16 +23,16 @@ How it runs (the compiled functions are `zoo.generation.loop`'s, cached by
    window W): nanoGPT's sampling, each token from a pass over the row's
    last W tokens.
 
-One keras-hub sampler serves every function of a model and configuration;
-each `Decoding` keeps its own random state and puts it in place around its
-calls, so decodings may interleave (one thread at a time) and each still
-draws what it would draw alone.
+Each row has its own sampler, settings and seed
+(`zoo.generation.samplers.Sampling`), inputs of the compiled functions like
+the decoding controls: a row's draw at a position comes from its seed and
+that position alone, so a row chooses the same tokens alone or in any
+batch, and decodings may interleave. The functions hold no random state.
 
 Shape letters: B batch, P longest prompt, L = P + new tokens, S longest
 source, W the model's window.
 """
 
-import contextlib
 import dataclasses
 
 import numpy as np
@@ -46,16 +46,17 @@ STOP, LENGTH = "stop", "length"  # why a row ended (OpenAI's `finish_reason`)
 
 
 class Decoding:
-    """One generation of B prompts with a keras-hub sampler.
+    """One generation of B prompts, each row with its own sampler.
 
     Args:
         model: a model with a cached step (`zoo.generation.interface`).
         prompt: B token-id sequences (a list of lists, or a (B, T) array
             with `padding_mask`).
         budgets: the most new tokens, one int or one per row.
-        config: a `zoo.generation.samplers.sampler_config`.
+        sampling: the settings of `zoo.generation.samplers.Sampling`
+            (`sampler`, `temperature`, `top_k`, `top_p`, `seed`: each one
+            value, or one a row), or None (greedy).
         stop_token_ids: ids that end a row (the stop token is kept).
-        seed: an int restarts the sampler's random state; None continues it.
         padding_mask, source, source_padding_mask: as
             `zoo.generate`'s.
         slide: past the model's window W, go on with nanoGPT's sliding
@@ -82,7 +83,7 @@ class Decoding:
             `LENGTH` (the budget) or None (not finished yet).
     """
 
-    def __init__(self, model, prompt, budgets, config, stop_token_ids=None, seed=None, *, padding_mask=None,
+    def __init__(self, model, prompt, budgets, sampling=None, stop_token_ids=None, *, padding_mask=None,
                  source=None, source_padding_mask=None, slide=False, bucket=False, suppress_token_ids=None,
                  controls=None):
         check_model(model)
@@ -90,6 +91,7 @@ class Decoding:
         rows = prompts.as_batch(prompt, padding_mask, "prompt")
         prompts.check_token_range(rows, model.vocabulary_size, "prompt")
         controls = Controls(len(rows), model.vocabulary_size, **(controls or {}))
+        sampling = samplers.Sampling(len(rows), model.vocabulary_size, **(sampling or {}))
         self.budgets = _budgets(budgets, len(rows))
         padding = (1 << (len(rows) - 1).bit_length()) - len(rows) if bucket else 0
         if not isinstance(bucket, bool) and isinstance(bucket, int) and bucket > len(rows):
@@ -115,22 +117,11 @@ class Decoding:
                                    self.suppress_token_ids)
         elif source is not None:
             raise ValueError(f"{type(model).__name__} is decoder-only and takes no `source`.")
-        self.sampler = compiled.sampler(model, config)
-        self.config = config
-        # The controls' arrays, the padding rows repeating row 0, and the
-        # sampler's temperature (for min_p); None: no controls compiled in.
-        self.controls, self.temperature = None, None
-        if controls.active:
-            self.controls = {name: np.concatenate([value, value[:1].repeat(padding, axis=0)])
-                             for name, value in controls.arrays().items()}
-            self.temperature = config[1] if len(config) > 1 else 1.0
-        if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)):
-            raise ValueError(f"`seed` must be an integer or None; got {seed!r}.")
-        variables = self.sampler.variables
-        self.random_state = (
-            [np.array([int(seed), 0], v.dtype) for v in variables] if seed is not None
-            else [ops.convert_to_numpy(v.value) for v in variables]
-        )
+        # Each row's sampling and controls arrays, the padding rows repeating
+        # row 0; no controls compiled in when they are all off.
+        self.sampling = _padded(sampling.arrays(), padding)
+        self.variant = sampling.variant
+        self.controls = _padded(controls.arrays(), padding) if controls.active else None
         batch = len(rows)
         self.new_tokens = [[] for _ in range(batch)]
         self.probabilities = [[] for _ in range(batch)]
@@ -174,12 +165,11 @@ class Decoding:
         index = int(self.prompt_lengths.min())
         budget_end = (self.prompt_lengths + np.minimum(self.budgets, request.max_new_tokens)).astype("int32")
         if not every_token:
-            key = ("whole", self.config, request.shapes, self.stop_token_ids, self.suppress_token_ids, self.temperature)
-            whole = _function(model, key, loop.Whole, model, self.sampler, request.shapes, stages, self.stop_token_ids,
-                              self.suppress_token_ids, self.temperature)
+            key = ("whole", request.shapes, self.stop_token_ids, self.suppress_token_ids, self._static())
+            whole = _function(model, key, loop.Whole, model, request.shapes, stages, self.stop_token_ids,
+                              self.suppress_token_ids, *self._static())
             done = np.array([reason is not None for reason in self.finish_reasons])
-            with self._random_state():
-                token_ids, probabilities = whole(ids, mask, budget_end, done, *self._controls(), *source)
+            token_ids, probabilities = whole(ids, mask, budget_end, done, self.sampling, *self._controls(), *source)
             yield self._take(token_ids, probabilities, index, length)
             return
         prefill = _function(model, ("prefill", request.shapes, stages[0]), loop.Prefill, model, request.shapes,
@@ -192,18 +182,17 @@ class Decoding:
             if tree.flatten(cache)[0].shape[3] < stage_length:
                 grow = _function(model, ("grow", request.shapes, stage_length), loop.Grow, model, stage_length)
                 cache = grow.raw(cache)
-            key = ("advance", self.config, request.shapes, stage_length, self.stop_token_ids, self.suppress_token_ids,
-                   self.temperature)
-            advance = _function(model, key, loop.Advance, model, self.sampler, stage_length, self.stop_token_ids,
-                                self.suppress_token_ids, self.temperature)
+            key = ("advance", request.shapes, stage_length, self.stop_token_ids, self.suppress_token_ids,
+                   self._static())
+            advance = _function(model, key, loop.Advance, model, stage_length, self.stop_token_ids,
+                                self.suppress_token_ids, *self._static())
             while index < stage_length and not self.finished:
                 until = index + 1
                 done = np.array([reason is not None for reason in self.finish_reasons])
-                with self._random_state():
-                    index_out, cache, token_ids, probabilities, _ = advance.raw(
-                        np.array(index, "int32"), cache, token_ids, probabilities, done, np.array(until, "int32"),
-                        mask, budget_end, context, *self._controls(),
-                    )
+                index_out, cache, token_ids, probabilities, _ = advance.raw(
+                    np.array(index, "int32"), cache, token_ids, probabilities, done, np.array(until, "int32"),
+                    mask, budget_end, context, self.sampling, *self._controls(),
+                )
                 end = int(ops.convert_to_numpy(index_out))
                 yield self._take(ops.convert_to_numpy(token_ids), ops.convert_to_numpy(probabilities), index, end)
                 index = end
@@ -237,17 +226,17 @@ class Decoding:
         window = self.window
         ids = np.zeros((len(self.rows), window), "int32")
         last = np.zeros(len(self.rows), "int32")
+        position = np.zeros(len(self.rows), "int32")  # of the token chosen, in the row's whole sequence
         new_start = np.zeros(len(self.rows), "int32")  # where a row's new tokens begin in its window
         for row, (prompt, new) in enumerate(zip(self.rows, self.new_tokens)):
             recent = (prompt + new)[-window:]
             ids[row, : len(recent)] = recent
             last[row] = len(recent) - 1
+            position[row] = len(prompt) + len(new)
             new_start[row] = max(len(recent) - len(new), 0)
-        key = ("window", self.config, ids.shape, self.suppress_token_ids, self.temperature)
-        step = _function(self.model, key, loop.WindowStep, self.model, self.sampler, self.suppress_token_ids,
-                         self.temperature)
-        with self._random_state():
-            tokens, probabilities = step(ids, last, *((new_start,) + self._controls() if self.controls else ()))
+        key = ("window", ids.shape, self.suppress_token_ids, self._static())
+        step = _function(self.model, key, loop.WindowStep, self.model, self.suppress_token_ids, *self._static())
+        tokens, probabilities = step(ids, last, position, new_start, self.sampling, *self._controls())
         gained = [[] for _ in self.rows]
         for row, (token, probability) in enumerate(zip(tokens.tolist(), probabilities.tolist())):
             if self.finish_reasons[row] is None:
@@ -258,14 +247,15 @@ class Decoding:
         """The controls' arguments of a compiled call: none without them."""
         return () if self.controls is None else (self.controls,)
 
-    @contextlib.contextmanager
-    def _random_state(self):
-        """The sampler's random state is this decoding's during a call."""
-        variables = self.sampler.variables
-        for variable, value in zip(variables, self.random_state):
-            variable.assign(value)
-        yield
-        self.random_state = [ops.convert_to_numpy(v.value) for v in variables]
+    def _static(self):
+        """What a compiled function's program depends on beyond the shapes:
+        the sampling variant and whether the controls are on."""
+        return self.variant, self.controls is not None
+
+
+def _padded(arrays, padding):
+    """Each array of a dict of B rows, with `padding` more rows repeating row 0."""
+    return {name: np.concatenate([value, value[:1].repeat(padding, axis=0)]) for name, value in arrays.items()}
 
 
 def _function(model, key, cls, *args):

@@ -97,8 +97,6 @@ class _ModelFunction:
     """A traced function of one model, which it holds weakly: the compiled
     functions are cached per model and must not keep it alive."""
 
-    sampler = None  # no random state
-
     def __init__(self, model):
         self._model = weakref.ref(model)
 
@@ -137,10 +135,12 @@ class Advance(_ModelFunction):
 
     Args:
         model: the model (held weakly).
-        sampler: the keras-hub sampler (shared by every function of one
-            model and sampler configuration, so its random state carries
-            from one call to the next).
+        stage_length: the cache's length in this stage.
         stop_token_ids: ids that end a row.
+        suppress_token_ids: ids never chosen.
+        variant: `zoo.generation.samplers.Sampling.variant`.
+        controlled: whether the decoding controls are on (their arrays
+            come as the last argument).
 
     Call arguments:
         index: () int32, the first position to predict.
@@ -155,23 +155,26 @@ class Advance(_ModelFunction):
         budget_end: (B,) int32, the position after each row's last new
             token.
         context: the encoder-decoder's `start` output, or None.
-        *controls: with `temperature` given, the dict of each row's
+        sampling: the dict of each row's `Sampling.arrays()`.
+        *controls: when `controlled`, the dict of each row's
             `zoo.generation.controls` arrays.
 
     Returns:
         `(index, cache, token_ids, probabilities, done)` after the loop.
     """
 
-    def __init__(self, model, sampler, stage_length, stop_token_ids, suppress_token_ids=(), temperature=None):
+    def __init__(self, model, stage_length, stop_token_ids, suppress_token_ids=(), variant=(True, True),
+                 controlled=False):
         super().__init__(model)
-        self.sampler, self.stage_length, self.stop_token_ids = sampler, stage_length, stop_token_ids
-        self.suppress_token_ids, self.temperature = suppress_token_ids, temperature
+        self.stage_length, self.stop_token_ids = stage_length, stop_token_ids
+        self.chooser = Chooser(suppress_token_ids, variant, controlled)
 
-    def __call__(self, index, cache, token_ids, probabilities, done, until, mask, budget_end, context, *controls):
+    def __call__(self, index, cache, token_ids, probabilities, done, until, mask, budget_end, context, sampling,
+                 *controls):
         compiled.count_trace()
         end = ops.minimum(until, self.stage_length)
-        return sample(self.model, self.sampler, self.stop_token_ids, end, (index, cache, token_ids, probabilities, done),
-                      mask, budget_end, context, self.suppress_token_ids, Controlled.of(self.temperature, controls))
+        return sample(self.model, self.chooser.given(sampling, controls), self.stop_token_ids, end,
+                      (index, cache, token_ids, probabilities, done), mask, budget_end, context)
 
 
 class Whole(_ModelFunction):
@@ -179,59 +182,75 @@ class Whole(_ModelFunction):
     `zoo.generate` runs): `Prefill`, then each stage's loop as
     `Advance` runs it (the same `SamplingStep`), the cache grown between.
 
-    Call arguments: `ids`, `mask` as `Prefill`'s, `budget_end` and `done` as
-    `Advance`'s, with `temperature` given the controls' dict, then
-    `*source`. Returns `(token_ids, probabilities)`.
+    Call arguments: `ids`, `mask` as `Prefill`'s, `budget_end`, `done`,
+    `sampling` and (when `controlled`) the controls' dict as `Advance`'s,
+    then `*source`. Returns `(token_ids, probabilities)`.
     """
 
-    def __init__(self, model, sampler, shapes, stages, stop_token_ids, suppress_token_ids=(), temperature=None):
+    def __init__(self, model, shapes, stages, stop_token_ids, suppress_token_ids=(), variant=(True, True),
+                 controlled=False):
         super().__init__(model)
-        self.sampler, self.shapes, self.stages, self.stop_token_ids = sampler, shapes, stages, stop_token_ids
-        self.suppress_token_ids, self.temperature = suppress_token_ids, temperature
+        self.shapes, self.stages, self.stop_token_ids = shapes, stages, stop_token_ids
+        self.chooser = Chooser(suppress_token_ids, variant, controlled)
 
-    def __call__(self, ids, mask, budget_end, done, *source):
+    def __call__(self, ids, mask, budget_end, done, sampling, *rest):
         compiled.count_trace()
         model = self.model
-        controlled = None
-        if self.temperature is not None:
-            controlled, source = Controlled(self.temperature, source[0]), source[1:]
+        controls, source = (rest[:1], rest[1:]) if self.chooser.controlled else ((), rest)
+        chooser = self.chooser.given(sampling, controls)
         context, cache = prefill(model, self.shapes, self.stages[0], ids, *source)
         index = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))  # the first position to predict
         state = (index, cache, ids, ops.zeros(ids.shape, "float32"), done)
         for stage, length in enumerate(self.stages):
             if stage:
                 state = (state[0], grow_cache(state[1], length), *state[2:])
-            state = sample(model, self.sampler, self.stop_token_ids, length, state, mask, budget_end, context,
-                           self.suppress_token_ids, controlled)
+            state = sample(model, chooser, self.stop_token_ids, length, state, mask, budget_end, context)
         return state[2], state[3]
 
 
-class Controlled:
-    """The decoding controls of a traced function: each row's arrays
-    (`zoo.generation.controls`) and the sampler's temperature (for min_p)."""
+class Chooser:
+    """How a step chooses each row's token from the model's logits: the
+    suppressed ids masked out, the decoding controls (when on,
+    `zoo.generation.controls`), then each row's sampler
+    (`zoo.generation.samplers.choose`). `given(sampling, controls)` binds a
+    traced call's arrays.
 
-    def __init__(self, temperature, arrays):
-        self.temperature, self.arrays = temperature, arrays
+    Call arguments: `logits` (B, V), `token_ids` (B, L) the buffer, `index`
+    the position chosen in the buffer (a scalar, or (B,)), `prompt_lengths`
+    (B,) where the new tokens begin in the buffer, `position` the position
+    chosen in each row's whole sequence (the draw's counter; the buffer's
+    `index` unless the buffer is a window). Returns `(token (B,) int32,
+    logits (B, V) float32)`, the logits with the suppressed ids masked out
+    (what a token's probability is read from).
+    """
 
-    @classmethod
-    def of(cls, temperature, controls):
-        return None if temperature is None else cls(temperature, controls[0])
+    def __init__(self, suppress_token_ids, variant, controlled):
+        self.suppress_token_ids, self.variant, self.controlled = suppress_token_ids, variant, controlled
+        self.sampling, self.controls = None, None
 
-    def __call__(self, logits, token_ids, index, prompt_lengths):
-        return controls.apply(logits, token_ids, index, prompt_lengths, self.arrays, self.temperature)
+    def given(self, sampling, controls):
+        bound = Chooser(self.suppress_token_ids, self.variant, self.controlled)
+        bound.sampling, bound.controls = sampling, (controls[0] if self.controlled else None)
+        return bound
+
+    def __call__(self, logits, token_ids, index, prompt_lengths, position=None):
+        logits = samplers.suppress(ops.cast(logits, "float32"), self.suppress_token_ids)
+        chosen = logits
+        if self.controlled:  # min_p reads each row's temperature: 0 (greedy) keeps the likeliest alone
+            temperature = ops.expand_dims(self.sampling["temperature"], 1)
+            chosen = controls.apply(logits, token_ids, index, prompt_lengths, self.controls, temperature)
+        position = index if position is None else position
+        return samplers.choose(chosen, self.sampling, position, self.variant), logits
 
 
-def sample(model, sampler, stop_token_ids, end, state, mask, budget_end, context, suppress_token_ids=(),
-           controlled=None):
+def sample(model, chooser, stop_token_ids, end, state, mask, budget_end, context):
     """keras-hub's sampling loop from `state` = (index, cache, token_ids,
     probabilities, done) up to position `end`: one `while_loop` over
     `SamplingStep.body`."""
-    step = SamplingStep(model, sampler, context, mask, budget_end, stop_token_ids, end, suppress_token_ids,
-                        controlled)
+    step = SamplingStep(model, chooser, context, mask, budget_end, stop_token_ids, end)
     if not step.stateless:
         return tuple(ops.while_loop(step.cond, step.body, state))
-    variables, *state = ops.while_loop(step.cond, step.body, (step.variables(), *state))
-    step.assign(variables)
+    _, *state = ops.while_loop(step.cond, step.body, (step.variables(), *state))
     return tuple(state)
 
 
@@ -253,31 +272,28 @@ class WindowStep(_ModelFunction):
     nanoGPT's `sample.py` does: a pass over each row's last W tokens
     (right-padded to W: the model is causal, so the padding changes
     nothing before a row's last token), through the model's cached step
-    on an empty cache, then the sampler's token after each row's last
+    on an empty cache, then each row's sampler's token after its last
     position.
 
     Call arguments: `ids` (B, W) int32, `last` (B,) int32 the index of each
-    row's last token; with `temperature` given, `new_start` (B,) int32
-    where each row's new tokens begin in `ids` and the controls' dict.
-    Returns `(tokens (B,) int32, probabilities (B,))`.
+    row's last token, `position` (B,) int32 the position of the token
+    chosen in the row's whole sequence (the draw's counter), `new_start`
+    (B,) int32 where each row's new tokens begin in `ids`, `sampling` and
+    (when `controlled`) the controls' dict as `Advance`'s. Returns
+    `(tokens (B,) int32, probabilities (B,))`.
     """
 
-    def __init__(self, model, sampler, suppress_token_ids=(), temperature=None):
+    def __init__(self, model, suppress_token_ids=(), variant=(True, True), controlled=False):
         super().__init__(model)
-        self.sampler, self.suppress_token_ids, self.temperature = sampler, suppress_token_ids, temperature
+        self.chooser = Chooser(suppress_token_ids, variant, controlled)
 
-    def __call__(self, ids, last, *controlled):
+    def __call__(self, ids, last, position, new_start, sampling, *controls):
         compiled.count_trace()
         model = self.model
         cache = model.empty_cache(ids.shape[0], ids.shape[1])
         logits, _ = model.call_with_cache(ids, cache, 0, None)  # (B, W, V)
-        logits = ops.cast(ops.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], "float32")  # (B, V)
-        logits = samplers.suppress(logits, self.suppress_token_ids)
-        chosen = logits
-        if self.temperature is not None:
-            new_start, arrays = controlled
-            chosen = Controlled(self.temperature, arrays)(logits, ids, last + 1, new_start)
-        token = ops.cast(self.sampler.get_next_token(self.sampler.compute_probabilities(chosen)), "int32")
+        logits = ops.take_along_axis(logits, last[:, None, None], axis=1)[:, 0]  # (B, V)
+        token, logits = self.chooser.given(sampling, controls)(logits, ids, last + 1, new_start, position)
         return token, _probability_of(logits, token)
 
 
@@ -290,32 +306,22 @@ class SamplingStep:
     """The `while_loop` of `Advance`: `cond` and `body` over
     `(index, cache, token_ids, probabilities, done)`, up to position `end`.
 
-    On JAX the loop also carries the sampler's and the model's variables,
-    read through a `StatelessScope` (keras-hub's `Sampler.run_loop`), so
-    that the sampler's random state advances inside the compiled loop.
+    On JAX the loop also carries the model's variables, read through a
+    `StatelessScope` (keras-hub's `Sampler.run_loop`), in the layout of
+    `KernelLayout`.
     """
 
-    def __init__(self, model, sampler, context, mask, budget_end, stop_token_ids, end, suppress_token_ids=(),
-                 controlled=None):
-        self.model, self.sampler, self.context = model, sampler, context
+    def __init__(self, model, chooser, context, mask, budget_end, stop_token_ids, end):
+        self.model, self.chooser, self.context = model, chooser, context
         self.mask, self.budget_end, self.stop_token_ids, self.end = mask, budget_end, stop_token_ids, end
-        self.suppress_token_ids, self.controlled = suppress_token_ids, controlled
         self.stateless = keras.config.backend() == "jax"
         self.layout = KernelLayout(model)
 
     def variables(self):
-        """(JAX) The loop's first `state`: the sampler's, the model's
-        trainable and non-trainable variables, as tensors, the kernels in
-        the loop's layout (`KernelLayout`)."""
-        return (
-            [ops.convert_to_tensor(v) for v in self.sampler.variables],
-            *self.layout.into_loop(self.model.trainable_variables, self.model.non_trainable_variables),
-        )
-
-    def assign(self, state):
-        """(JAX) The sampler's random state after the loop, kept."""
-        for variable, value in zip(self.sampler.variables, state[0]):
-            variable.assign(value)
+        """(JAX) The loop's first `state`: the model's trainable and
+        non-trainable variables, as tensors, the kernels in the loop's
+        layout (`KernelLayout`)."""
+        return self.layout.into_loop(self.model.trainable_variables, self.model.non_trainable_variables)
 
     def cond(self, *loop_vars):
         index, cache, token_ids, probabilities, done = loop_vars[1:] if self.stateless else loop_vars
@@ -324,21 +330,16 @@ class SamplingStep:
 
     def body(self, *loop_vars):
         """Position `index`: its logits from the token at index - 1 (written
-        to the cache), the sampler's token after a row's prompt, the
+        to the cache), each row's sampler's token after its prompt, the
         prompt's token inside it."""
         state, (index, cache, token_ids, probabilities, done) = (
             (loop_vars[0], loop_vars[1:]) if self.stateless else (None, loop_vars)
         )
-        sampler = self.sampler
-        with self._scope(state) as scope:
+        with self._scope(state):
             previous = ops.slice(token_ids, [0, index - 1], [token_ids.shape[0], 1])  # (B, 1)
             logits, cache = self.model.call_with_cache(previous, cache, index - 1, self.context)
-            logits = samplers.suppress(ops.cast(logits[:, 0], "float32"), self.suppress_token_ids)  # (B, V)
-            chosen = logits
-            if self.controlled is not None:  # the prompt lengths: the mask is True at prompt tokens
-                prompt_lengths = ops.sum(ops.cast(self.mask, "int32"), axis=1)
-                chosen = self.controlled(logits, token_ids, index, prompt_lengths)
-            token = ops.cast(sampler.get_next_token(sampler.compute_probabilities(chosen)), "int32")
+            prompt_lengths = ops.sum(ops.cast(self.mask, "int32"), axis=1)  # the mask is True at prompt tokens
+            token, logits = self.chooser(logits[:, 0], token_ids, index, prompt_lengths)  # (B,), (B, V)
             in_prompt = self.mask[:, index]
             token = ops.where(in_prompt, token_ids[:, index], token)  # (B,)
             token_ids = ops.slice_update(token_ids, [0, index], token[:, None])
@@ -347,21 +348,14 @@ class SamplingStep:
                 stopped = ops.logical_and(self._is_stop(token), ops.logical_not(in_prompt))
                 done = ops.logical_or(done, stopped)
             loop_vars = (index + 1, cache, token_ids, probabilities, done)
-        if not self.stateless:
-            return loop_vars
-        sampler_values = []
-        for variable in sampler.variables:
-            new = scope.get_current_value(variable)
-            sampler_values.append(new if new is not None else variable)
-        return ((sampler_values, *state[1:]), *loop_vars)
+        return loop_vars if state is None else (state, *loop_vars)
 
     def _scope(self, state):
         if state is None:
             return _NoScope()
-        sampler_values, trainable, non_trainable = state
+        trainable, non_trainable = state
         layout, model = self.layout, self.model
         mapping = itertools.chain(
-            zip(self.sampler.variables, sampler_values),
             zip(model.trainable_variables, layout.in_loop(model.trainable_variables, trainable)),
             zip(model.non_trainable_variables, layout.in_loop(model.non_trainable_variables, non_trainable)),
         )

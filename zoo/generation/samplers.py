@@ -1,16 +1,34 @@
-"""The samplers of `zoo.generate`: their names, the checks of their
-settings, keras-hub's sampler of each, and the `--top-p` / `--top-k`
-flags of the scripts.
+"""The samplers of `zoo.generate`, each row its own: its sampler,
+temperature, top-k, top-p and seed are arrays of B rows (`Sampling`), and
+`choose` picks every row's token from them in `keras.ops` alone, so that
+rows with different settings share one compiled step, and a row's tokens
+depend on its own seed and settings, never on the rows beside it.
 
-Greedy, temperature, top-k and top-p sampling are keras-hub's samplers
-(`keras_hub.samplers`, imported on first use, not with `zoo`; they do not
-need TensorFlow); "beam" is `zoo.generation.beam.BeamSearch`.
+- greedy: the likeliest token (in the arrays, temperature 0).
+- temperature: a draw from softmax(logits / temperature).
+- top-k (Fan et al. 2018): a draw from the k likeliest tokens.
+- top-p, nucleus sampling (Holtzman et al. 2020): a draw from the smallest
+  set of the likeliest tokens whose probability is at least p.
+
+A draw is the Gumbel-max trick: argmax over the kept tokens of
+logits / temperature + g, g standard Gumbel noise, is a draw from the
+softmax. The noise of row r at position t is Threefry-2x32 (Salmon et al.
+2011, "Parallel random numbers: as easy as 1, 2, 3"; jax.random's
+generator) of the counter (t, token id) under the key seed_r: it depends
+on the row's seed and the position alone, not on the batch, the step, the
+compiled function or the backend. "beam" is `zoo.generation.beam.BeamSearch`.
+
+Shape letters: B rows, V vocabulary.
 """
 
 import numpy as np
 from keras import ops
 
 SAMPLERS = ("greedy", "temperature", "top_k", "top_p", "beam")
+
+# A removed token's logit: finite, so that a row whose every token is
+# removed still has a distribution (`controls.REMOVED` is the same).
+REMOVED = -1e9
 
 
 def check_name(sampler):
@@ -34,7 +52,7 @@ def refuse_renamed(kwargs, owner):
 
 
 def check_temperature(temperature):
-    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
+    if not isinstance(temperature, (int, float, np.floating)) or isinstance(temperature, bool) or not temperature > 0:
         raise ValueError(f"`temperature` must be a number > 0; got {temperature!r}.")
 
 
@@ -55,43 +73,187 @@ def suppress(logits, token_ids):
         return logits
     banned = np.zeros((1, logits.shape[-1]), bool)
     banned[0, list(token_ids)] = True
-    return ops.where(banned, ops.cast(-1e9, logits.dtype), logits)
+    return ops.where(banned, ops.cast(REMOVED, logits.dtype), logits)
 
 
-def sampler_config(sampler, temperature, top_k, top_p, vocabulary_size):
-    """The hashable configuration of a keras-hub sampler, checked:
-    ("greedy",), ("temperature", t), ("top_k", t, top_k) or ("top_p", t, top_p)."""
-    if sampler == "greedy":
-        return ("greedy",)
-    check_temperature(temperature)
-    if sampler == "temperature":
-        return ("temperature", float(temperature))
-    if sampler == "top_k":
-        if not isinstance(top_k, (int, np.integer)) or isinstance(top_k, bool) or not 1 <= top_k <= vocabulary_size:
-            raise ValueError(
-                f"`top_k` must be an integer in [1, {vocabulary_size}] (the vocabulary size); got {top_k!r}."
-            )
-        return ("top_k", float(temperature), int(top_k))
-    if not isinstance(top_p, (int, float)) or isinstance(top_p, bool) or not 0 < top_p <= 1:
-        raise ValueError(
-            f"`top_p` must be in (0, 1] (top-p keeps the most likely tokens up to probability top_p); got {top_p!r}."
-        )
-    return ("top_p", float(temperature), float(top_p))
+class Sampling:
+    """Each row's sampler and its settings, checked: one value for every
+    row, or a list of B (one a row).
+
+    Args:
+        batch: B, the rows.
+        vocabulary_size: V.
+        sampler: "greedy", "temperature", "top_k" or "top_p".
+        temperature: > 0 (read by every sampler but greedy).
+        top_k: in [1, V] (read by "top_k").
+        top_p: in (0, 1] (read by "top_p").
+        seed: an int: row r draws with seed + r; a list: each row its own
+            (an int, or None); None: a seed drawn from NumPy's global
+            random state (`keras.utils.set_random_seed` sets it). A seed is
+            taken modulo 2**64.
+
+    Attributes:
+        temperature: (B,) float32, 0 for a greedy row.
+        top_k: (B,) int32, V where a row keeps every token.
+        top_p: (B,) float32, 1 where a row keeps every token.
+        key: (B, 2) int32, the bits of each row's seed (low word, high word).
+        variant: `(sampled, filtered)`, what the compiled step needs: whether
+            any row draws, and whether any row keeps fewer than V tokens
+            (top-k or top-p). Either way a row chooses the same token.
+    """
+
+    def __init__(self, batch, vocabulary_size, sampler="greedy", temperature=1.0, top_k=50, top_p=0.9, seed=None):
+        names = _rows("sampler", sampler, batch)
+        for name in names:
+            if name == "beam":
+                raise ValueError("sampler='beam' decodes the whole batch by beam search; it is not a row's sampler.")
+            check_name(name)
+        temperatures, top_ks, top_ps = (_rows(n, v, batch) for n, v in
+                                        (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)))
+        self.temperature = np.zeros(batch, "float32")
+        self.top_k = np.full(batch, vocabulary_size, "int32")
+        self.top_p = np.ones(batch, "float32")
+        for row, name in enumerate(names):
+            if name == "greedy":
+                continue
+            check_temperature(temperatures[row])
+            self.temperature[row] = temperatures[row]
+            if name == "top_k":
+                k = top_ks[row]
+                if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 1 <= k <= vocabulary_size:
+                    raise ValueError(f"`top_k` must be an integer in [1, {vocabulary_size}] (the vocabulary size); "
+                                     f"got {k!r}.")
+                self.top_k[row] = k
+            elif name == "top_p":
+                p = top_ps[row]
+                if not isinstance(p, (int, float, np.floating)) or isinstance(p, bool) or not 0 < p <= 1:
+                    raise ValueError(f"`top_p` must be in (0, 1] (top-p keeps the most likely tokens up to "
+                                     f"probability top_p); got {p!r}.")
+                self.top_p[row] = p
+        self.key = row_keys(seed, batch)
+        self.variant = (bool((self.temperature > 0).any()),
+                        bool((self.top_k < vocabulary_size).any() or (self.top_p < 1).any()))
+
+    def arrays(self):
+        """The dict that `choose` takes (NumPy arrays, B rows)."""
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "key": self.key}
 
 
-def keras_hub_sampler(config, seed=0):
-    """keras-hub's sampler of a `sampler_config`; `seed` (an int, or None
-    for a new one) starts its random state."""
-    from keras_hub import samplers  # lazily: keras-hub is heavy to import
+def row_keys(seed, batch):
+    """(B, 2) int32: the low and high 32 bits of each row's seed (see `Sampling`)."""
+    if isinstance(seed, (list, tuple)):
+        if len(seed) != batch:
+            raise ValueError(f"`seed`: expected one integer or {batch} (one a row); got {len(seed)}.")
+        seeds = [_check_seed(s) for s in seed]
+        seeds = [int(np.random.randint(2**63, dtype="int64")) if s is None else s for s in seeds]
+    else:
+        first = _check_seed(seed)
+        first = int(np.random.randint(2**63, dtype="int64")) if first is None else first
+        seeds = [first + row for row in range(batch)]
+    bits = np.array([[s % 2**32, (s % 2**64) >> 32] for s in seeds], "uint32").reshape(batch, 2)
+    return bits.view("int32")
 
-    name, *args = config
-    if name == "greedy":
-        return samplers.GreedySampler()
-    if name == "temperature":
-        return samplers.RandomSampler(temperature=args[0], seed=seed)
-    if name == "top_k":
-        return samplers.TopKSampler(k=args[1], temperature=args[0], seed=seed)
-    return samplers.TopPSampler(p=args[1], temperature=args[0], seed=seed)
+
+def _check_seed(seed):
+    if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, (bool, np.bool_))):
+        raise ValueError(f"`seed` must be an integer or None; got {seed!r}.")
+    return None if seed is None else int(seed)
+
+
+def _rows(name, value, batch):
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * batch
+    if len(values) != batch:
+        raise ValueError(f"`{name}`: expected one value or {batch} (one a row); got {len(values)}.")
+    return values
+
+
+# --- In the compiled step ------------------------------------------------------------------
+
+def choose(logits, sampling, position, variant=(True, True)):
+    """(B,) int32: each row's token.
+
+    Args:
+        logits: (B, V) float32, after the decoding controls.
+        sampling: the dict of `Sampling.arrays()` (tensors).
+        position: the position being chosen, the draw's counter: a scalar
+            (possibly traced), or (B,) one a row.
+        variant: `Sampling.variant`; (False, ...) compiles the argmax alone,
+            (True, False) no top-k / top-p.
+    """
+    sampled, filtered = variant
+    greedy = ops.cast(ops.argmax(logits, axis=-1), "int32")
+    if not sampled:
+        return greedy
+    temperature = sampling["temperature"]
+    scaled = logits / ops.expand_dims(ops.where(temperature > 0, temperature, 1.0), 1)
+    if filtered:
+        scaled = top_k_top_p(scaled, sampling["top_k"], sampling["top_p"])
+    noise = gumbel(sampling["key"], position, logits.shape[-1])
+    drawn = ops.cast(ops.argmax(scaled + noise, axis=-1), "int32")
+    return ops.where(temperature > 0, drawn, greedy)
+
+
+def top_k_top_p(logits, top_k, top_p):
+    """(B, V) logits at `REMOVED` outside each row's top-k, then outside the
+    top-p nucleus of what is left: with the kept tokens' probabilities
+    renormalised and sorted, most likely first, a token is kept while the
+    probability before it is below p (the first one always). A token tied
+    with the least one kept is kept too.
+
+    Args:
+        logits: (B, V) float32, at the sampler's temperature.
+        top_k: (B,) int32, V keeps every token.
+        top_p: (B,) float32, 1 keeps every token.
+    """
+    vocabulary = logits.shape[-1]
+    ordered, _ = ops.top_k(logits, vocabulary)  # (B, V), most likely first
+    rank = ops.expand_dims(ops.arange(vocabulary, dtype="int32"), 0)  # (1, V)
+    in_top_k = ops.less(rank, ops.expand_dims(top_k, 1))  # (B, V)
+    probabilities = ops.softmax(ops.where(in_top_k, ordered, REMOVED), axis=-1)
+    cumulative = ops.cumsum(probabilities, axis=-1)
+    before = ops.concatenate([ops.zeros_like(cumulative[:, :1]), cumulative[:, :-1]], axis=-1)  # (B, V)
+    p = ops.expand_dims(top_p, 1)
+    in_nucleus = ops.logical_or(ops.less(before, p), ops.greater_equal(p, 1.0))
+    kept = ops.logical_and(in_top_k, in_nucleus)
+    least = ops.min(ops.where(kept, ordered, np.inf), axis=-1, keepdims=True)  # (B, 1) the least kept logit
+    return ops.where(ops.greater_equal(logits, least), logits, REMOVED)
+
+
+def gumbel(key, position, vocabulary_size):
+    """(B, V) standard Gumbel noise, -log(-log(u)): row r's uniform u of
+    token v at `position` from Threefry-2x32 of the counter (position, v)
+    under the key `key[r]`."""
+    position = ops.reshape(ops.cast(position, "int32"), (-1, 1))  # (1, 1) or (B, 1)
+    token = ops.expand_dims(ops.arange(vocabulary_size, dtype="int32"), 0)  # (1, V)
+    bits, _ = threefry2x32((key[:, :1], key[:, 1:]), (position + ops.zeros_like(token), token))  # (B, V)
+    high = ops.bitwise_and(ops.right_shift(bits, 8), 0xFFFFFF)  # the top 24 bits
+    uniform = (ops.cast(high, "float32") + 0.5) * 2.0**-24  # in (0, 1)
+    return -ops.log(-ops.log(uniform))
+
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def threefry2x32(key, counter):
+    """Threefry-2x32, 20 rounds (Salmon et al. 2011): the two 32-bit words
+    of `counter` encrypted under the two of `key`, as `jax.random`'s
+    `threefry_2x32` computes them. The words are int32 tensors holding the
+    32 bits (addition wraps around; right shifts are masked to be logical),
+    so that the same bits come on every backend."""
+    k0, k1 = key
+    keys = (k0, k1, ops.bitwise_xor(ops.bitwise_xor(k0, k1), 0x1BD11BDA))
+    x0, x1 = counter[0] + k0, counter[1] + k1
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x0 = x0 + x1
+            x1 = ops.bitwise_xor(_rotate_left(x1, r), x0)
+        x0 = x0 + keys[(i + 1) % 3]
+        x1 = x1 + keys[(i + 2) % 3] + (i + 1)
+    return x0, x1
+
+
+def _rotate_left(x, r):
+    return ops.bitwise_or(ops.left_shift(x, r), ops.bitwise_and(ops.right_shift(x, 32 - r), (1 << r) - 1))
 
 
 def sampler_options(top_p=None, top_k=None):

@@ -59,8 +59,9 @@ def generate(
         prompt: a str, a list of str, or token ids.
         max_new_tokens: the most new tokens per prompt (required for token
             ids; for text, give this or `max_length`).
-        sampler: "greedy", "temperature", "top_k", "top_p" or "beam" (beam
-            search only within the model's window W).
+        sampler: "greedy", "temperature", "top_k", "top_p" (one, or a list
+            of one a prompt) or "beam" (beam search only within the model's
+            window W).
         stop_token_ids: ids that end a sequence. `"auto"`: for text, the
             tokenizer's end tokens if it has them (`end_token_ids` of a
             `HuggingFaceTokenizer`, else `end_token_id`, e.g. GPT-2's
@@ -68,12 +69,16 @@ def generate(
             `CharTokenizer`; for token ids, none. On text the stop token
             ends the text and is not part of it.
         seed: an int makes sampling reproducible (the same seed, the same
-            text); None continues the sampler's random state.
+            text): prompt r draws with seed + r, and a prompt's text is the
+            same alone or among others (it is `zoo.generate(model,
+            prompts[r], seed=seed + r)`); a list: one seed a prompt; None: a
+            new seed each call (from NumPy's global random state).
         max_length: for text, the most tokens of prompt plus continuation,
             as keras-hub's `CausalLM.generate`.
         temperature, top_k, top_p: the samplers' settings (greedy reads
             none; `temperature` divides the logits, `top_k` is top-k's k,
-            `top_p` top-p's p). The former names `k` and `p` are refused.
+            `top_p` top-p's p), each one value or one a prompt. The former
+            names `k` and `p` are refused.
         stop: for text, stop strings (a str or a list of str): the new
             text ends before the first one it contains, as OpenAI's `stop`.
         **kwargs: the decoding controls (`min_p`, `repetition_penalty`,
@@ -219,7 +224,8 @@ class TextGeneration:
             model goes on past its window (nanoGPT's sliding window).
         stop: stop strings: None, a str, a list of str, or one such per row
             (a list of B lists).
-        stop_token_ids, sampler, seed, temperature, top_k, top_p: as `zoo.generate`'s.
+        stop_token_ids, sampler, seed, temperature, top_k, top_p: as `zoo.generate`'s
+            (each one value, or one a row).
         bucket: round the compiled shapes up, see `zoo.generation.Decoding`.
         controls: the decoding controls' settings (`min_p`,
             `repetition_penalty`, ...: `zoo.generation.controls`), or None.
@@ -248,21 +254,20 @@ class TextGeneration:
                  temperature=1.0, top_k=50, top_p=0.9, bucket=False, controls=None, **kwargs):
         samplers.refuse_renamed(kwargs, "TextGeneration")
         tokenizer = tokenizer_of(model, "zoo.generate")
-        if sampler == "beam":
+        if isinstance(sampler, str) and sampler == "beam":
             raise ValueError("sampler='beam' cannot stream (the best beam changes until the end); use zoo.generate.")
-        samplers.check_name(sampler)
-        config = samplers.sampler_config(sampler, temperature, top_k, top_p, model.vocabulary_size)
+        sampling = dict(sampler=sampler, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         batch = len(prompt_ids)
         stops = _stop_strings(stop, batch)
         if isinstance(model, EncoderDecoder):
             start, end = special_id(tokenizer, "start"), special_id(tokenizer, "end")
             ends = [end] if is_auto(stop_token_ids) else stop_token_ids
-            self.decoding = Decoding(model, [[start]] * batch, budgets, config, ends, seed, source=prompt_ids,
+            self.decoding = Decoding(model, [[start]] * batch, budgets, sampling, ends, source=prompt_ids,
                                      bucket=bucket, controls=controls)
             text_prompts = [[] for _ in prompt_ids]
         else:
             ends = auto_stop_ids(tokenizer) if is_auto(stop_token_ids) else stop_token_ids
-            self.decoding = Decoding(model, prompt_ids, budgets, config, ends, seed, slide=True, bucket=bucket,
+            self.decoding = Decoding(model, prompt_ids, budgets, sampling, ends, slide=True, bucket=bucket,
                                      controls=controls)
             text_prompts = prompt_ids
         ends = self.decoding.stop_token_ids
@@ -419,8 +424,7 @@ def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_toke
         raise ValueError("zoo.generate on text takes a decoder-only model; for an EncoderDecoder use zoo.translate.")
     rows = _text_prompts(model, prompt, "zoo.generate")
     budgets = _text_budgets(model, rows, max_new_tokens, max_length)
-    samplers.check_name(sampler)
-    if sampler == "beam":
+    if isinstance(sampler, str) and sampler == "beam":
         return _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, kwargs)
     controls = _controls(kwargs)
     if kwargs:
