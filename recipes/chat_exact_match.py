@@ -21,6 +21,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -96,6 +97,8 @@ class Server:
         if self.url is None:
             self.stop()
             raise RuntimeError(f"zoo serve {target} did not start:\n{''.join(lines[-20:])}")
+        # Read what it prints from now on, so that a full pipe never blocks it.
+        threading.Thread(target=self.process.stdout.read, daemon=True).start()
 
     def stop(self):
         self.process.terminate()

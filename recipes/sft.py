@@ -3,6 +3,7 @@
     python -m recipes.sft --data chat.jsonl                    # SmolLM2-135M-Instruct (hf://HuggingFaceTB/...)
     python -m recipes.sft --pretrained Qwen2.5-0.5B --data train.jsonl --validation val.jsonl --lora 8
     python -m recipes.sft --pretrained runs/base --data a.jsonl,b.jsonl --chat-template chatml
+    python -m recipes.sft --pretrained runs/gpt_char --data train.jsonl --sequence-length 64   # trained from scratch
 
 --data is one or more JSON Lines files (comma-separated, or the flag
 repeated), one conversation a line in the OpenAI / Hugging Face shape,
@@ -10,12 +11,17 @@ repeated), one conversation a line in the OpenAI / Hugging Face shape,
 ...]}`, or an instruction pair `{"prompt": ..., "completion": ...}`. No
 chat data set is registered by name. --pretrained is loaded as
 gpt_finetune loads it (a Hugging Face or keras-hub checkpoint folder, a
-handle `hf://ORG/NAME[@REVISION]`, or a run folder), and must carry a
-Hugging Face tokenizer.json (Llama, Mistral, Qwen, SmolLM2, Gemma 3): that
-tokenizer renders and keeps the chat template. A checkpoint without a
-template takes --chat-template FILE (a Jinja template, as
-tokenizer_config.json's `chat_template`), or `--chat-template chatml`, the
-template for a model trained from scratch; the saved model carries it.
+handle `hf://ORG/NAME[@REVISION]`, a run folder or a `.keras` file), and
+carries a Hugging Face tokenizer.json (Llama, Mistral, Qwen, SmolLM2,
+Gemma 3) or is a model the zoo trained from scratch with a CharTokenizer
+(a gpt_char run): that tokenizer renders and keeps the chat template. A
+checkpoint without a template takes --chat-template FILE (a Jinja
+template, as tokenizer_config.json's `chat_template`), or `--chat-template
+chatml`; the saved model carries it. ChatML is the default of a model
+trained from scratch: its character tokenizer gets `<|im_start|>` and
+`<|im_end|>` as two special tokens after its characters, and the model a
+row for each in its embedding (`recipes.lm_data.with_special_tokens`);
+`<|im_end|>` then ends each answer, where `zoo serve` stops.
 
 Each conversation is rendered by the template through the renderer `zoo
 serve` uses and tokenized as serving does (`zoo.data.chat_examples`); the
