@@ -84,6 +84,7 @@ bench: $(STAMP)
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/training/train_throughput.py --steps 200
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/training/first_fit.py --repeats 3
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/generation/generate.py
+	KERAS_BACKEND=tensorflow $(PY) benchmarks/evaluation/score.py
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/deployment/serve.py
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/deployment/export.py
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/deployment/quantize.py
