@@ -93,10 +93,11 @@ def parser():
     _add_quantize(sample)
 
     translate = commands.add_parser(
-        "translate", help="translate sentences with a trained run (translate, demo) or a Marian checkpoint"
+        "translate",
+        help="translate sentences with a trained run (translate, demo) or a Marian checkpoint; summarize with BART's",
     )
-    translate.add_argument("run", metavar="RUN", help="the run folder of translate or demo, or a Marian "
-                           "checkpoint folder or handle (hf://Helsinki-NLP/opus-mt-de-en)")
+    translate.add_argument("run", metavar="RUN", help="the run folder of translate or demo, or a Marian or BART "
+                           "checkpoint folder or handle (hf://Helsinki-NLP/opus-mt-de-en, hf://facebook/bart-large-cnn)")
     translate.add_argument("sentences", nargs="+", metavar="SENTENCE", help="sentences to translate")
     translate.add_argument("--beam-size", type=POSITIVE_INT, default=None,
                            help="beams (1: greedy); default: the run's own --beam-size (6; demo: 1)")
@@ -317,7 +318,7 @@ CHECKPOINT_MODELS = {
     "sample": ("CausalLM", "a causal LM (GPT-2, the Llama family or Gemma 3)"),
     "classify": ("BertClassifier",
                  "a BERT classifier (BertForSequenceClassification or keras-hub's BertTextClassifier)"),
-    "translate": ("EncoderDecoder", "an encoder-decoder (a Marian opus-mt checkpoint)"),
+    "translate": ("EncoderDecoder", "an encoder-decoder (a Marian opus-mt or BART checkpoint)"),
 }
 
 
