@@ -14,9 +14,12 @@ A draw is the Gumbel-max trick: argmax over the kept tokens of
 logits / temperature + g, g standard Gumbel noise, is a draw from the
 softmax. The noise of row r at position t is Threefry-2x32 (Salmon et al.
 2011, "Parallel random numbers: as easy as 1, 2, 3"; jax.random's
-generator) of the counter (t, token id) under the key seed_r: it depends
-on the row's seed and the position alone, not on the batch, the step, the
-compiled function or the backend. "beam" is `zoo.generation.beam.BeamSearch`.
+generator) of the counter (t, token id) under the key seed_r: its bits
+depend on the row's seed and the position alone, not on the batch, the
+step, the compiled function or the backend (the logits they perturb may
+differ in their last bits between batch shapes, as the model's rounding
+does; a token changes only where two candidates tie to that rounding).
+"beam" is `zoo.generation.beam.BeamSearch`.
 
 Shape letters: B rows, V vocabulary.
 """
