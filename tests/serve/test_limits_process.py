@@ -6,10 +6,6 @@ server's resident memory grows by less than 200 MB, and the next ordinary
 request is answered correctly."""
 
 import json
-import os
-import subprocess
-import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,39 +13,13 @@ import httpx
 import pytest
 
 import zoo
-from tests.serve.raw_http import post, resident_bytes
+from tests.serve.process import Process, saved_char_lm
+from tests.serve.raw_http import post
 
 pytestmark = pytest.mark.integration  # servers started as processes of their own
 
 MB = 10**6
 PROMPT = "ROMEO: But soft"
-
-
-class Process:
-    """`zoo COMMAND TARGET --port 0 ...` until `stop()`; `url` is the one it prints."""
-
-    def __init__(self, *arguments):
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "recipes.cli", *arguments, "--port", "0"], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        self.lines = []
-        threading.Thread(target=lambda: self.lines.extend(iter(self.process.stdout.readline, "")), daemon=True).start()
-        deadline = time.time() + 180
-        self.url = None
-        while self.url is None and time.time() < deadline and self.process.poll() is None:
-            self.url = next((line.split()[2].rstrip("/").removesuffix("/v1") for line in self.lines
-                             if "http://127.0.0.1:" in line), None)
-            time.sleep(0.1)
-        assert self.url, "".join(self.lines)
-
-    @property
-    def resident(self):
-        return resident_bytes(self.process.pid)
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(timeout=30)
 
 
 def huge(size, piece=MB):
@@ -72,11 +42,7 @@ def refused_fast(url, path, chunked):
 
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory):
-    from tests.serve.conftest import char_lm
-
-    path = tmp_path_factory.mktemp("served") / "lm.keras"
-    zoo.save(char_lm(), path)
-    return path
+    return saved_char_lm(tmp_path_factory.mktemp("served") / "lm.keras")
 
 
 def expected(model_file, max_tokens):
