@@ -7,6 +7,7 @@ from zoo.layers.encoder_block import EncoderBlock
 from zoo.layers.feed_forward import FeedForward
 from zoo.layers.l2_normalize import L2Normalize
 from zoo.layers.layer_normalization import LayerNormalization
+from zoo.layers.lora_dense import LoraDense
 from zoo.layers.masked_lm_transform import MaskedLMTransform
 from zoo.layers.mean_pooling import MeanPooling
 from zoo.layers.multi_head_attention import MultiHeadAttention
@@ -25,6 +26,7 @@ __all__ = [
     "FeedForward",
     "L2Normalize",
     "LayerNormalization",
+    "LoraDense",
     "MaskedLMTransform",
     "MeanPooling",
     "MultiHeadAttention",

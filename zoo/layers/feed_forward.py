@@ -8,6 +8,8 @@ import math
 import keras
 from keras import ops
 
+from zoo.layers.lora_dense import LoraDense
+
 ACTIVATIONS = ("relu", "gelu", "gelu_approximate", "silu")
 
 
@@ -102,7 +104,7 @@ class FeedForward(keras.layers.Layer):
         d = input_shape[-1]
         inner = self.intermediate_dim or 4 * d
         if self.gated:
-            self.gate_dense = keras.layers.Dense(
+            self.gate_dense = LoraDense(
                 inner,
                 activation=activation_function(self.activation),
                 use_bias=self.use_bias,
@@ -112,7 +114,7 @@ class FeedForward(keras.layers.Layer):
                 name="gate",
             )
             self.gate_dense.build(input_shape)
-        self.intermediate_dense = keras.layers.Dense(
+        self.intermediate_dense = LoraDense(
             inner,
             activation=None if self.gated else activation_function(self.activation),
             use_bias=self.use_bias,
@@ -123,7 +125,7 @@ class FeedForward(keras.layers.Layer):
         )
         self.intermediate_dense.build(input_shape)
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
-        self.output_dense = keras.layers.Dense(
+        self.output_dense = LoraDense(
             d,
             use_bias=self.use_bias,
             kernel_initializer=self.output_kernel_initializer,

@@ -9,6 +9,7 @@ import keras
 from keras import ops
 
 from zoo.layers.attention import attention_weights, fused_attention, merge_masks
+from zoo.layers.lora_dense import LoraDense
 from zoo.layers.rms_norm import RMSNorm
 from zoo.layers.rotary_embedding import RotaryEmbedding
 
@@ -187,7 +188,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.supports_masking = True
 
     def _dense(self, units, name, initializer=None, use_bias=None):
-        return keras.layers.Dense(
+        return LoraDense(
             units,
             use_bias=self.use_bias if use_bias is None else use_bias,
             kernel_initializer=initializer or self.kernel_initializer,
