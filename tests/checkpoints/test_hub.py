@@ -235,13 +235,17 @@ def test_zoo_refusals_of_a_handle_are_one_line_and_status_2(hub, folders, capsys
     assert cli.main(["sample", "hf://org/missing", "x"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith("zoo sample: error: hf://org/missing: no repository org/missing")
-    for command in (["translate", "hf://org/tiny-gpt2", "hallo"], ["eval", "hf://org/tiny-gpt2"],
-                    ["eval", str(folders["gpt2"])]):
+    for command in (["eval", "hf://org/tiny-gpt2"], ["eval", str(folders["gpt2"])]):
         assert cli.main(command) == 2
         error = capsys.readouterr().err.strip().splitlines()
         assert len(error) == 1 and f"{command[1]}: a checkpoint, not a run folder; `zoo {command[0]}` needs a run " \
             "folder" in error[0], command
-    assert hub.requests == [("GET", "/api/models/org/missing/revision/main")]  # translate and eval fetch nothing
+    assert ("GET", "/api/models/org/missing/revision/main") in hub.requests
+    assert not any("tiny-gpt2" in path for _, path in hub.requests)  # eval fetches nothing
+    assert cli.main(["translate", "hf://org/tiny-gpt2", "hallo"]) == 2
+    error = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("Fetching ")]
+    assert len(error) == 1 and "hf://org/tiny-gpt2: a GPTCausalLM checkpoint; `zoo translate` needs an " \
+        "encoder-decoder" in error[0], error
 
 
 def test_zoo_explore_opens_a_handle(hub, folders):

@@ -148,15 +148,14 @@ def test_a_sampled_stream_is_zoo_generate_with_the_same_seed(clients, models, sa
     assert stream[-1][1]["text"] == expected
 
 
-def test_the_stream_stops_at_the_tokenizers_end_token(explorers):
+def test_the_stream_stops_at_the_tokenizers_end_token(explorers, monkeypatch):
     explorer = explorers["language_model"]
     settings = explorer.check_generate({"prompt": PROMPT, "max_new_tokens": 10})
     first = next(explorer.stream(settings))["id"]
-    explorer.tokenizer.end_token_id = first  # the first greedy token now ends the sequence
-    try:
-        assert [token["id"] for token in explorer.stream(settings)] == [first]
-    finally:
-        del explorer.tokenizer.end_token_id
+    # The first greedy token now ends the sequence.
+    monkeypatch.setattr(type(explorer.tokenizer), "end_token_ids", property(lambda self: (first,)))
+    monkeypatch.setattr(type(explorer.tokenizer), "end_token_id", property(lambda self: first))
+    assert [token["id"] for token in explorer.stream(settings)] == [first]
 
 
 @pytest.mark.parametrize("position", [3, 40])  # 40: its window is the last 32 tokens
