@@ -188,6 +188,15 @@ def check_huggingface_export(backbone):
         raise ValueError(f"This encoder-decoder is not a {NAMES[kind]} model: {'; '.join(reasons)}.")
 
 
+def _stack_sizes(config):
+    """transformers' per-stack sizes of Marian's and BART's configs: both stacks alike."""
+    sizes = {}
+    for side in ("encoder", "decoder"):
+        sizes.update({f"{side}_layers": config["num_layers"], f"{side}_attention_heads": config["num_heads"],
+                      f"{side}_ffn_dim": config["intermediate_dim"], f"{side}_layerdrop": 0.0})
+    return sizes
+
+
 def to_huggingface_config(model):
     if model_type(model) == "bart":
         return _bart_config(model)
@@ -197,10 +206,7 @@ def to_huggingface_config(model):
     pad = config["vocabulary_size"] - 1 if pad is None else pad
     end = getattr(tokenizer, "end_token_id", None) or 0
     start = getattr(tokenizer, "start_token_id", None)
-    sizes = {}
-    for side in ("encoder", "decoder"):
-        sizes.update({f"{side}_layers": config["num_layers"], f"{side}_attention_heads": config["num_heads"],
-                      f"{side}_ffn_dim": config["intermediate_dim"], f"{side}_layerdrop": 0.0})
+    sizes = _stack_sizes(config)
     return {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
@@ -240,10 +246,7 @@ def _bart_config(model):
         if getattr(tokenizer, attribute, None) is not None:
             ids[key] = getattr(tokenizer, attribute)
     generation = getattr(tokenizer, "generation", None) or {}
-    sizes = {}
-    for side in ("encoder", "decoder"):
-        sizes.update({f"{side}_layers": config["num_layers"], f"{side}_attention_heads": config["num_heads"],
-                      f"{side}_ffn_dim": config["intermediate_dim"], f"{side}_layerdrop": 0.0})
+    sizes = _stack_sizes(config)
     return {
         "architectures": ["BartForConditionalGeneration"],
         "model_type": "bart",
