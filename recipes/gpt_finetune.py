@@ -143,17 +143,9 @@ def make_parser():
 
 def parse(argv):
     """The flags, checked against what the checkpoint fixes."""
-    from recipes.flags import size_overrides
-
     parser = make_parser()
     args = parser.parse_args(argv)
-    if args.preset is not None:
-        parser.error("--preset: gpt_finetune's model is the --pretrained checkpoint; leave --preset out")
-    sizes = size_overrides(args)
-    if sizes:
-        flags = ", ".join(f"--{k.replace('_', '-')}" for k in sorted(sizes))
-        parser.error(f"{flags}: the sizes come from the --pretrained checkpoint; leave them out")
-    lm_data.check_memory_flags(parser, args)
+    lm_data.check_pretrained_flags(parser, args, "gpt_finetune")
     return args
 
 

@@ -164,6 +164,22 @@ def add_fine_tuning_flags(parser, defaults):
                         help="recompute each decoder block's activations in the backward pass instead of keeping them")
 
 
+def check_pretrained_flags(parser, args, recipe):
+    """What a recipe that fine-tunes a --pretrained checkpoint refuses, as
+    `parser`'s error (exit 2) before any model is built: --preset, the
+    model's sizes (the checkpoint fixes them), and the memory levers that
+    need --lora."""
+    from recipes.flags import size_overrides
+
+    if args.preset is not None:
+        parser.error(f"--preset: {recipe}'s model is the --pretrained checkpoint; leave --preset out")
+    sizes = size_overrides(args)
+    if sizes:
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in sorted(sizes))
+        parser.error(f"{flags}: the sizes come from the --pretrained checkpoint; leave them out")
+    check_memory_flags(parser, args)
+
+
 def check_memory_flags(parser, args):
     """The memory levers that need --lora: `parser`'s error (exit 2), before any model is built."""
     if args.quantize and not args.lora:

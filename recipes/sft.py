@@ -126,20 +126,12 @@ def data_files(argv):
 
 def parse(argv):
     """The flags, checked against what the checkpoint fixes."""
-    from recipes.flags import size_overrides
-
     parser = make_parser()
     args = parser.parse_args(data_files(sys.argv[1:] if argv is None else argv))
     if not args.data:
         parser.error("--data: expected JSON Lines chat files, one conversation a line (no chat data set is "
                      "registered by name)")
-    if args.preset is not None:
-        parser.error("--preset: sft's model is the --pretrained checkpoint; leave --preset out")
-    sizes = size_overrides(args)
-    if sizes:
-        flags = ", ".join(f"--{k.replace('_', '-')}" for k in sorted(sizes))
-        parser.error(f"{flags}: the sizes come from the --pretrained checkpoint; leave them out")
-    lm_data.check_memory_flags(parser, args)
+    lm_data.check_pretrained_flags(parser, args, "sft")
     return args
 
 

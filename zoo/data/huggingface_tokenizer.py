@@ -32,14 +32,14 @@ import numpy as np
 
 from zoo.data.chat import render_template
 from zoo.data.errors import DataError
-from zoo.data.tokenizers import python_strings
+from zoo.data.text_tokenizer import TextTokenizer, python_strings
 from zoo.files import write_text
 
 ASSET_FILE = "tokenizer.json"
 
 
 @keras.saving.register_keras_serializable(package="zoo")
-class HuggingFaceTokenizer(keras.layers.Layer):
+class HuggingFaceTokenizer(TextTokenizer):
     """A Hugging Face `tokenizer.json`, run by the `tokenizers` package, as a
     Keras layer with keras-hub's tokenizer methods.
 
@@ -341,45 +341,15 @@ class HuggingFaceTokenizer(keras.layers.Layer):
 
     # --- Keras-hub's tokenizer surface ----------------------------------------
 
-    def tokenize(self, inputs):
-        """Text to ids.
-
-        Args:
-            inputs: a str, or a list of str.
-
-        Returns:
-            For a str, an int32 array (T,); for a list, a list of them.
-        """
+    def encode_texts(self, texts):
         backend = self._checked()
-        if isinstance(inputs, bytes):
-            inputs = inputs.decode("utf-8")
-        texts = [inputs] if isinstance(inputs, str) else python_strings(inputs)
         encodings = backend.encode_batch(texts, add_special_tokens=self.add_bos is None)
         prefix = [self.start_token_id] if self.add_bos else []
-        rows = [np.asarray(prefix + encoding.ids, dtype=np.int32) for encoding in encodings]
-        return rows[0] if isinstance(inputs, str) else rows
+        return [np.asarray(prefix + encoding.ids, dtype=np.int32) for encoding in encodings]
 
-    def call(self, inputs):
-        return self.tokenize(inputs)
-
-    def __call__(self, inputs, *args, **kwargs):
-        # Strings are not tensors: tokenize directly, without Keras' call machinery.
-        return self.tokenize(inputs)
-
-    def detokenize(self, inputs):
-        """Ids to text, the special tokens skipped.
-
-        Args:
-            inputs: one sequence of ids (a list or a 1-D array), or several
-                (a list of lists or a 2-D array).
-
-        Returns:
-            A str for one sequence, a list of str for several.
-        """
-        backend = self._checked()
-        rows, single = _id_rows(inputs)
-        texts = backend.decode_batch(rows, skip_special_tokens=True)
-        return texts[0] if single else list(texts)
+    def decode_rows(self, rows):
+        """The texts of `rows`, the special tokens skipped."""
+        return self._checked().decode_batch(rows, skip_special_tokens=True)
 
     def apply_chat_template(self, messages, add_generation_prompt=True):
         """The ids of a conversation, rendered by the checkpoint's chat template
@@ -498,22 +468,6 @@ def _optional_id(value, name):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"{name}: expected a non-negative int id or None; got {value!r}.")
     return int(value)
-
-
-def _id_rows(inputs):
-    """Lists of Python ints from one sequence of ids or several, and whether
-    it was one."""
-    if hasattr(inputs, "to_list"):  # a tf.RaggedTensor
-        inputs = inputs.to_list()
-    if not isinstance(inputs, (list, tuple)):
-        inputs = keras.ops.convert_to_numpy(inputs)
-    if isinstance(inputs, np.ndarray):
-        if inputs.ndim <= 1:
-            return [inputs.reshape(-1).astype(np.int64).tolist()], True
-        return [row.astype(np.int64).tolist() for row in inputs.reshape(-1, inputs.shape[-1])], False
-    if len(inputs) and not np.isscalar(inputs[0]):
-        return [np.asarray(row, dtype=np.int64).reshape(-1).tolist() for row in inputs], False
-    return [np.asarray(inputs, dtype=np.int64).reshape(-1).tolist()], True
 
 
 def _read_json_object(path):

@@ -36,7 +36,7 @@ import keras
 import numpy as np
 
 from zoo.data.errors import DataError
-from zoo.data.tokenizers import python_strings
+from zoo.data.text_tokenizer import TextTokenizer
 from zoo.files import write_text
 
 MODEL_ASSET, VOCABULARY_ASSET = "sentencepiece.model", "vocab.json"
@@ -45,7 +45,7 @@ UNKNOWN, END, PAD = "<unk>", "</s>", "<pad>"
 
 
 @keras.saving.register_keras_serializable(package="zoo")
-class MarianTokenizer(keras.layers.Layer):
+class MarianTokenizer(TextTokenizer):
     """One side of Marian's tokenizer, with keras-hub's tokenizer methods.
 
     Args:
@@ -175,33 +175,19 @@ class MarianTokenizer(keras.layers.Layer):
             code, text = [text[: end + 2]], text[end + 2 :]
         return code + processor.encode(text, out_type=str)
 
-    def tokenize(self, inputs):
-        """Text to ids: a str -> an int32 array (T,); a list -> a list of them."""
-        if isinstance(inputs, bytes):
-            inputs = inputs.decode("utf-8")
-        texts = [inputs] if isinstance(inputs, str) else python_strings(inputs)
+    def encode_texts(self, texts):
         unknown, end = self.unknown_token_id, [self.end_token_id] if self.add_end else []
-        rows = [np.asarray([self._vocabulary.get(p, unknown) for p in self.pieces(t)] + end, np.int32) for t in texts]
-        return rows[0] if isinstance(inputs, str) else rows
+        return [np.asarray([self._vocabulary.get(p, unknown) for p in self.pieces(t)] + end, np.int32) for t in texts]
 
-    def call(self, inputs):
-        return self.tokenize(inputs)
-
-    def __call__(self, inputs, *args, **kwargs):
-        # Strings are not tensors: tokenize directly, without Keras' call machinery.
-        return self.tokenize(inputs)
-
-    def detokenize(self, inputs):
-        """Ids to text, `</s>`, `<pad>` and `<unk>` skipped: one sequence -> a
-        str, several -> a list of str."""
+    def decode_rows(self, rows):
+        """The texts of `rows`, `</s>`, `<pad>` and `<unk>` skipped."""
         processor = self._checked()
-        rows, single = _id_rows(inputs)
         skipped = {self.end_token_id, self.pad_token_id, self.unknown_token_id}
         texts = []
         for row in rows:
             pieces = [self._tokens.get(i, UNKNOWN) for i in row if i not in skipped]
             texts.append(processor.decode_pieces(pieces).replace("\u2581", " ").strip())
-        return texts[0] if single else texts
+        return texts
 
     def vocabulary_size(self):
         """int. One more than the largest id of `vocab.json`."""
@@ -252,16 +238,3 @@ class MarianTokenizer(keras.layers.Layer):
         config.update(proto=None, vocabulary=None, start_token_id=self._start, add_end=self.add_end,  # assets
                       generation=self.generation)
         return config
-
-
-def _id_rows(inputs):
-    """Lists of Python ints from one sequence of ids or several, and whether it was one."""
-    if not isinstance(inputs, (list, tuple)):
-        inputs = np.asarray(keras.ops.convert_to_numpy(inputs))
-    if isinstance(inputs, np.ndarray):
-        if inputs.ndim <= 1:
-            return [inputs.reshape(-1).astype(np.int64).tolist()], True
-        return [row.astype(np.int64).tolist() for row in inputs.reshape(-1, inputs.shape[-1])], False
-    if len(inputs) and not np.isscalar(inputs[0]):
-        return [np.asarray(row, dtype=np.int64).reshape(-1).tolist() for row in inputs], False
-    return [np.asarray(inputs, dtype=np.int64).reshape(-1).tolist()], True

@@ -44,43 +44,22 @@ class Task(NamedTuple):
 
 def copy_task(num_examples, sequence_length, seed=0):
     """Target = source: the simplest check that attention can look back.
-
-    Args:
-        num_examples: int. N.
-        sequence_length: int. T.
-        seed: int.
-
-    Returns:
-        A `Task`.
-    """
+    A `Task` of `num_examples` (N) sequences of `sequence_length` (T)
+    random digits drawn with `seed`."""
     return _digit_task(num_examples, sequence_length, seed, lambda x: x)
 
 
 def reverse_task(num_examples, sequence_length, seed=0):
     """Target = source reversed: needs attention to far positions.
-
-    Args:
-        num_examples: int. N.
-        sequence_length: int. T.
-        seed: int.
-
-    Returns:
-        A `Task`.
-    """
+    A `Task` of `num_examples` (N) sequences of `sequence_length` (T)
+    random digits drawn with `seed`."""
     return _digit_task(num_examples, sequence_length, seed, lambda x: x[:, ::-1])
 
 
 def sort_task(num_examples, sequence_length, seed=0):
     """Target = source digits in ascending order: needs counting.
-
-    Args:
-        num_examples: int. N.
-        sequence_length: int. T.
-        seed: int.
-
-    Returns:
-        A `Task`.
-    """
+    A `Task` of `num_examples` (N) sequences of `sequence_length` (T)
+    random digits drawn with `seed`."""
     return _digit_task(
         num_examples, sequence_length, seed, lambda x: np.sort(x, axis=1)
     )

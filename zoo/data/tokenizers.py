@@ -36,6 +36,7 @@ import numpy as np
 
 from zoo.data.chat import CHATML_TOKENS, render_template
 from zoo.data.errors import DataError
+from zoo.data.text_tokenizer import TextTokenizer
 from zoo.files import write_text
 
 WORD_PIECE_RESERVED_TOKENS = (
@@ -331,7 +332,7 @@ class WordVocabulary:
         return cls(_load_json(path, "words"))
 
 
-class _VocabularyTokenizer(keras.layers.Layer):
+class _VocabularyTokenizer(TextTokenizer):
     """keras-hub's tokenizer surface over a NumPy vocabulary, as a Keras layer.
 
     The vocabulary is saved as an asset (`save_assets` / `load_assets`),
@@ -366,49 +367,13 @@ class _VocabularyTokenizer(keras.layers.Layer):
             )
         return self.vocabulary
 
-    def tokenize(self, inputs):
-        """Text to ids.
-
-        Args:
-            inputs: a str, or a list of str.
-
-        Returns:
-            For a str, an int32 array (T,); for a list, a list of them.
-        """
+    def encode_texts(self, texts):
         vocabulary = self._checked()
-        if isinstance(inputs, bytes):
-            inputs = inputs.decode("utf-8")
-        if isinstance(inputs, str):
-            return np.asarray(vocabulary.encode(inputs), dtype=np.int32)
-        return [self.tokenize(text) for text in python_strings(inputs)]
+        return [np.asarray(vocabulary.encode(text), dtype=np.int32) for text in texts]
 
-    def call(self, inputs):
-        return self.tokenize(inputs)
-
-    def __call__(self, inputs, *args, **kwargs):
-        # Strings are not tensors: tokenize directly, without Keras' call machinery.
-        return self.tokenize(inputs)
-
-    def detokenize(self, inputs):
-        """Ids to text.
-
-        Args:
-            inputs: one sequence of ids (a list or a 1-D array), or several
-                (a list of lists or a 2-D array).
-
-        Returns:
-            A str for one sequence, a list of str for several.
-        """
+    def decode_rows(self, rows):
         vocabulary = self._checked()
-        if hasattr(inputs, "to_list"):  # a tf.RaggedTensor
-            inputs = inputs.to_list()
-        if not isinstance(inputs, (list, tuple)):
-            inputs = keras.ops.convert_to_numpy(inputs)
-        if isinstance(inputs, np.ndarray) and inputs.ndim <= 1:
-            return self._decode(vocabulary, inputs)
-        if isinstance(inputs, np.ndarray) or (len(inputs) and not np.isscalar(inputs[0])):
-            return [self._decode(vocabulary, np.asarray(row, dtype=np.int64)) for row in inputs]
-        return self._decode(vocabulary, np.asarray(inputs, dtype=np.int64))
+        return [self._decode(vocabulary, np.asarray(row, dtype=np.int64)) for row in rows]
 
     def _decode(self, vocabulary, ids):
         return vocabulary.decode(ids)
@@ -615,22 +580,6 @@ class WordTokenizer(_VocabularyTokenizer):
 
     def _tokens(self):
         return self._checked().tokens
-
-
-def python_strings(inputs):
-    """A list of Python str from a list, tuple or array of str or bytes."""
-    if hasattr(inputs, "numpy"):
-        inputs = inputs.numpy()
-    if isinstance(inputs, np.ndarray):
-        inputs = inputs.reshape(-1).tolist()
-    texts = []
-    for text in inputs:
-        if isinstance(text, bytes):
-            text = text.decode("utf-8")
-        if not isinstance(text, str):
-            raise TypeError(f"expected text (a str or a list of str); got an element of type {type(text).__name__}.")
-        texts.append(text)
-    return texts
 
 
 def train_word_piece(

@@ -33,6 +33,21 @@ def set_block_args(block, num_heads, intermediate_dim, dropout, attention_dropou
     block.output_kernel_initializer = keras.initializers.get(output_kernel_initializer or kernel_initializer)
 
 
+def block_config(block):
+    """The config entries of the arguments `set_block_args` kept on `block`."""
+    return {
+        "num_heads": block.num_heads,
+        "intermediate_dim": block.intermediate_dim,
+        "dropout": block.dropout,
+        "attention_dropout": block.attention_dropout,
+        "activation": block.activation,
+        "norm_first": block.norm_first,
+        "norm_epsilon": block.norm_epsilon,
+        "kernel_initializer": keras.initializers.serialize(block.kernel_initializer),
+        "output_kernel_initializer": keras.initializers.serialize(block.output_kernel_initializer),
+    }
+
+
 def padding_as_keras_mask(padding_mask, kwargs):
     """`Layer.__call__` kwargs with `padding_mask` as Keras' `mask`, which
     Keras attaches (through `compute_mask`) to the block's output."""

@@ -5,7 +5,7 @@ Shape letters: B batch, T length, d width.
 
 import keras
 
-from zoo.layers.block_masks import input_keras_mask, output_keras_mask, padding_as_keras_mask, set_block_args
+from zoo.layers.block_masks import block_config, input_keras_mask, output_keras_mask, padding_as_keras_mask, set_block_args
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import FeedForward
 from zoo.layers.multi_head_attention import MultiHeadAttention
@@ -152,18 +152,6 @@ class EncoderBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
-                "activation": self.activation,
-                "norm_first": self.norm_first,
-                "norm_epsilon": self.norm_epsilon,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "output_kernel_initializer": keras.initializers.serialize(self.output_kernel_initializer),
-            }
-        )
+        config.update(block_config(self))
         return config
 

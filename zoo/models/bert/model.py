@@ -269,11 +269,8 @@ class BertSentenceEncoder(ZooModel):
 
     ```python
     backbone = BertBackbone(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16)
-    inputs = {
-        "token_ids": np.array([[2, 7, 8, 3, 0]]),
-        "segment_ids": np.zeros((1, 5), "int32"),
-        "padding_mask": np.array([[1, 1, 1, 1, 0]]),
-    }
+    token_ids = np.array([[2, 7, 8, 3, 0]])  # [CLS] w w [SEP] [PAD]
+    inputs = {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids), "padding_mask": token_ids != 0}
     encoder = BertSentenceEncoder(backbone, pooling="mean")
     vectors = encoder(inputs)  # (1, 16), unit length
     ```

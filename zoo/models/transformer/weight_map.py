@@ -206,21 +206,13 @@ def to_huggingface_config(model):
     pad = config["vocabulary_size"] - 1 if pad is None else pad
     end = getattr(tokenizer, "end_token_id", None) or 0
     start = getattr(tokenizer, "start_token_id", None)
-    sizes = _stack_sizes(config)
     return {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
         "vocab_size": config["source_vocabulary_size"],
         "decoder_vocab_size": config["vocabulary_size"],
         "share_encoder_decoder_embeddings": config["share_embeddings"],
-        "d_model": config["hidden_dim"],
-        **sizes,
-        "max_position_embeddings": config["max_sequence_length"],
-        "activation_function": {"silu": "swish"}.get(config["activation"], config["activation"]),
-        "dropout": config["dropout"],
-        "attention_dropout": 0.0,
-        "activation_dropout": 0.0,
-        "scale_embedding": config["scale_embeddings"],
+        **_model_config(config),
         "normalize_before": False,
         "normalize_embedding": False,
         "add_final_layer_norm": False,
@@ -237,6 +229,21 @@ def to_huggingface_config(model):
     }
 
 
+def _model_config(config):
+    """The entries Marian's and BART's configs share: sizes, activation,
+    dropout and embedding scale."""
+    return {
+        "d_model": config["hidden_dim"],
+        **_stack_sizes(config),
+        "max_position_embeddings": config["max_sequence_length"],
+        "activation_function": {"silu": "swish"}.get(config["activation"], config["activation"]),
+        "dropout": config["dropout"],
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "scale_embedding": config["scale_embeddings"],
+    }
+
+
 def _bart_config(model):
     config = model.get_config()
     tokenizer = getattr(model, "tokenizer", None)
@@ -246,19 +253,11 @@ def _bart_config(model):
         if getattr(tokenizer, attribute, None) is not None:
             ids[key] = getattr(tokenizer, attribute)
     generation = getattr(tokenizer, "generation", None) or {}
-    sizes = _stack_sizes(config)
     return {
         "architectures": ["BartForConditionalGeneration"],
         "model_type": "bart",
         "vocab_size": config["vocabulary_size"],
-        "d_model": config["hidden_dim"],
-        **sizes,
-        "max_position_embeddings": config["max_sequence_length"],
-        "activation_function": {"silu": "swish"}.get(config["activation"], config["activation"]),
-        "dropout": config["dropout"],
-        "attention_dropout": 0.0,
-        "activation_dropout": 0.0,
-        "scale_embedding": config["scale_embeddings"],
+        **_model_config(config),
         "tie_word_embeddings": True,
         "is_encoder_decoder": True,
         "init_std": 0.02,
