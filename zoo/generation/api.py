@@ -51,12 +51,20 @@ class GenerationOutput:
         prompt_lengths: (B,) int32.
         sequences: B lists of the new token ids only; a list ends with the
             stop token when one came (what followed it is not returned).
+        token_logprobs, top_ids, top_logprobs: with `logprobs` asked, B
+            lists, one entry per id of `sequences`: its log-probability
+            under the model, and the ids and log-probabilities of its k
+            likeliest alternatives (lists of k, the likeliest first); else
+            None.
     """
 
     token_ids: np.ndarray
     lengths: np.ndarray
     prompt_lengths: np.ndarray
     sequences: list
+    token_logprobs: list = None
+    top_ids: list = None
+    top_logprobs: list = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +109,7 @@ def generate_ids(
     presence_penalty=None,
     frequency_penalty=None,
     logit_bias=None,
+    logprobs=None,
     **kwargs,
 ):
     """Continue each prompt by up to `max_new_tokens` tokens: the token-id
@@ -142,6 +151,10 @@ def generate_ids(
         min_p, repetition_penalty, presence_penalty, frequency_penalty,
             logit_bias: the decoding controls (`zoo.generation.controls`),
             each one value or one a row; not with beam search.
+        logprobs: None, or k: each new token's log-probability under the
+            model (before the sampler's temperature and the controls) and
+            its k likeliest alternatives, recorded inside the compiled loop
+            (`GenerationOutput.token_logprobs`, ...); not with beam search.
 
     Returns:
         A `GenerationOutput`.
@@ -161,6 +174,8 @@ def generate_ids(
     beam = isinstance(sampler, str) and sampler == "beam"
     if beam and controls:
         raise ValueError(f"`{next(iter(controls))}` is not taken by beam search; use a sampler.")
+    if beam and logprobs is not None:
+        raise ValueError("`logprobs` is not taken by beam search (a beam's tokens change until the end); use a sampler.")
     if beam:
         beams = beam_search(
             model,
@@ -187,13 +202,16 @@ def generate_ids(
     decoding = Decoding(
         model, prompt, max_new_tokens, sampling, stop_token_ids,
         padding_mask=padding_mask, source=source, source_padding_mask=source_padding_mask,
-        suppress_token_ids=suppress_token_ids, controls=controls,
+        suppress_token_ids=suppress_token_ids, controls=controls, logprobs=logprobs,
     ).run()
     lengths = decoding.prompt_lengths + np.array([len(new) for new in decoding.new_tokens], "int32")
     token_ids = np.full((len(lengths), int(decoding.prompt_lengths.max()) + max_new_tokens), pad_token_id, "int32")
     for row, (prompt_ids, new) in enumerate(zip(decoding.rows, decoding.new_tokens)):
         token_ids[row, : lengths[row]] = prompt_ids + new
-    return GenerationOutput(token_ids, lengths, decoding.prompt_lengths, decoding.new_tokens)
+    if logprobs is None:
+        return GenerationOutput(token_ids, lengths, decoding.prompt_lengths, decoding.new_tokens)
+    return GenerationOutput(token_ids, lengths, decoding.prompt_lengths, decoding.new_tokens,
+                            decoding.token_logprobs, decoding.top_ids, decoding.top_logprobs)
 
 
 def beam_search(

@@ -6,6 +6,14 @@ loop (`zoo.generation.beam`) - is a Python callable
 traced once and compiled with XLA (`tf.function(jit_compile=True)` on
 TensorFlow, `jax.jit` on JAX); a later call with the same shapes and
 configuration reuses it. Other backends run the same function eagerly.
+
+On JAX the functions least recently used past 32 per model are dropped,
+and their programs with them. TensorFlow keeps every XLA program it
+compiles for the life of the process, whether or not its function is
+kept: dropping one would free nothing, and compiling it again would cost
+its memory a second time. So on TensorFlow every function is kept; what
+bounds their number is the shapes they are compiled for (a server rounds
+them up to a few buckets, `zoo.generation.Decoding`'s `bucket`).
 """
 
 import collections
@@ -57,14 +65,14 @@ def compile(model, key, function):
     """
     per_model = _COMPILED.setdefault(model, collections.OrderedDict())
     per_model[key] = Compiled(function)
-    if len(per_model) > _PER_MODEL:
+    if len(per_model) > _PER_MODEL and keras.config.backend() != "tensorflow":
         per_model.popitem(last=False)
     return per_model[key]
 
 
 class Compiled:
     """A decoding function compiled for the backend: `compiled(*arrays)`
-    -> a tuple of NumPy arrays; `compiled.raw(*arrays)` -> its outputs as
+    -> a tuple of its outputs as NumPy arrays (dicts of them kept); `compiled.raw(*arrays)` -> its outputs as
     the backend's tensors, to feed to the next call.
 
     `function` is a callable object, not a closure: TensorFlow tells apart
@@ -91,7 +99,7 @@ class Compiled:
             self.compiled = function
 
     def __call__(self, *arrays):
-        return tuple(keras.ops.convert_to_numpy(x) for x in self.raw(*arrays))
+        return tuple(keras.tree.map_structure(keras.ops.convert_to_numpy, self.raw(*arrays)))
 
     def raw(self, *arrays):
         if self.backend == "tensorflow":

@@ -63,31 +63,40 @@ class Decoding:
             window (decoder-only); False refuses a budget that does not fit.
         bucket: round the compiled shapes up (the batch to a power of two,
             or to `bucket` rows when it is an int larger than the batch,
-            with rows that are done from the start; the longest prompt to a
-            multiple of 16 positions, prompt plus new tokens to a multiple
-            of 64), so that requests of many sizes share a few compiled
-            functions (what a server wants). Each row's tokens are the same
-            up to floating-point rounding.
+            with rows that are done from the start; the longest prompt and
+            prompt plus new tokens each to a power of two, at least 16 and
+            64 positions), so that requests of many sizes share a bounded
+            set of compiled functions (what a server wants). Each row's
+            tokens are the same up to floating-point rounding.
         suppress_token_ids: ids never chosen (their logits masked out:
             transformers' single-token `bad_words_ids`, Marian's `<pad>`).
         controls: the settings of `zoo.generation.controls.Controls` (the
             penalties, `min_p`, `logit_bias`: each one value, or one a
             row), or None. Controls that are all off leave the compiled
             functions as without them.
+        logprobs: None, or k: record each new token's log-probability under
+            the model (its logits before the sampler's temperature and the
+            controls, the suppressed ids masked out) and its k likeliest
+            alternatives, computed inside the compiled loop.
 
     Attributes:
         prompt_lengths: (B,) int32.
         new_tokens: B lists of new token ids.
         probabilities: B lists, the model's probability of each new token.
+        token_logprobs, top_ids, top_logprobs: with `logprobs`, B lists:
+            each new token's log-probability, and the ids and
+            log-probabilities of its k likeliest alternatives (lists of k,
+            the likeliest first).
         finish_reasons: B of `STOP` (a stop token, or `finish(row)`),
             `LENGTH` (the budget) or None (not finished yet).
     """
 
     def __init__(self, model, prompt, budgets, sampling=None, stop_token_ids=None, *, padding_mask=None,
                  source=None, source_padding_mask=None, slide=False, bucket=False, suppress_token_ids=None,
-                 controls=None):
+                 controls=None, logprobs=None):
         check_model(model)
         self.model = model
+        self.logprobs = check_logprobs(logprobs, model.vocabulary_size)
         rows = prompts.as_batch(prompt, padding_mask, "prompt")
         prompts.check_token_range(rows, model.vocabulary_size, "prompt")
         controls = Controls(len(rows), model.vocabulary_size, **(controls or {}))
@@ -125,6 +134,9 @@ class Decoding:
         batch = len(rows)
         self.new_tokens = [[] for _ in range(batch)]
         self.probabilities = [[] for _ in range(batch)]
+        self.token_logprobs = [[] for _ in range(batch)]
+        self.top_ids = [[] for _ in range(batch)]
+        self.top_logprobs = [[] for _ in range(batch)]
         self.finish_reasons = [None] * (batch - padding) + [STOP] * padding  # the padding rows are done
 
     @property
@@ -169,51 +181,59 @@ class Decoding:
             whole = _function(model, key, loop.Whole, model, request.shapes, stages, self.stop_token_ids,
                               self.suppress_token_ids, *self._static())
             done = np.array([reason is not None for reason in self.finish_reasons])
-            token_ids, probabilities = whole(ids, mask, budget_end, done, self.sampling, *self._controls(), *source)
-            yield self._take(token_ids, probabilities, index, length)
+            token_ids, records = whole(ids, mask, budget_end, done, self.sampling, *self._controls(), *source)
+            yield self._take(token_ids, records, index, length)
             return
         prefill = _function(model, ("prefill", request.shapes, stages[0]), loop.Prefill, model, request.shapes,
                             stages[0])
         context, cache = prefill.raw(ids, mask, *source)
-        token_ids, probabilities = ids, np.zeros((batch, length), "float32")
+        token_ids, records = ids, loop.empty_records(batch, length, self.logprobs)
         for stage_length in stages:
             if index >= stage_length:
                 continue
+            # Past the prefill the prompts' padded width P plays no part: one program serves every P.
+            shapes = request.shapes[:1] + request.shapes[2:]
             if tree.flatten(cache)[0].shape[3] < stage_length:
-                grow = _function(model, ("grow", request.shapes, stage_length), loop.Grow, model, stage_length)
+                grow = _function(model, ("grow", shapes, stage_length), loop.Grow, model, stage_length)
                 cache = grow.raw(cache)
-            key = ("advance", request.shapes, stage_length, self.stop_token_ids, self.suppress_token_ids,
-                   self._static())
+            key = ("advance", shapes, stage_length, self.stop_token_ids, self.suppress_token_ids, self._static())
             advance = _function(model, key, loop.Advance, model, stage_length, self.stop_token_ids,
                                 self.suppress_token_ids, *self._static())
             while index < stage_length and not self.finished:
                 until = index + 1
                 done = np.array([reason is not None for reason in self.finish_reasons])
-                index_out, cache, token_ids, probabilities, _ = advance.raw(
-                    np.array(index, "int32"), cache, token_ids, probabilities, done, np.array(until, "int32"),
+                index_out, cache, token_ids, records, _ = advance.raw(
+                    np.array(index, "int32"), cache, token_ids, records, done, np.array(until, "int32"),
                     mask, budget_end, context, self.sampling, *self._controls(),
                 )
                 end = int(ops.convert_to_numpy(index_out))
-                yield self._take(ops.convert_to_numpy(token_ids), ops.convert_to_numpy(probabilities), index, end)
+                yield self._take(ops.convert_to_numpy(token_ids), tree.map_structure(ops.convert_to_numpy, records),
+                                 index, end)
                 index = end
                 if index >= length:
                     break
             if self.finished or index >= length:
                 break
 
-    def _take(self, token_ids, probabilities, start, end):
+    def _take(self, token_ids, records, start, end):
         """The new tokens of positions start..end-1 into each unfinished row."""
         gained = [[] for _ in self.rows]
         for row, prompt_length in enumerate(self.prompt_lengths):
             for position in range(max(start, int(prompt_length)), end):
                 if self.finish_reasons[row] is not None:
                     break
-                self._append(row, int(token_ids[row, position]), float(probabilities[row, position]), gained)
+                recorded = {name: values[row, position] for name, values in records.items()}
+                self._append(row, int(token_ids[row, position]), recorded, gained)
         return gained
 
-    def _append(self, row, token, probability, gained):
+    def _append(self, row, token, recorded, gained):
+        """Adds `token` to `row`, with what was `recorded` of it (`loop.record`'s entries)."""
         self.new_tokens[row].append(token)
-        self.probabilities[row].append(probability)
+        self.probabilities[row].append(float(recorded["probability"]))
+        if self.logprobs is not None:
+            self.token_logprobs[row].append(float(recorded["logprob"]))
+            self.top_ids[row].append(np.asarray(recorded.get("top_ids", ()), "int32").tolist())
+            self.top_logprobs[row].append(np.asarray(recorded.get("top_logprobs", ()), "float32").tolist())
         gained[row].append(token)
         if token in self.stop_token_ids:
             self.finish_reasons[row] = STOP
@@ -236,11 +256,11 @@ class Decoding:
             new_start[row] = max(len(recent) - len(new), 0)
         key = ("window", ids.shape, self.suppress_token_ids, self._static())
         step = _function(self.model, key, loop.WindowStep, self.model, self.suppress_token_ids, *self._static())
-        tokens, probabilities = step(ids, last, position, new_start, self.sampling, *self._controls())
+        tokens, records = step(ids, last, position, new_start, self.sampling, *self._controls())
         gained = [[] for _ in self.rows]
-        for row, (token, probability) in enumerate(zip(tokens.tolist(), probabilities.tolist())):
+        for row, token in enumerate(tokens.tolist()):
             if self.finish_reasons[row] is None:
-                self._append(row, int(token), float(probability), gained)
+                self._append(row, int(token), {name: values[row] for name, values in records.items()}, gained)
         return gained
 
     def _controls(self):
@@ -249,13 +269,18 @@ class Decoding:
 
     def _static(self):
         """What a compiled function's program depends on beyond the shapes:
-        the sampling variant and whether the controls are on."""
-        return self.variant, self.controls is not None
+        the sampling variant, whether the controls are on, and the
+        log-probabilities asked."""
+        return self.variant, self.controls is not None, self.logprobs
 
 
 def _padded(arrays, padding):
     """Each array of a dict of B rows, with `padding` more rows repeating row 0."""
     return {name: np.concatenate([value, value[:1].repeat(padding, axis=0)]) for name, value in arrays.items()}
+
+
+def _power_of_two(n):
+    return 1 << (n - 1).bit_length()
 
 
 def _function(model, key, cls, *args):
@@ -292,9 +317,9 @@ class Request:
             )
         self.stop_token_ids = tuple(stop_token_ids)
         length = longest + max_new_tokens
-        if bucket:
-            longest = min(-(-longest // 16) * 16, limit - max_new_tokens)
-            length = min(-(-(longest + max_new_tokens) // 64) * 64, limit)
+        if bucket:  # powers of two: a long-running server compiles a bounded set of programs
+            length = min(_power_of_two(max(length, loop.FIRST_STAGE)), limit)
+            longest = min(_power_of_two(max(longest, 16)), length)
         ids, mask = prompts.right_pad(rows, length, 0)
         self.arrays = (ids, mask)
         self.shapes = (len(rows), longest, length)
@@ -330,6 +355,17 @@ class Static:
     max_new_tokens: int
     stages: tuple  # cache lengths, see `zoo.generation.loop`
     suppress_token_ids: tuple = ()  # ids never chosen
+
+
+def check_logprobs(logprobs, vocabulary_size):
+    """None (no log-probabilities), or k: each chosen token's
+    log-probability and its k likeliest alternatives."""
+    if logprobs is None:
+        return None
+    if not isinstance(logprobs, (int, np.integer)) or isinstance(logprobs, bool) or not 0 <= logprobs <= vocabulary_size:
+        raise ValueError(f"`logprobs` must be None or an integer in [0, {vocabulary_size}] (the alternatives to "
+                         f"return per token); got {logprobs!r}.")
+    return int(logprobs)
 
 
 def check_stop_tokens(stop_token_ids, vocabulary_size):

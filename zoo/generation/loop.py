@@ -146,9 +146,12 @@ class Advance(_ModelFunction):
         index: () int32, the first position to predict.
         cache: the model's cache, its stage's length.
         token_ids: (B, L) int32, prompts and the tokens so far.
-        probabilities: (B, L) float32, the model's probability of each
-            chosen token (softmax of the logits, before the sampler's
-            temperature).
+        records: what is recorded of each chosen token (`empty_records`):
+            `probability` (B, L) float32, the model's probability of it
+            (softmax of the logits, before the sampler's temperature and
+            the controls); with log-probabilities asked, `logprob` (B, L)
+            and the k likeliest alternatives, `top_ids` (B, L, k) int32
+            and `top_logprobs` (B, L, k) float32.
         done: (B,) bool, rows that stopped.
         until: () int32, stop before this position.
         mask: (B, L) bool, True at prompt tokens, which are kept.
@@ -160,21 +163,21 @@ class Advance(_ModelFunction):
             `zoo.generation.controls` arrays.
 
     Returns:
-        `(index, cache, token_ids, probabilities, done)` after the loop.
+        `(index, cache, token_ids, records, done)` after the loop.
     """
 
     def __init__(self, model, stage_length, stop_token_ids, suppress_token_ids=(), variant=(True, True),
-                 controlled=False):
+                 controlled=False, logprobs=None):
         super().__init__(model)
         self.stage_length, self.stop_token_ids = stage_length, stop_token_ids
         self.chooser = Chooser(suppress_token_ids, variant, controlled)
 
-    def __call__(self, index, cache, token_ids, probabilities, done, until, mask, budget_end, context, sampling,
+    def __call__(self, index, cache, token_ids, records, done, until, mask, budget_end, context, sampling,
                  *controls):
         compiled.count_trace()
         end = ops.minimum(until, self.stage_length)
         return sample(self.model, self.chooser.given(sampling, controls), self.stop_token_ids, end,
-                      (index, cache, token_ids, probabilities, done), mask, budget_end, context)
+                      (index, cache, token_ids, records, done), mask, budget_end, context)
 
 
 class Whole(_ModelFunction):
@@ -184,14 +187,15 @@ class Whole(_ModelFunction):
 
     Call arguments: `ids`, `mask` as `Prefill`'s, `budget_end`, `done`,
     `sampling` and (when `controlled`) the controls' dict as `Advance`'s,
-    then `*source`. Returns `(token_ids, probabilities)`.
+    then `*source`. Returns `(token_ids, records)` (`Advance`'s records).
     """
 
     def __init__(self, model, shapes, stages, stop_token_ids, suppress_token_ids=(), variant=(True, True),
-                 controlled=False):
+                 controlled=False, logprobs=None):
         super().__init__(model)
         self.shapes, self.stages, self.stop_token_ids = shapes, stages, stop_token_ids
         self.chooser = Chooser(suppress_token_ids, variant, controlled)
+        self.logprobs = logprobs
 
     def __call__(self, ids, mask, budget_end, done, sampling, *rest):
         compiled.count_trace()
@@ -200,7 +204,7 @@ class Whole(_ModelFunction):
         chooser = self.chooser.given(sampling, controls)
         context, cache = prefill(model, self.shapes, self.stages[0], ids, *source)
         index = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))  # the first position to predict
-        state = (index, cache, ids, ops.zeros(ids.shape, "float32"), done)
+        state = (index, cache, ids, empty_records(*ids.shape, self.logprobs), done)
         for stage, length in enumerate(self.stages):
             if stage:
                 state = (state[0], grow_cache(state[1], length), *state[2:])
@@ -245,7 +249,7 @@ class Chooser:
 
 def sample(model, chooser, stop_token_ids, end, state, mask, budget_end, context):
     """keras-hub's sampling loop from `state` = (index, cache, token_ids,
-    probabilities, done) up to position `end`: one `while_loop` over
+    records, done) up to position `end`: one `while_loop` over
     `SamplingStep.body`."""
     step = SamplingStep(model, chooser, context, mask, budget_end, stop_token_ids, end)
     if not step.stateless:
@@ -280,12 +284,14 @@ class WindowStep(_ModelFunction):
     chosen in the row's whole sequence (the draw's counter), `new_start`
     (B,) int32 where each row's new tokens begin in `ids`, `sampling` and
     (when `controlled`) the controls' dict as `Advance`'s. Returns
-    `(tokens (B,) int32, probabilities (B,))`.
+    `(tokens (B,) int32, records)`: `Advance`'s records of the one position,
+    each without its L axis.
     """
 
-    def __init__(self, model, suppress_token_ids=(), variant=(True, True), controlled=False):
+    def __init__(self, model, suppress_token_ids=(), variant=(True, True), controlled=False, logprobs=None):
         super().__init__(model)
         self.chooser = Chooser(suppress_token_ids, variant, controlled)
+        self.logprobs = logprobs
 
     def __call__(self, ids, last, position, new_start, sampling, *controls):
         compiled.count_trace()
@@ -294,7 +300,34 @@ class WindowStep(_ModelFunction):
         logits, _ = model.call_with_cache(ids, cache, 0, None)  # (B, W, V)
         logits = ops.take_along_axis(logits, last[:, None, None], axis=1)[:, 0]  # (B, V)
         token, logits = self.chooser.given(sampling, controls)(logits, ids, last + 1, new_start, position)
-        return token, _probability_of(logits, token)
+        return token, record(logits, token, self.logprobs)
+
+
+def empty_records(batch, length, logprobs=None):
+    """The buffers of what is recorded of each chosen token (see `Advance`):
+    `probability` (B, L); with `logprobs` an int k (log-probabilities
+    asked), `logprob` (B, L), and for k > 0 `top_ids` and `top_logprobs`
+    (B, L, k)."""
+    records = {"probability": ops.zeros((batch, length), "float32")}
+    if logprobs is not None:
+        records["logprob"] = ops.zeros((batch, length), "float32")
+    if logprobs:
+        records["top_ids"] = ops.zeros((batch, length, logprobs), "int32")
+        records["top_logprobs"] = ops.zeros((batch, length, logprobs), "float32")
+    return records
+
+
+def record(logits, token, logprobs=None):
+    """What is recorded of the chosen `token` (B,) from the `logits` (B, V)
+    it was chosen from: `empty_records`' entries for one position."""
+    values = {"probability": _probability_of(logits, token)}
+    if logprobs is not None:
+        logprob = ops.log_softmax(logits, axis=-1)
+        values["logprob"] = ops.take_along_axis(logprob, token[:, None], axis=1)[:, 0]
+    if logprobs:
+        values["top_logprobs"], top_ids = ops.top_k(logprob, logprobs)
+        values["top_ids"] = ops.cast(top_ids, "int32")
+    return values
 
 
 def _probability_of(logits, token):
@@ -302,9 +335,15 @@ def _probability_of(logits, token):
     return ops.take_along_axis(ops.softmax(logits, axis=-1), token[:, None], axis=1)[:, 0]
 
 
+def _write(records, index, values):
+    """`records` with each entry's position `index` set to `values`' entry."""
+    return {name: ops.slice_update(buffer, [0, index] + [0] * (len(buffer.shape) - 2), ops.expand_dims(values[name], 1))
+            for name, buffer in records.items()}
+
+
 class SamplingStep:
     """The `while_loop` of `Advance`: `cond` and `body` over
-    `(index, cache, token_ids, probabilities, done)`, up to position `end`.
+    `(index, cache, token_ids, records, done)`, up to position `end`.
 
     On JAX the loop also carries the model's variables, read through a
     `StatelessScope` (keras-hub's `Sampler.run_loop`), in the layout of
@@ -324,7 +363,7 @@ class SamplingStep:
         return self.layout.into_loop(self.model.trainable_variables, self.model.non_trainable_variables)
 
     def cond(self, *loop_vars):
-        index, cache, token_ids, probabilities, done = loop_vars[1:] if self.stateless else loop_vars
+        index, cache, token_ids, records, done = loop_vars[1:] if self.stateless else loop_vars
         finished = ops.logical_or(index >= self.budget_end, done)
         return ops.logical_and(index < self.end, ops.logical_not(ops.all(finished)))
 
@@ -332,7 +371,7 @@ class SamplingStep:
         """Position `index`: its logits from the token at index - 1 (written
         to the cache), each row's sampler's token after its prompt, the
         prompt's token inside it."""
-        state, (index, cache, token_ids, probabilities, done) = (
+        state, (index, cache, token_ids, records, done) = (
             (loop_vars[0], loop_vars[1:]) if self.stateless else (None, loop_vars)
         )
         with self._scope(state):
@@ -343,11 +382,12 @@ class SamplingStep:
             in_prompt = self.mask[:, index]
             token = ops.where(in_prompt, token_ids[:, index], token)  # (B,)
             token_ids = ops.slice_update(token_ids, [0, index], token[:, None])
-            probabilities = ops.slice_update(probabilities, [0, index], _probability_of(logits, token)[:, None])
+            logprobs = None if "logprob" not in records else records["top_ids"].shape[-1] if "top_ids" in records else 0
+            records = _write(records, index, record(logits, token, logprobs))
             if self.stop_token_ids:
                 stopped = ops.logical_and(self._is_stop(token), ops.logical_not(in_prompt))
                 done = ops.logical_or(done, stopped)
-            loop_vars = (index + 1, cache, token_ids, probabilities, done)
+            loop_vars = (index + 1, cache, token_ids, records, done)
         return loop_vars if state is None else (state, *loop_vars)
 
     def _scope(self, state):

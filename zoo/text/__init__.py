@@ -23,7 +23,7 @@ C classes, d width.
 
 from zoo.text.classification import Classification, classify
 from zoo.text.embedding import embed
-from zoo.text.text_generation import TextGeneration, generate, stream
+from zoo.text.text_generation import GeneratedText, TextGeneration, generate, stream
 from zoo.text.translation import translate
 
-__all__ = ["Classification", "TextGeneration", "classify", "embed", "generate", "stream", "translate"]
+__all__ = ["Classification", "GeneratedText", "TextGeneration", "classify", "embed", "generate", "stream", "translate"]

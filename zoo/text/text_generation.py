@@ -12,6 +12,9 @@ same seed.
 Shape letters: B prompts, W the model's window (its `max_sequence_length`).
 """
 
+import dataclasses
+import inspect
+
 import numpy as np
 
 from zoo.data.tokenizers import token_id_lists
@@ -36,6 +39,7 @@ def generate(
     top_k=50,
     top_p=0.9,
     stop=None,
+    logprobs=None,
     **kwargs,
 ):
     """Continue text, or token ids, with a decoder-only model.
@@ -81,6 +85,13 @@ def generate(
             names `k` and `p` are refused.
         stop: for text, stop strings (a str or a list of str): the new
             text ends before the first one it contains, as OpenAI's `stop`.
+        logprobs: None, or k: also return each new token's log-probability
+            under the model (its distribution before the sampler's
+            temperature and the controls) and its k likeliest
+            alternatives, recorded inside the compiled loop (OpenAI's
+            `logprobs`; 0 for the chosen tokens' alone). On text the result
+            is then a `GeneratedText` per prompt; on token ids the
+            `GenerationOutput` carries them. Not with sampler="beam".
         **kwargs: the decoding controls (`min_p`, `repetition_penalty`,
             `presence_penalty`, `frequency_penalty`, `logit_bias`: see
             `zoo.generation.controls`; each one value, or one a prompt),
@@ -89,8 +100,9 @@ def generate(
 
     Returns:
         For a str, the str of prompt and continuation (the tokenizer's
-        decoding of the prompt, then of the new ids); for a list of str, a
-        list of them; for token ids, a `zoo.generation.GenerationOutput`.
+        decoding of the prompt, then of the new ids), or with `logprobs` a
+        `GeneratedText`; for a list of str, a list of them; for token ids,
+        a `zoo.generation.GenerationOutput`.
 
     Example:
 
@@ -107,7 +119,7 @@ def generate(
     if is_text(prompt):
         return _generate_text(
             model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, top_k, top_p, stop,
-            kwargs,
+            logprobs, kwargs,
         )
     if max_length is not None:
         raise ValueError(
@@ -128,26 +140,12 @@ def generate(
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,
+        logprobs=logprobs,
         **kwargs,
     )
 
 
-def stream(
-    model,
-    prompt,
-    max_new_tokens=None,
-    sampler="greedy",
-    stop_token_ids=AUTO,
-    seed=None,
-    *,
-    max_length=None,
-    temperature=1.0,
-    top_k=50,
-    top_p=0.9,
-    stop=None,
-    skip_prompt=False,
-    **kwargs,
-):
+def stream(model, prompt, *args, skip_prompt=False, **kwargs):
     """Yield the text of `zoo.generate` in pieces, as its tokens are chosen.
 
     The pieces, joined, are exactly `zoo.generate`'s text with the same
@@ -165,11 +163,15 @@ def stream(
         prompt: one str.
         skip_prompt: False yields the prompt's text first (as `zoo.generate`
             returns prompt and continuation); True only the new text.
+        logprobs: None, or k: yield `GeneratedText`s instead of str, each
+            a piece with the tokens chosen since the one before, their
+            log-probabilities and k likeliest alternatives (as
+            `zoo.generate`'s).
         The rest: as `zoo.generate`'s (`sampler` is not "beam"), the
             decoding controls included.
 
     Yields:
-        str pieces.
+        str pieces (`GeneratedText`s with `logprobs`).
 
     Example:
 
@@ -183,24 +185,78 @@ def stream(
         print(piece, end="", flush=True)
     ```
     """
+    options = _generate_options(model, prompt, args, kwargs)
+    max_new_tokens, max_length, logprobs = options["max_new_tokens"], options["max_length"], options["logprobs"]
+    kwargs = options["kwargs"]
     controls = _controls(kwargs)
     samplers.refuse_renamed(kwargs, "zoo.stream")
+    if kwargs:
+        raise ValueError(f"zoo.stream takes no {', '.join(sorted(kwargs))}.")
     if not isinstance(prompt, str):
         raise ValueError(f"zoo.stream takes one prompt, a str; got {type(prompt).__name__}.")
     rows = _text_prompts(model, prompt, "zoo.stream")
     if isinstance(model, EncoderDecoder) and max_new_tokens is None and max_length is None:
         max_new_tokens = min(len(rows[0]) + 10, model.max_sequence_length - 1)  # as zoo.translate
     budgets = _text_budgets(model, rows, max_new_tokens, max_length)
-    generation = TextGeneration(model, rows, budgets, stop=stop, stop_token_ids=stop_token_ids, sampler=sampler,
-                                seed=seed, temperature=temperature, top_k=top_k, top_p=top_p, controls=controls)
-    return _pieces(generation, skip_prompt or isinstance(model, EncoderDecoder))
+    generation = TextGeneration(model, rows, budgets, controls=controls, logprobs=logprobs,
+                                **{name: options[name] for name in _SAMPLING_OPTIONS})
+    return _pieces(generation, skip_prompt or isinstance(model, EncoderDecoder), logprobs is not None)
 
 
-def _pieces(generation, skip_prompt):
-    if not skip_prompt and generation.rows[0].prompt_text:
-        yield generation.rows[0].prompt_text
+_SAMPLING_OPTIONS = ("stop", "stop_token_ids", "sampler", "seed", "temperature", "top_k", "top_p")
+
+
+def _generate_options(model, prompt, args, kwargs):
+    """`zoo.generate`'s arguments as given to `zoo.stream`, its defaults
+    filled in: {name: value}, what `**kwargs` took as "kwargs"."""
+    try:
+        options = inspect.signature(generate).bind(model, prompt, *args, **kwargs)
+    except TypeError as error:
+        raise TypeError(f"zoo.stream takes zoo.generate's arguments: {error}") from None
+    options.apply_defaults()
+    return options.arguments
+
+
+def _pieces(generation, skip_prompt, with_logprobs):
+    row = generation.rows[0]
+    if not skip_prompt and row.prompt_text:
+        yield generation.generated(0, row.prompt_text, 0, 0) if with_logprobs else row.prompt_text
+    given = 0  # the new tokens given out with a piece so far
     for _, piece in generation.pieces():
-        yield piece
+        if not with_logprobs:
+            yield piece
+            continue
+        count = generation.text_token_count(0)
+        yield generation.generated(0, piece, given, count)
+        given = count
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratedText:
+    """Generated text with its tokens' log-probabilities: what
+    `zoo.generate` returns on text with `logprobs`, and what `zoo.stream`
+    yields with it (then `text` is a piece, and the tokens are those chosen
+    since the piece before).
+
+    Attributes:
+        text: str; from `zoo.generate`, the prompt and its continuation (as
+            without `logprobs`).
+        token_ids: the n new token ids behind the new text (a stop token
+            that ended the text is not one of them).
+        tokens: n str, the tokenizer's decoding of each id alone.
+        token_logprobs: (n,) float32, each token's log-probability under
+            the model, given what precedes it.
+        top_ids: (n, k) int32, the k likeliest tokens at each position, the
+            likeliest first (k is `logprobs`).
+        top_logprobs: (n, k) float32, their log-probabilities.
+    """
+
+    text: str
+    token_ids: tuple
+    tokens: tuple
+    token_logprobs: np.ndarray
+    top_ids: np.ndarray
+    top_logprobs: np.ndarray
 
 
 class TextGeneration:
@@ -229,6 +285,8 @@ class TextGeneration:
         bucket: round the compiled shapes up, see `zoo.generation.Decoding`.
         controls: the decoding controls' settings (`min_p`,
             `repetition_penalty`, ...: `zoo.generation.controls`), or None.
+        logprobs: None, or k: record each new token's log-probability and
+            its k likeliest alternatives (`generated`).
 
     Attributes:
         rows: B `TextRow`s: `prompt_text`, `text` (the new text so far),
@@ -251,7 +309,7 @@ class TextGeneration:
     """
 
     def __init__(self, model, prompt_ids, budgets, *, stop=None, stop_token_ids=AUTO, sampler="greedy", seed=None,
-                 temperature=1.0, top_k=50, top_p=0.9, bucket=False, controls=None, **kwargs):
+                 temperature=1.0, top_k=50, top_p=0.9, bucket=False, controls=None, logprobs=None, **kwargs):
         samplers.refuse_renamed(kwargs, "TextGeneration")
         tokenizer = tokenizer_of(model, "zoo.generate")
         if isinstance(sampler, str) and sampler == "beam":
@@ -263,14 +321,15 @@ class TextGeneration:
             start, end = special_id(tokenizer, "start"), special_id(tokenizer, "end")
             ends = [end] if is_auto(stop_token_ids) else stop_token_ids
             self.decoding = Decoding(model, [[start]] * batch, budgets, sampling, ends, source=prompt_ids,
-                                     bucket=bucket, controls=controls)
+                                     bucket=bucket, controls=controls, logprobs=logprobs)
             text_prompts = [[] for _ in prompt_ids]
         else:
             ends = auto_stop_ids(tokenizer) if is_auto(stop_token_ids) else stop_token_ids
             self.decoding = Decoding(model, prompt_ids, budgets, sampling, ends, slide=True, bucket=bucket,
-                                     controls=controls)
+                                     controls=controls, logprobs=logprobs)
             text_prompts = prompt_ids
         ends = self.decoding.stop_token_ids
+        self.tokenizer = tokenizer
         self.rows = [TextRow(tokenizer, ids, len(ids), row_stops, ends) for ids, row_stops in zip(text_prompts, stops)]
         for row, ids in zip(self.rows, prompt_ids):
             row.prompt_tokens = len(ids)
@@ -308,6 +367,25 @@ class TextGeneration:
         for _ in self.steps(every_token=False):
             pass
         return [row.text for row in self.rows]
+
+    def text_token_count(self, row):
+        """How many of `row`'s new tokens make its text: all of them, less
+        a stop token that ended it."""
+        new = self.decoding.new_tokens[row]
+        return len(new) - bool(new and new[-1] in self.decoding.stop_token_ids)
+
+    def generated(self, row, text, start, end):
+        """A `GeneratedText` of `text` with `row`'s new tokens start..end-1
+        and what was recorded of them (with `logprobs`)."""
+        decoding = self.decoding
+        ids = tuple(decoding.new_tokens[row][start:end])
+        k = decoding.logprobs or 0
+        return GeneratedText(
+            text, ids, tuple(decode(self.tokenizer, [t]) for t in ids),
+            np.asarray(decoding.token_logprobs[row][start:end], "float32"),
+            np.asarray(decoding.top_ids[row][start:end], "int32").reshape(len(ids), k),
+            np.asarray(decoding.top_logprobs[row][start:end], "float32").reshape(len(ids), k),
+        )
 
 
 class TextRow:
@@ -419,19 +497,25 @@ def _text_budgets(model, rows, max_new_tokens, max_length):
 
 
 def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, top_k, top_p,
-                   stop, kwargs):
+                   stop, logprobs, kwargs):
     if isinstance(model, EncoderDecoder):
         raise ValueError("zoo.generate on text takes a decoder-only model; for an EncoderDecoder use zoo.translate.")
     rows = _text_prompts(model, prompt, "zoo.generate")
     budgets = _text_budgets(model, rows, max_new_tokens, max_length)
     if isinstance(sampler, str) and sampler == "beam":
+        if logprobs is not None:
+            raise ValueError("`logprobs` is not taken by beam search (a beam's tokens change until the end); "
+                             "use a sampler.")
         return _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, kwargs)
     controls = _controls(kwargs)
     if kwargs:
         raise ValueError(f"zoo.generate on text takes no {', '.join(sorted(kwargs))} (only with sampler='beam').")
     generation = TextGeneration(model, rows, budgets, stop=stop, stop_token_ids=stop_token_ids, sampler=sampler,
-                                seed=seed, temperature=temperature, top_k=top_k, top_p=top_p, controls=controls)
+                                seed=seed, temperature=temperature, top_k=top_k, top_p=top_p, controls=controls,
+                                logprobs=logprobs)
     texts = [row.prompt_text + new for row, new in zip(generation.rows, generation.run())]
+    if logprobs is not None:
+        texts = [generation.generated(b, text, 0, generation.text_token_count(b)) for b, text in enumerate(texts)]
     return texts[0] if isinstance(prompt, str) else texts
 
 
