@@ -62,37 +62,7 @@ class EncoderDecoder(ZooModel):
     def __init__(self, *args, dtype=None, **kwargs):
         config, kwargs = EncoderDecoderConfig.take(args, kwargs)
         # === Layers ===
-        def embedding(size, name, token_embedding=None):
-            return TokenAndPositionEmbedding(
-                size,
-                config.max_sequence_length,
-                config.hidden_dim,
-                position=config.position,
-                position_offset=config.position_offset,
-                scale_embeddings=config.scale_embeddings,  # section 3.4: embeddings times sqrt(d_model)
-                embeddings_initializer=keras.initializers.RandomNormal(stddev=config.hidden_dim**-0.5),
-                token_embedding=token_embedding,
-                dtype=dtype,
-                name=name,
-            )
-
-        if not config.share_embeddings:
-            self.decoder_embedding = embedding(config.vocabulary_size, "decoder_embedding")
-            self.encoder_embedding = embedding(config.source_vocabulary_size, "encoder_embedding")
-        elif config.share_positions:  # one layer: the paper's shared table and its positions
-            self.decoder_embedding = self.encoder_embedding = embedding(config.vocabulary_size, "embedding")
-        else:  # one token table, a learned position table per stack (BART)
-            self.decoder_embedding = embedding(config.vocabulary_size, "decoder_embedding")
-            self.encoder_embedding = embedding(
-                config.vocabulary_size, "encoder_embedding", token_embedding=self.decoder_embedding.token_embedding
-            )
-        norm = lambda name: LayerNormalization(epsilon=config.layer_norm_epsilon, dtype=dtype, name=name)
-        # BART's `layernorm_embedding`: a LayerNorm on tokens plus positions, before the dropout.
-        self.encoder_embedding_norm = norm("encoder_layernorm_embedding") if config.layernorm_embedding else None
-        self.decoder_embedding_norm = norm("decoder_layernorm_embedding") if config.layernorm_embedding else None
-        dropout = lambda name: keras.layers.Dropout(config.dropout, dtype=dtype, name=name)
-        self.encoder_embeddings_dropout = dropout("encoder_embeddings_dropout")
-        self.decoder_embeddings_dropout = dropout("decoder_embeddings_dropout")
+        self._build_embeddings(config, dtype)
         block_args = dict(
             dropout=config.dropout,
             activation=config.activation,
@@ -144,6 +114,41 @@ class EncoderDecoder(ZooModel):
 
         # === Config ===
         self._set_config(config)
+
+    def _build_embeddings(self, config, dtype):
+        """The token and position embeddings of both stacks (one shared
+        table, or one each), BART's LayerNorms on them, and their dropouts."""
+        def embedding(size, name, token_embedding=None):
+            return TokenAndPositionEmbedding(
+                size,
+                config.max_sequence_length,
+                config.hidden_dim,
+                position=config.position,
+                position_offset=config.position_offset,
+                scale_embeddings=config.scale_embeddings,  # section 3.4: embeddings times sqrt(d_model)
+                embeddings_initializer=keras.initializers.RandomNormal(stddev=config.hidden_dim**-0.5),
+                token_embedding=token_embedding,
+                dtype=dtype,
+                name=name,
+            )
+
+        if not config.share_embeddings:
+            self.decoder_embedding = embedding(config.vocabulary_size, "decoder_embedding")
+            self.encoder_embedding = embedding(config.source_vocabulary_size, "encoder_embedding")
+        elif config.share_positions:  # one layer: the paper's shared table and its positions
+            self.decoder_embedding = self.encoder_embedding = embedding(config.vocabulary_size, "embedding")
+        else:  # one token table, a learned position table per stack (BART)
+            self.decoder_embedding = embedding(config.vocabulary_size, "decoder_embedding")
+            self.encoder_embedding = embedding(
+                config.vocabulary_size, "encoder_embedding", token_embedding=self.decoder_embedding.token_embedding
+            )
+        norm = lambda name: LayerNormalization(epsilon=config.layer_norm_epsilon, dtype=dtype, name=name)
+        # BART's `layernorm_embedding`: a LayerNorm on tokens plus positions, before the dropout.
+        self.encoder_embedding_norm = norm("encoder_layernorm_embedding") if config.layernorm_embedding else None
+        self.decoder_embedding_norm = norm("decoder_layernorm_embedding") if config.layernorm_embedding else None
+        dropout = lambda name: keras.layers.Dropout(config.dropout, dtype=dtype, name=name)
+        self.encoder_embeddings_dropout = dropout("encoder_embeddings_dropout")
+        self.decoder_embeddings_dropout = dropout("decoder_embeddings_dropout")
 
     def encode(self, encoder_token_ids, encoder_padding_mask, training=None):
         """(B, S) source ids -> (B, S, d) final encoder output. The same
