@@ -27,7 +27,8 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
     Args:
         target: a run folder, a `.keras` file, or a checkpoint folder or
             handle (`hf://ORG/NAME[@REVISION]`) of a decoder-only language
-            model, or of a BERT sentence encoder, that carries its tokenizer.
+            model, an encoder-decoder or a BERT sentence encoder, that
+            carries its tokenizer.
         host: the address to listen on (127.0.0.1: this machine only).
         port: the port; 0 picks a free one (the printed URL names it).
         api_key: the key every request must carry (`Authorization: Bearer
@@ -69,12 +70,13 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
 
 def check_language_model(model, target):
     """One clear line for a model `zoo serve` cannot serve."""
-    from zoo.models import BertSentenceEncoder, CausalLM
+    from zoo.models import BertSentenceEncoder, CausalLM, EncoderDecoder
 
-    if not isinstance(model, (CausalLM, BertSentenceEncoder)):
+    if not isinstance(model, (CausalLM, EncoderDecoder, BertSentenceEncoder)):
         raise ValueError(
             f"{target}: a {type(model).__name__}; zoo serve serves a decoder-only language model (GPT, Llama "
-            "family) or a BERT sentence encoder (/v1/embeddings); `zoo translate` and `zoo classify` use the others"
+            "family), an encoder-decoder (/v1/completions translates its prompt) or a BERT sentence encoder "
+            "(/v1/embeddings); `zoo classify` uses the others"
         )
-    if getattr(model, "tokenizer", None) is None and getattr(model.backbone, "tokenizer", None) is None:
+    if getattr(model, "tokenizer", None) is None and getattr(getattr(model, "backbone", None), "tokenizer", None) is None:
         raise ValueError(f"{target}: the model carries no tokenizer; zoo serve works on text")

@@ -43,6 +43,11 @@ log-probability per token are returned. Chat takes `logprobs: true` and
 `top_logprobs` (0-20), in OpenAI's chat shape (`{"content": [{token,
 logprob, bytes, top_logprobs}]}`). The log-probabilities are
 `zoo.score`'s, of the prompt and the answer's tokens.
+An encoder-decoder served (Marian, BART, the zoo's translator) reads a
+completion's prompt as its source, tokenized by its source tokenizer, and
+answers with the decoder's text (`zoo.stream` of the source, the sampler
+and controls as a decoder-only model's), streamed too; it takes no `echo`,
+`logprobs` or `best_of` beyond `n`, and no chat.
 Answers carry `usage` and `finish_reason` ("stop" or "length"); with
 `stream: true`, server-sent events in OpenAI's chunk format, ending with
 `data: [DONE]`. A refused request gets OpenAI's error shape,
@@ -79,7 +84,7 @@ from recipes.serve import web
 
 from recipes.serve.scheduler import END, ERROR, PIECE, EmbedJob, Job, QueueFull, ScoreJob
 from recipes.serve.web import Limits, RequestError, integer, is_int, known, number, read_json, short
-from zoo.models import BertSentenceEncoder
+from zoo.models import BertSentenceEncoder, EncoderDecoder
 from zoo.text.tokens import decode
 
 COMMON = ("model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "n", "user",
@@ -108,7 +113,10 @@ class Service:
     """One model behind the endpoints.
 
     Args:
-        model: a decoder-only language model carrying its tokenizer.
+        model: a decoder-only language model carrying its tokenizer; an
+            encoder-decoder carrying its tokenizers (a completion's prompt
+            is then the source, and its text the translation, or the
+            answer); or a BERT sentence encoder (embeddings).
         name: the model's id in `/v1/models` and in every answer.
         scheduler: the `Scheduler` that decodes its requests.
         limits: the `recipes.serve.web.Limits` of a request's body.
@@ -120,6 +128,9 @@ class Service:
         self.context = int(getattr(model, "backbone", model).max_sequence_length)
         self.created = int(time.time())
         self.encoder = isinstance(model, BertSentenceEncoder)  # embeddings, not text
+        # An encoder-decoder reads the prompt as its source: the source tokenizer's ids, a whole context of them.
+        self.translator = isinstance(model, EncoderDecoder)
+        self.prompt_tokenizer = (model.source_tokenizer or self.tokenizer) if self.translator else self.tokenizer
 
     def health(self):
         """The server's limits and its queue now (`GET /health`)."""
@@ -168,8 +179,14 @@ class Service:
                                "logprobs")
         # A prompt only scored (echo, max_tokens 0) may fill the context: the model reads all its tokens.
         scoring = echo and body.get("max_tokens") == 0
-        prompts = self._prompts(body.get("prompt"), self.context if scoring else self.context - 1)
+        if self.translator and (echo or logprobs is not None):
+            raise RequestError(f"{'echo' if echo else 'logprobs'}: not taken by an encoder-decoder served (its "
+                               "prompt is the source, not the start of its answer)", "echo" if echo else "logprobs")
+        prompts = self._prompts(body.get("prompt"), self.context if scoring or self.translator else self.context - 1)
         n, best_of = self._samples(body, chat=False)
+        if self.translator and best_of > n:
+            raise RequestError("best_of: ranks the samples by their log-probabilities, which an encoder-decoder "
+                               "served does not score; ask for n samples", "best_of")
         if len(prompts) * best_of > MAX_PROMPTS:
             raise RequestError(f"prompt: {len(prompts)} prompts of {best_of} samples each; expected at most "
                                f"{MAX_PROMPTS} samples in all", "prompt")
@@ -325,7 +342,7 @@ class Service:
 
     def _ids(self, text, field):
         try:
-            return [int(t) for t in self.tokenizer(text)]
+            return [int(t) for t in self.prompt_tokenizer(text)]
         except ValueError as error:
             raise RequestError(f"{field}: {error}", field) from None
 
@@ -404,15 +421,17 @@ class Service:
     def _job(self, body, ids, default_tokens, sample=0):
         """The `Job` of one sample of a prompt: the request's `sample`-th,
         which draws with its seed + `sample`."""
-        self._check_length(ids, "messages" if default_tokens is None else "prompt")
-        room = self.context - len(ids)
+        self._check_length(ids, "messages" if default_tokens is None else "prompt",
+                           self.context if self.translator else None)
+        room = self.context - (1 if self.translator else len(ids))  # a translation starts from its start token
         max_tokens = body.get("max_tokens")
         if max_tokens is None:
             max_tokens = min(default_tokens or room, room)
         if not is_int(max_tokens) or not 1 <= max_tokens <= room:  # 0 only with echo: see `completion`
+            prompt = "its start token" if self.translator else f"the prompt's {len(ids)}"
             raise RequestError(
-                f"max_tokens: expected an integer in [1, {room}] (the context of {self.context} tokens less the "
-                f"prompt's {len(ids)}); got {short(max_tokens)}", "max_tokens"
+                f"max_tokens: expected an integer in [1, {room}] (the context of {self.context} tokens less "
+                f"{prompt}); got {short(max_tokens)}", "max_tokens"
             )
         temperature = number(body, "temperature", 1.0, "a number in [0, 2]", low=0.0, high=2.0)
         top_p = number(body, "top_p", 1.0, "a number in (0, 1]", above=0.0, high=1.0)
@@ -665,7 +684,8 @@ async def _complete(request, service, completion):
                 if result[0] == ERROR:
                     return _server_error(result[1])
                 text, row = result[1]
-                samples[-1].append((text, _answer_ids(service.tokenizer, ids, job.token_ids, row, text),
+                prompt = [] if service.translator else ids  # a translation's text is its own
+                samples[-1].append((text, _answer_ids(service.tokenizer, prompt, job.token_ids, row, text),
                                     row.finish_reason))
                 completion_tokens += row.completion_tokens
         scores = [[None] * len(prompt_samples) for prompt_samples in samples]

@@ -65,7 +65,8 @@ class Decoding:
             or to `bucket` rows when it is an int larger than the batch,
             with rows that are done from the start; the longest prompt and
             prompt plus new tokens each to a power of two, at least 16 and
-            64 positions), so that requests of many sizes share a bounded
+            64 positions, and an encoder-decoder's longest source to one of
+            at least 16), so that requests of many sizes share a bounded
             set of compiled functions (what a server wants). Each row's
             tokens are the same up to floating-point rounding.
         suppress_token_ids: ids never chosen (their logits masked out:
@@ -339,6 +340,8 @@ class Request:
                     f"The longest source ({source_length} tokens) is longer than the model's maximum "
                     f"sequence length {limit}."
                 )
+            if bucket:
+                source_length = min(_power_of_two(max(source_length, 16)), limit)
             self.arrays += prompts.right_pad(sources, source_length, 0)
             self.shapes += (source_length,)
         elif source is not None or source_padding_mask is not None:
