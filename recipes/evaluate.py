@@ -18,6 +18,7 @@ from pathlib import Path
 from lm_eval.api.model import LM
 
 DEFAULT_MAX_GEN_TOKS = 256  # the harness's own default
+SEED = 1234  # every sampled request draws with it, as the harness seeds its hf model
 
 
 def task_manager(tasks, include_path):
@@ -134,20 +135,24 @@ class ZooLM(LM):
             if not row:
                 raise ValueError(f"request {i} has an empty prompt; expected at least one token to continue")
         outputs = [None] * len(requests)
-        # Rows that sample alike decode together, longest first (as the harness's hf model orders them).
-        groups = {}
-        for i in sorted(range(len(rows)), key=lambda i: -len(rows[i])):
-            groups.setdefault(settings[i]["sampling"], []).append(i)
-        for sampling, members in groups.items():
-            for first in range(0, len(members), self.batch_size):
-                chunk = members[first: first + self.batch_size]
-                generation = TextGeneration(
-                    model, [rows[i] for i in chunk], [settings[i]["budget"] for i in chunk],
-                    stop=[list(settings[i]["until"]) for i in chunk], **dict(sampling),
-                )
-                for i, text in zip(chunk, generation.run()):
-                    outputs[i] = text
+        # Longest first (as the harness's hf model orders them); each row samples by its own settings and
+        # seed, so requests of any settings share a batch and each gets the text it would get alone.
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+        for first in range(0, len(order), self.batch_size):
+            chunk = order[first: first + self.batch_size]
+            sampling = [dict(settings[i]["sampling"]) for i in chunk]
+            generation = TextGeneration(
+                model, [rows[i] for i in chunk], [settings[i]["budget"] for i in chunk],
+                stop=[list(settings[i]["until"]) for i in chunk],
+                **{name: [row.get(name, default) for row in sampling] for name, default in SAMPLING_DEFAULTS.items()},
+            )
+            for i, text in zip(chunk, generation.run()):
+                outputs[i] = text
         return outputs
+
+
+# A row's sampler settings where its request names none (greedy reads none of them).
+SAMPLING_DEFAULTS = {"sampler": "greedy", "temperature": 1.0, "top_k": 50, "top_p": 0.9, "seed": SEED}
 
 
 def _generation_settings(kwargs):
@@ -161,7 +166,7 @@ def _generation_settings(kwargs):
     sample = bool(kwargs.pop("do_sample", False)) or temperature > 0
     sampling = {"sampler": "greedy"}
     if sample:
-        sampling = {"sampler": "temperature", "temperature": temperature or 1.0, "seed": 1234}
+        sampling = {"sampler": "temperature", "temperature": temperature or 1.0}
         if kwargs.get("top_p") is not None:
             sampling.update(sampler="top_p", top_p=float(kwargs["top_p"]))
         elif kwargs.get("top_k") is not None:

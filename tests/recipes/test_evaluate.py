@@ -169,6 +169,25 @@ def test_generate_until_is_greedy_generation_cut_at_the_stop_string(files):
         assert output == expected
 
 
+def test_generate_until_batches_requests_of_any_sampling_each_as_it_would_go_alone(files):
+    lm = ZooLM(files.model, batch_size=4)
+    settings = [
+        {"until": ["."], "max_gen_toks": 6},
+        {"until": ["\n"], "max_gen_toks": 8, "do_sample": True, "temperature": 0.7},
+        {"until": ["."], "max_gen_toks": 7, "do_sample": True, "top_p": 0.8},
+        {"until": ["."], "max_gen_toks": 5, "temperature": 1.3, "top_k": 3},
+    ]
+    prompts = ["the cat sat", "she read a book and then", "a dog", "the cat"]
+    together = lm.generate_until([types.SimpleNamespace(args=(p, s)) for p, s in zip(prompts, settings)])
+    alone = [ZooLM(files.model, batch_size=1).generate_until([types.SimpleNamespace(args=(p, s))])[0]
+             for p, s in zip(prompts, settings)]
+    assert together == alone
+    # A sampled request draws with the harness's seed, as zoo.generate does with it.
+    sampled = zoo.generate(files.model, prompts[1], max_new_tokens=8, sampler="temperature", temperature=0.7,
+                           seed=1234)[len(prompts[1]):]
+    assert together[1] == sampled.split("\n")[0]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--tasks", "no_such_task"], "unknown task no_such_task; expected a task or group of the harness"),
     (["--tasks", "zoo_choice", "--include-path", "/nowhere"], "--include-path /nowhere: no such folder"),
