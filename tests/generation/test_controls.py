@@ -1,13 +1,14 @@
 """The decoding controls on fixed logits against float64 NumPy references
 of their definitions: transformers' repetition penalty, OpenAI's presence
-and frequency penalties and logit bias, min_p; each row by its own
+and frequency penalties and logit bias, transformers' no-repeat n-gram
+rule, min_p; each row by its own
 settings; all off changes nothing; bad settings refused in one line."""
 
 import numpy as np
 import pytest
 from keras import ops
 
-from zoo.generation.controls import REMOVED, Controls, apply
+from zoo.generation.controls import NGRAM_MOST, REMOVED, Controls, apply
 
 B, L, V = 3, 10, 12
 
@@ -25,6 +26,8 @@ def reference(logits, token_ids, index, prompt_lengths, controls, temperature):
         generated = token_ids[b, prompt_lengths[b]:index].tolist()
         for t in set(generated):  # OpenAI: over the generated tokens
             out[b, t] -= arrays["frequency_penalty"][b] * generated.count(t) + arrays["presence_penalty"][b]
+        for t in banned_ngram_ends(token_ids[b, :index].tolist(), int(arrays["no_repeat_ngram_size"][b])):
+            out[b, t] = REMOVED
         min_p = arrays["min_p"][b]
         if min_p > 0:
             probabilities = np.exp((out[b] - out[b].max()) / temperature)
@@ -33,12 +36,28 @@ def reference(logits, token_ids, index, prompt_lengths, controls, temperature):
     return out
 
 
+def banned_ngram_ends(tokens, n):
+    """transformers' `NoRepeatNGramLogitsProcessor` for one row: the n-grams
+    of `tokens`, keyed by their first n - 1; the banned tokens are those
+    that follow the last n - 1 tokens."""
+    if n == 0 or len(tokens) + 1 < n:
+        return []
+    ngrams = {}
+    for start in range(len(tokens) - n + 1):
+        gram = tokens[start:start + n]
+        ngrams.setdefault(tuple(gram[:-1]), []).append(gram[-1])
+    return ngrams.get(tuple(tokens[len(tokens) - n + 1:]), [])
+
+
 @pytest.fixture
 def step():
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(B, V)).astype("float32") * 3
     token_ids = rng.integers(0, V, size=(B, L)).astype("int32")
     token_ids[0, 4:8] = [5, 5, 5, 7]  # a token repeated in the output
+    token_ids[1, 0:8] = [2, 9, 4, 6, 2, 9, 4, 1]  # n-grams that come back (and end the buffer at index 8)
+    token_ids[1, 1:3] = [9, 4]
+    token_ids[1, 6:8] = [9, 4]
     return logits, token_ids, 8, np.array([4, 6, 2], "int32")
 
 
@@ -50,6 +69,9 @@ def step():
     dict(presence_penalty=-0.5, frequency_penalty=1.5),
     dict(min_p=0.2),
     dict(min_p=[0.0, 0.5, 0.05]),
+    dict(no_repeat_ngram_size=1),
+    dict(no_repeat_ngram_size=[2, 3, 0]),
+    dict(no_repeat_ngram_size=[3, 2, NGRAM_MOST]),
     dict(logit_bias={3: 5.0, 7: -100}),
     dict(logit_bias=[{1: 2.5}, None, {11: -3.0}], repetition_penalty=1.2, presence_penalty=0.3,
          frequency_penalty=0.4, min_p=0.1),
@@ -110,7 +132,7 @@ def lm():
 
 
 ROW_CONTROLS = dict(repetition_penalty=[1.8, 1.0], presence_penalty=[0.5, 1.2], frequency_penalty=[0.7, -0.4],
-                    min_p=[0.05, 0.2], logit_bias=[{3: 4.0}, {5: -100, 7: 2.5}])
+                    min_p=[0.05, 0.2], logit_bias=[{3: 4.0}, {5: -100, 7: 2.5}], no_repeat_ngram_size=[2, 0])
 
 
 def greedy_reference(lm, prompts, steps, settings):
@@ -142,11 +164,27 @@ def test_zoo_generate_with_each_rows_controls_is_the_uncached_reference_of_each_
 def test_the_stream_and_the_whole_loop_choose_the_same_tokens_under_controls(lm, options):
     import zoo
 
-    settings = dict(repetition_penalty=1.5, frequency_penalty=0.6, min_p=0.05, logit_bias={2: 3.0})
+    settings = dict(repetition_penalty=1.5, frequency_penalty=0.6, min_p=0.05, logit_bias={2: 3.0},
+                    no_repeat_ngram_size=3)
     whole = zoo.generate(lm, "ROMEO:", max_new_tokens=20, **settings, **options)
     assert "".join(zoo.stream(lm, "ROMEO:", max_new_tokens=20, **settings, **options)) == whole
     past = zoo.generate(lm, "ROMEO:", max_new_tokens=40, **settings, **options)  # past the window of 32
     assert "".join(zoo.stream(lm, "ROMEO:", max_new_tokens=40, **settings, **options)) == past
+
+
+def test_no_repeat_ngram_size_leaves_no_n_gram_twice(lm):
+    import zoo
+
+    prompt = [1, 2, 3, 1, 2]
+    plain = zoo.generate(lm, [prompt], max_new_tokens=24).sequences[0]
+    tokens = prompt + plain
+    assert len({tuple(tokens[i:i + 2]) for i in range(len(tokens) - 1)}) < len(tokens) - 1  # greedy repeats some
+
+    for n in (2, 3):
+        tokens = prompt + zoo.generate(lm, [prompt], max_new_tokens=24, no_repeat_ngram_size=n).sequences[0]
+        grams = [tuple(tokens[i:i + n]) for i in range(len(prompt) - n + 1, len(tokens) - n + 1)]  # each new one
+        before = {tuple(tokens[i:i + n]) for i in range(len(prompt) - n + 1)}  # the prompt's own
+        assert len(set(grams)) == len(grams) and not set(grams) & before
 
 
 def test_controls_that_are_off_compile_nothing_new(lm):

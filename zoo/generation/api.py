@@ -109,6 +109,7 @@ def generate_ids(
     presence_penalty=None,
     frequency_penalty=None,
     logit_bias=None,
+    no_repeat_ngram_size=None,
     logprobs=None,
     **kwargs,
 ):
@@ -149,8 +150,9 @@ def generate_ids(
         suppress_token_ids: ids never chosen, by any sampler or beam
             (transformers' single-token `bad_words_ids`: Marian's `<pad>`).
         min_p, repetition_penalty, presence_penalty, frequency_penalty,
-            logit_bias: the decoding controls (`zoo.generation.controls`),
-            each one value or one a row; not with beam search.
+            logit_bias, no_repeat_ngram_size: the decoding controls
+            (`zoo.generation.controls`), each one value or one a row; not
+            with beam search.
         logprobs: None, or k: each new token's log-probability under the
             model (before the sampler's temperature and the controls) and
             its k likeliest alternatives, recorded inside the compiled loop
@@ -170,7 +172,8 @@ def generate_ids(
     samplers.refuse_renamed(kwargs, "generate_ids")
     controls = {name: value for name, value in dict(
         min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
-        frequency_penalty=frequency_penalty, logit_bias=logit_bias).items() if value is not None}
+        frequency_penalty=frequency_penalty, logit_bias=logit_bias, no_repeat_ngram_size=no_repeat_ngram_size,
+    ).items() if value is not None}
     beam = isinstance(sampler, str) and sampler == "beam"
     if beam and controls:
         raise ValueError(f"`{next(iter(controls))}` is not taken by beam search; use a sampler.")
