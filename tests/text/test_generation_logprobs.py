@@ -5,26 +5,13 @@ the tokens before it, the last W of them past the window); the cached
 stream and the whole-generation loop agree; asking for them changes no
 token."""
 
-import keras
 import numpy as np
 import pytest
 
 import zoo
-from tests.text.test_scoring import TEXT, WINDOW, _reference
-from zoo.data import CharTokenizer
+from tests.text.test_scoring import WINDOW, _reference, lm  # noqa: F401  (lm: the scoring tests' model fixture)
 
 K = 3
-
-
-@pytest.fixture(scope="module")
-def lm():
-    keras.utils.set_random_seed(0)
-    tokenizer = CharTokenizer.from_text(TEXT)
-    # Large weights: the log-probabilities differ from token to token and position to position.
-    return zoo.build(
-        "gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), max_sequence_length=WINDOW,
-        initializer_range=0.5, tokenizer=tokenizer,
-    )
 
 
 def _check_against_reference(lm, prompt, new, token_logprobs, top_ids, top_logprobs):
