@@ -144,7 +144,7 @@ class Service:
                 "max_request_bytes": self.limits.max_request_bytes,
                 "read_timeout_seconds": self.limits.read_timeout,
                 "context_tokens": self.context,
-                "max_prompt_tokens": self.context - 1,
+                "max_prompt_tokens": self.context if self.translator else self.context - 1,
                 "max_messages": MAX_MESSAGES,
                 "max_message_characters": self.max_characters,
                 "max_stop_strings": MAX_STOP_STRINGS,

@@ -51,6 +51,18 @@ def test_a_completion_is_the_greedy_translation_of_its_prompt(served, translator
     assert "".join(chunk.choices[0].text for chunk in pieces) == expected[0]
 
 
+def test_a_source_may_fill_the_context(served, translator):
+    import httpx
+
+    assert httpx.get(served.url + "/health").json()["limits"]["max_prompt_tokens"] == translator.max_sequence_length
+    words = " ".join((ENGLISH[0] + " " + ENGLISH[2]).split()[:translator.max_sequence_length])  # 12 words, 12 ids
+    assert len(translator.source_tokenizer(words)) == translator.max_sequence_length
+    answer = served.client().completions.create(model="translator", prompt=words, max_tokens=4, temperature=0)
+    assert answer.choices[0].text == zoo.translate(translator, [words], num_beams=1, max_length=4)[0]
+    with pytest.raises(openai.BadRequestError, match="context"):
+        served.client().completions.create(model="translator", prompt=words + " dog", max_tokens=4)
+
+
 def test_sampled_translations_follow_their_seed(served, translator):
     client = served.client()
     answer = client.completions.create(model="translator", prompt=ENGLISH[1], max_tokens=8, temperature=1.0,
