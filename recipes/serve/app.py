@@ -131,6 +131,9 @@ class Service:
         # An encoder-decoder reads the prompt as its source: the source tokenizer's ids, a whole context of them.
         self.translator = isinstance(model, EncoderDecoder)
         self.prompt_tokenizer = (model.source_tokenizer or self.tokenizer) if self.translator else self.tokenizer
+        self.prompt_vocabulary = (model.source_vocabulary_size if self.translator
+                                  else getattr(model, "vocabulary_size", None))
+        self.max_prompt_tokens = self.context if self.translator else self.context - 1  # room for a new token
 
     def health(self):
         """The server's limits and its queue now (`GET /health`)."""
@@ -144,7 +147,7 @@ class Service:
                 "max_request_bytes": self.limits.max_request_bytes,
                 "read_timeout_seconds": self.limits.read_timeout,
                 "context_tokens": self.context,
-                "max_prompt_tokens": self.context if self.translator else self.context - 1,
+                "max_prompt_tokens": self.max_prompt_tokens,
                 "max_messages": MAX_MESSAGES,
                 "max_message_characters": self.max_characters,
                 "max_stop_strings": MAX_STOP_STRINGS,
@@ -182,7 +185,7 @@ class Service:
         if self.translator and (echo or logprobs is not None):
             raise RequestError(f"{'echo' if echo else 'logprobs'}: not taken by an encoder-decoder served (its "
                                "prompt is the source, not the start of its answer)", "echo" if echo else "logprobs")
-        prompts = self._prompts(body.get("prompt"), self.context if scoring or self.translator else self.context - 1)
+        prompts = self._prompts(body.get("prompt"), self.context if scoring else self.max_prompt_tokens)
         n, best_of = self._samples(body, chat=False)
         if self.translator and best_of > n:
             raise RequestError("best_of: ranks the samples by their log-probabilities, which an encoder-decoder "
@@ -246,7 +249,7 @@ class Service:
                 prompts.append((one, self.prompt_ids(one, "prompt", most)))
                 self._check_length(prompts[-1][1], "prompt", most)
             elif isinstance(one, list) and one and all(is_int(t) for t in one):
-                vocabulary = self.model.vocabulary_size
+                vocabulary = self.prompt_vocabulary
                 if len(one) > most or not all(0 <= t < vocabulary for t in one):
                     raise RequestError(
                         f"prompt: expected at most {most} token ids, each in [0, {vocabulary}); "
@@ -322,11 +325,11 @@ class Service:
 
     def prompt_ids(self, text, field, most=None):
         """The ids of `text`, refused once it surely has more tokens than a
-        prompt may (`most`; None: the context less one): a long text is
+        prompt may (`most`; None: `max_prompt_tokens`): a long text is
         tokenized piece by piece (each piece cut before a space, so the
         pieces tokenize as the whole does, give or take a token at each
         cut), and only a text that fits is then tokenized whole."""
-        most = self.context - 1 if most is None else most
+        most = self.max_prompt_tokens if most is None else most
         counted, pieces, start = 0, 0, 0
         while len(text) - start > PIECE_CHARACTERS:
             end = _cut(text, start + PIECE_CHARACTERS)
@@ -411,7 +414,7 @@ class Service:
             raise RequestError("user: expected a string", "user")
 
     def _check_length(self, ids, field, most=None):
-        most = self.context - 1 if most is None else most
+        most = self.max_prompt_tokens if most is None else most
         if len(ids) > most:
             raise RequestError(
                 f"the prompt has {len(ids)} tokens; this model's context is {self.context} tokens, so a prompt may "
@@ -421,8 +424,7 @@ class Service:
     def _job(self, body, ids, default_tokens, sample=0):
         """The `Job` of one sample of a prompt: the request's `sample`-th,
         which draws with its seed + `sample`."""
-        self._check_length(ids, "messages" if default_tokens is None else "prompt",
-                           self.context if self.translator else None)
+        self._check_length(ids, "messages" if default_tokens is None else "prompt")
         room = self.context - (1 if self.translator else len(ids))  # a translation starts from its start token
         max_tokens = body.get("max_tokens")
         if max_tokens is None:

@@ -63,6 +63,15 @@ def test_a_source_may_fill_the_context(served, translator):
         served.client().completions.create(model="translator", prompt=words + " dog", max_tokens=4)
 
 
+def test_a_prompt_of_token_ids_is_read_in_the_source_vocabulary(served, translator):
+    source = [int(t) for t in translator.source_tokenizer(ENGLISH[2])]
+    answer = served.client().completions.create(model="translator", prompt=source, max_tokens=6, temperature=0)
+    assert answer.choices[0].text == zoo.translate(translator, [ENGLISH[2]], num_beams=1, max_length=6)[0]
+    with pytest.raises(openai.BadRequestError, match=rf"each in \[0, {translator.source_vocabulary_size}\)"):
+        served.client().completions.create(model="translator", prompt=[translator.source_vocabulary_size],
+                                           max_tokens=2)
+
+
 def test_sampled_translations_follow_their_seed(served, translator):
     client = served.client()
     answer = client.completions.create(model="translator", prompt=ENGLISH[1], max_tokens=8, temperature=1.0,

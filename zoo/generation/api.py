@@ -211,10 +211,8 @@ def generate_ids(
     token_ids = np.full((len(lengths), int(decoding.prompt_lengths.max()) + max_new_tokens), pad_token_id, "int32")
     for row, (prompt_ids, new) in enumerate(zip(decoding.rows, decoding.new_tokens)):
         token_ids[row, : lengths[row]] = prompt_ids + new
-    if logprobs is None:
-        return GenerationOutput(token_ids, lengths, decoding.prompt_lengths, decoding.new_tokens)
-    return GenerationOutput(token_ids, lengths, decoding.prompt_lengths, decoding.new_tokens,
-                            decoding.token_logprobs, decoding.top_ids, decoding.top_logprobs)
+    recorded = (decoding.token_logprobs, decoding.top_ids, decoding.top_logprobs) if logprobs is not None else ()
+    return GenerationOutput(token_ids, lengths, decoding.prompt_lengths, decoding.new_tokens, *recorded)
 
 
 def beam_search(

@@ -72,8 +72,9 @@ def compile(model, key, function):
 
 class Compiled:
     """A decoding function compiled for the backend: `compiled(*arrays)`
-    -> a tuple of its outputs as NumPy arrays (dicts of them kept); `compiled.raw(*arrays)` -> its outputs as
-    the backend's tensors, to feed to the next call.
+    -> a tuple of its outputs as NumPy arrays (dicts of them kept);
+    `compiled.raw(*arrays)` -> its outputs as the backend's tensors, to feed
+    to the next call.
 
     `function` is a callable object, not a closure: TensorFlow tells apart
     the functions it watches for retracing by their code object, and every

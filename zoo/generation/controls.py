@@ -85,8 +85,9 @@ def _repeated_ngram_ends(token_ids, index, size, vocabulary):
     size = ops.cast(size, "int32")  # (B,)
     starts = ops.expand_dims(ops.arange(length, dtype="int32"), 0)  # (1, L): where each n-gram begins
     # An n-gram whose last token is written, and a prefix of n - 1 tokens to match (none before n - 1 are).
-    match = ops.logical_and(ops.less(starts + ops.expand_dims(size, 1) - 1, ops.expand_dims(index, 1)),
-                            ops.expand_dims(ops.logical_and(ops.greater(size, 0), ops.greater_equal(index - size + 1, 0)), 1))  # (B, L)
+    written = ops.less(starts + ops.expand_dims(size, 1) - 1, ops.expand_dims(index, 1))  # (B, L)
+    has_prefix = ops.logical_and(ops.greater(size, 0), ops.greater_equal(index - size + 1, 0))  # (B,)
+    match = ops.logical_and(written, ops.expand_dims(has_prefix, 1))
     padded = ops.pad(token_ids, [[0, 0], [0, NGRAM_MOST]], constant_values=-1)
     for k in range(NGRAM_MOST - 1):  # the n-gram's k-th token against the prefix's
         prefix = ops.take_along_axis(token_ids, ops.expand_dims(ops.clip(index - size + 1 + k, 0, length - 1), 1),

@@ -141,6 +141,7 @@ class Advance(_ModelFunction):
         variant: `zoo.generation.samplers.Sampling.variant`.
         controlled: whether the decoding controls are on (their arrays
             come as the last argument).
+        logprobs: None, or k: what `records` holds (`empty_records`).
 
     Call arguments:
         index: () int32, the first position to predict.
@@ -171,13 +172,14 @@ class Advance(_ModelFunction):
         super().__init__(model)
         self.stage_length, self.stop_token_ids = stage_length, stop_token_ids
         self.chooser = Chooser(suppress_token_ids, variant, controlled)
+        self.logprobs = logprobs
 
     def __call__(self, index, cache, token_ids, records, done, until, mask, budget_end, context, sampling,
                  *controls):
         compiled.count_trace()
         end = ops.minimum(until, self.stage_length)
         return sample(self.model, self.chooser.given(sampling, controls), self.stop_token_ids, end,
-                      (index, cache, token_ids, records, done), mask, budget_end, context)
+                      (index, cache, token_ids, records, done), mask, budget_end, context, self.logprobs)
 
 
 class Whole(_ModelFunction):
@@ -208,7 +210,8 @@ class Whole(_ModelFunction):
         for stage, length in enumerate(self.stages):
             if stage:
                 state = (state[0], grow_cache(state[1], length), *state[2:])
-            state = sample(model, chooser, self.stop_token_ids, length, state, mask, budget_end, context)
+            state = sample(model, chooser, self.stop_token_ids, length, state, mask, budget_end, context,
+                           self.logprobs)
         return state[2], state[3]
 
 
@@ -247,11 +250,11 @@ class Chooser:
         return samplers.choose(chosen, self.sampling, position, self.variant), logits
 
 
-def sample(model, chooser, stop_token_ids, end, state, mask, budget_end, context):
+def sample(model, chooser, stop_token_ids, end, state, mask, budget_end, context, logprobs=None):
     """keras-hub's sampling loop from `state` = (index, cache, token_ids,
     records, done) up to position `end`: one `while_loop` over
-    `SamplingStep.body`."""
-    step = SamplingStep(model, chooser, context, mask, budget_end, stop_token_ids, end)
+    `SamplingStep.body`; `logprobs` as `Advance`'s."""
+    step = SamplingStep(model, chooser, context, mask, budget_end, stop_token_ids, end, logprobs)
     if not step.stateless:
         return tuple(ops.while_loop(step.cond, step.body, state))
     _, *state = ops.while_loop(step.cond, step.body, (step.variables(), *state))
@@ -320,10 +323,11 @@ def empty_records(batch, length, logprobs=None):
 def record(logits, token, logprobs=None):
     """What is recorded of the chosen `token` (B,) from the `logits` (B, V)
     it was chosen from: `empty_records`' entries for one position."""
-    values = {"probability": _probability_of(logits, token)}
-    if logprobs is not None:
-        logprob = ops.log_softmax(logits, axis=-1)
-        values["logprob"] = ops.take_along_axis(logprob, token[:, None], axis=1)[:, 0]
+    if logprobs is None:
+        return {"probability": _probability_of(logits, token)}
+    logprob = ops.log_softmax(logits, axis=-1)
+    values = {"logprob": ops.take_along_axis(logprob, token[:, None], axis=1)[:, 0]}
+    values["probability"] = ops.exp(values["logprob"])
     if logprobs:
         values["top_logprobs"], top_ids = ops.top_k(logprob, logprobs)
         values["top_ids"] = ops.cast(top_ids, "int32")
@@ -350,8 +354,8 @@ class SamplingStep:
     `KernelLayout`.
     """
 
-    def __init__(self, model, chooser, context, mask, budget_end, stop_token_ids, end):
-        self.model, self.chooser, self.context = model, chooser, context
+    def __init__(self, model, chooser, context, mask, budget_end, stop_token_ids, end, logprobs=None):
+        self.model, self.chooser, self.context, self.logprobs = model, chooser, context, logprobs
         self.mask, self.budget_end, self.stop_token_ids, self.end = mask, budget_end, stop_token_ids, end
         self.stateless = keras.config.backend() == "jax"
         self.layout = KernelLayout(model)
@@ -382,8 +386,7 @@ class SamplingStep:
             in_prompt = self.mask[:, index]
             token = ops.where(in_prompt, token_ids[:, index], token)  # (B,)
             token_ids = ops.slice_update(token_ids, [0, index], token[:, None])
-            logprobs = None if "logprob" not in records else records["top_ids"].shape[-1] if "top_ids" in records else 0
-            records = _write(records, index, record(logits, token, logprobs))
+            records = _write(records, index, record(logits, token, self.logprobs))
             if self.stop_token_ids:
                 stopped = ops.logical_and(self._is_stop(token), ops.logical_not(in_prompt))
                 done = ops.logical_or(done, stopped)
