@@ -27,6 +27,14 @@ It prints, from the process's resident memory (Linux' /proc/self/status):
   compiled step and one update's work hold, without the transients of
   building, quantizing and compiling;
 and the median tokens a second of an update after the first.
+
+On JAX it also prints the compiled training step's own buffers, from
+XLA's buffer assignment (`memory_analysis()` of the step as Keras
+compiles it): the arguments (weights, optimizer state) plus the
+temporaries (activations kept for the backward pass, gradients, every
+intermediate), outputs that reuse a donated argument counted once. That is
+what an accelerator must hold for the step, without the process's
+allocator, compiled code and framework, which the resident figures add.
 """
 
 import argparse
@@ -124,11 +132,24 @@ def measure(name):
             loss = model.train_on_batch(x, y)
         seconds.append(time.perf_counter() - start)
     highest = resident_mib()[1]
+    buffers = step_buffers_mib(model, x, y) if keras.backend.backend() == "jax" else None
     trainable = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     return dict(name=name, parameters=model.count_params(), trainable=trainable, baseline_mib=baseline,
                 peak_mib=max(peak, highest),
-                steps_mib=highest - baseline if steps_peak else None, loss=float(loss),
+                steps_mib=highest - baseline if steps_peak else None, buffers_mib=buffers, loss=float(loss),
                 tokens_per_second=MICRO_BATCH * LENGTH * accumulate / statistics.median(seconds[1:]))
+
+
+def step_buffers_mib(model, x, y):
+    """The MiB XLA assigns to one compiled training step (JAX): arguments
+    plus temporaries plus the outputs that are not a donated argument."""
+    import jax
+
+    state = [[v.value for v in variables] for variables in (
+        model.trainable_variables, model.non_trainable_variables, model.optimizer.variables, model.metrics_variables)]
+    compiled = jax.jit(model.train_step, donate_argnums=0).lower(state, (x, y, None)).compile()
+    m = compiled.memory_analysis()
+    return (m.argument_size_in_bytes + m.temp_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes) / 2**20
 
 
 def main():
@@ -151,14 +172,15 @@ def main():
     full = rows[0]
     print(f"{env['KERAS_BACKEND']}; {PRESET}'s shape, {full['parameters']:,} parameters, random weights; "
           f"micro-batches of {MICRO_BATCH} x {LENGTH} tokens; LoRA rank {RANK} on every projection\n")
-    print("| setting | trainable parameters | baseline (MiB) | peak (MiB) | peak - baseline (MiB) | vs full | "
-          "steps' peak - baseline (MiB) | vs full | tokens/s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| setting | trainable parameters | step's buffers (MiB) | vs full | baseline (MiB) | peak (MiB) | "
+          "peak - baseline (MiB) | vs full | steps' peak - baseline (MiB) | vs full | tokens/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         growth, full_growth = r["peak_mib"] - r["baseline_mib"], full["peak_mib"] - full["baseline_mib"]
         steps = f"{r['steps_mib']:,.0f} | {r['steps_mib'] / full['steps_mib']:.0%}" if r["steps_mib"] else "- | -"
-        print(f"| {r['name']} | {r['trainable']:,} | {r['baseline_mib']:,.0f} | {r['peak_mib']:,.0f} | {growth:,.0f} | "
-              f"{growth / full_growth:.0%} | {steps} | {r['tokens_per_second']:,.0f} |")
+        buffers = f"{r['buffers_mib']:,.0f} | {r['buffers_mib'] / full['buffers_mib']:.0%}" if r["buffers_mib"] else "- | -"
+        print(f"| {r['name']} | {r['trainable']:,} | {buffers} | {r['baseline_mib']:,.0f} | {r['peak_mib']:,.0f} | "
+              f"{growth:,.0f} | {growth / full_growth:.0%} | {steps} | {r['tokens_per_second']:,.0f} |")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ Shape letters: B batch, T length, d width, V vocabulary.
 import keras
 from keras import ops
 
+from zoo.layers.dequantized import after
+
 # On a GPU the tied head's product is computed this many logits wide at a time.
 LOGITS_MULTIPLE = 128
 
@@ -124,14 +126,15 @@ class TokenEmbedding(keras.layers.Embedding):
         The rounding of the hidden states has no gradient, so the gradient
         passes it straight through the de-quantized table (as Keras' int8
         Dense does): what trains below a quantized tied head (LoRA adapters,
-        QLoRA) gets one."""
+        QLoRA) gets one, through the table dequantized once the upstream
+        gradient exists (zoo.layers.dequantized)."""
         scale = ops.cast(self.embeddings_scale, self.compute_dtype)  # (V,)
 
         @ops.custom_gradient
         def product(hidden):
             def gradient(*args, upstream=None):
                 upstream = args[0] if upstream is None else upstream  # TensorFlow passes it first, JAX by name
-                table = ops.divide(ops.cast(kernel, self.compute_dtype), scale)  # (d, V)
+                table = ops.divide(ops.cast(after(kernel, upstream), self.compute_dtype), after(scale, upstream))  # (d, V)
                 return ops.matmul(ops.cast(upstream, self.compute_dtype), ops.transpose(table))  # (B, T, d)
 
             if self.inputs_quantizer:
