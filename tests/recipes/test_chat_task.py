@@ -8,21 +8,42 @@ check the task's files: disjoint splits, the same files for the same seed,
 and conversations that fit the character model's context in ChatML.
 """
 
+import importlib
 import json
+import re
+import shlex
 import string
+from pathlib import Path
 
 import pytest
 
-from recipes import chat_exact_match, gpt_char, make_chat_task, sft
+from recipes import chat_exact_match, cli, gpt_char, make_chat_task, sft
 from tests.shared_data import needs
 from zoo.data import CHATML, CHATML_TOKENS, CharTokenizer, read_chat
 
-# The loop of docs/fine-tuning.md, "A chat task from scratch": gpt_char's
-# default run, then sft with these flags (the context is gpt-baby's 64).
-SFT_FLAGS = ["--sequence-length", "64", "--steps", "600", "--batch-size", "32", "--learning-rate", "5e-4",
-             "--warmup-steps", "50", "--steps-per-epoch", "100", "--sample-length", "20",
-             "--prompt", "Reverse: cat moon fig"]
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "fine-tuning.md"
 BEFORE_AT_MOST, AFTER_AT_LEAST = 0.05, 0.90
+
+
+def guide_loop():
+    """The commands of docs/fine-tuning.md's chat loop (the ```bash block
+    that makes the task), each an argv, continuation lines joined."""
+    blocks = re.findall(r"```bash\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)
+    (block,) = [b for b in blocks if "recipes.make_chat_task" in b]
+    lines = block.replace("\\\n", " ").splitlines()
+    return [shlex.split(line, comments=True) for line in lines if line.strip()]
+
+
+def run_command(argv, capsys):
+    """One command of the guide as a user types it, `zoo ...` or
+    `python -m recipes.NAME ...`, in this process; its standard output."""
+    if argv[0] == "zoo":
+        status = cli.main(argv[1:])
+    else:
+        assert argv[:2] == ["python", "-m"], argv
+        status = importlib.import_module(argv[2]).main(argv[3:])
+    assert status in (0, None), f"{shlex.join(argv)} exited with {status}"
+    return capsys.readouterr().out
 
 
 def read(path):
@@ -108,21 +129,28 @@ def test_the_questions_are_the_turns_before_the_last_answer():
     assert chat_exact_match.exact_match([" d\n", "x"], [(talk[:3], "d"), (talk[:1], "b")]) == 0.5
 
 
+def test_the_guide_loop_is_the_task_the_base_run_sft_and_two_scores():
+    commands = guide_loop()
+    assert [argv[:3] for argv in commands] == [
+        ["python", "-m", "recipes.make_chat_task"], ["zoo", "train", "gpt_char"],
+        ["python", "-m", "recipes.chat_exact_match"], ["zoo", "train", "sft"],
+        ["python", "-m", "recipes.chat_exact_match"]]
+
+
 @pytest.mark.slow
 @needs("tinyshakespeare")
-def test_a_model_pretrained_from_scratch_learns_the_chat_task(tmp_path):
-    """The whole loop: before fine-tuning the pretrained model answers
-    (almost) nothing right; after 600 sft steps, nearly every held-out
-    prompt (docs/fine-tuning.md has the figures and the time)."""
-    task, base, tuned = tmp_path / "task", tmp_path / "base", tmp_path / "sft"
-    assert make_chat_task.main(["--out", str(task)]) == 0
-    gpt_char.main(["--output", str(base)])
-    before, answers, _ = chat_exact_match.score(task / "test.jsonl",
-                                                chat_exact_match.with_chatml(base, tmp_path))
-    sft.main(["--pretrained", str(base), "--data", str(task / "train.jsonl"),
-              "--validation", str(task / "validation.jsonl"), "--output", str(tuned), *SFT_FLAGS])
-    after, answers, pairs = chat_exact_match.score(task / "test.jsonl", tuned)
-    wrong = [(m[-1]["content"], a) for a, (m, e) in zip(answers, pairs) if a.strip() != e][:5]
-    print(f"exact match on {len(pairs)} test prompts: {before:.3f} before sft, {after:.3f} after")
+def test_the_guide_chat_loop_learns_the_task(tmp_path, monkeypatch, capsys):
+    """The loop of docs/fine-tuning.md, command for command, in a fresh
+    folder: before fine-tuning the pretrained model answers (almost)
+    nothing right; after `zoo train sft`, nearly every held-out prompt,
+    asked through `zoo serve` with the `openai` client."""
+    monkeypatch.chdir(tmp_path)
+    scores = []
+    for argv in guide_loop():
+        out = run_command(argv, capsys)
+        scores += [float(x) for x in re.findall(r"^exact_match=([\d.]+)$", out, re.M)]
+    before, after = scores
+    with capsys.disabled():
+        print(f"\nexact match on the test prompts: {before:.3f} before sft, {after:.3f} after")
     assert before <= BEFORE_AT_MOST, f"exact match {before:.3f} before fine-tuning"
-    assert after >= AFTER_AT_LEAST, f"exact match {after:.3f} after fine-tuning; e.g. {wrong}"
+    assert after >= AFTER_AT_LEAST, f"exact match {after:.3f} after fine-tuning"
