@@ -19,6 +19,7 @@ from safetensors.numpy import load_file, save_file
 
 import zoo
 from tests.checkpoints import bart_checkpoints as bc
+from tests.checkpoints import transformers_generation as tg
 from tests.checkpoints.hub_server import HubServer, point_huggingface_hub
 from zoo.checkpoints import CheckpointError
 from zoo.data import HuggingFaceTokenizer
@@ -325,20 +326,54 @@ def test_beam_hypotheses_are_scored_as_the_uncached_reference(model, folder):
         np.testing.assert_allclose(score, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_translate_follows_the_generation_config(model, folder):
-    """zoo.translate decodes as generation_config.json says (4 beams, length_penalty 2.0, max_length 24
-    counting the prompt `</s> <s>`): the same as beam search with those settings, detokenized before
-    `</s>`; with one beam, the reference's greedy tokens. `min_length` and `no_repeat_ngram_size`
-    are not followed."""
-    texts = bc.TEXTS[:1]
-    for text, summary in zip(texts, zoo.translate(model, texts)):
-        beams = zoo.generation.beam_search(model, [PROMPT], 22, num_beams=4, length_penalty=2.0, stop_token_ids=[2],
-                                           source=[source_ids(model, text)])
-        best = beams.sequences[0][0]
-        assert summary == bc.reference_text(folder, best[:-1] if best[-1] == 2 else best)
+def next_logits(folder, source, end_boost=0.0):
+    """The float64 reference's logits of the next token after a decoder's tokens, `</s>`'s
+    final bias raised by `end_boost`."""
     tensors, config = checkpoint(folder)
-    expected = bc.reference_greedy(tensors, config, source_ids(model, texts[0]), max_length=10)
-    assert zoo.translate(model, texts[:1], num_beams=1, max_length=8) == [bc.reference_text(folder, expected)]
+    tensors["final_logits_bias"] = tensors["final_logits_bias"] + end_boost * (np.arange(config["vocab_size"]) == 2)
+    ones = np.ones((1, len(source)))
+    return lambda decoded: bc.reference_logits(tensors, config, np.array([source]), ones, np.array([decoded]))[0, -1]
+
+
+@pytest.mark.parametrize("end_boost", [0.0, 8.5, 9.0, 9.5, 10.0])
+@pytest.mark.parametrize("num_beams, early_stopping", [(4, True), (4, False), (4, "never"), (1, True)])
+def test_beam_search_with_the_length_controls_is_transformers(model, folder, num_beams, early_stopping, end_boost):
+    """beam_search with bart-large-cnn's controls (min_length 4, no_repeat_ngram_size 3, `<s>`
+    forced first, `</s>` forced at max_length 24) picks the hypothesis, and its score, of
+    transformers' beam search re-implemented over the float64 reference; one beam with
+    early_stopping True is transformers' greedy search. `</s>`'s final bias raised makes the
+    beams stop at different lengths, before and after min_length."""
+    settings = bc.generation_config()
+    source = source_ids(model, bc.TEXTS[1])
+    bias = model.output_bias.bias
+    original = np.asarray(keras.ops.convert_to_numpy(bias))
+    try:
+        bias.assign(original + (end_boost * (np.arange(len(original)) == 2)).astype("float32"))
+        beams = zoo.generation.beam_search(
+            model, [[2]], 23, num_beams, 2.0, [2], source=[source], min_new_tokens=3, no_repeat_ngram_size=3,
+            early_stopping=early_stopping, forced_first_token_id=0, forced_stop_token_id=2)
+    finally:
+        bias.assign(original)
+    reference = next_logits(folder, source, end_boost)
+    expected, score = tg.beam_search(reference, settings, 24, num_beams, 2.0, early_stopping)
+    assert beams.sequences[0][0] == expected
+    np.testing.assert_allclose(beams.scores[0][0], score, rtol=1e-4, atol=1e-4)
+    if num_beams == 1:
+        assert expected == tg.greedy(reference, settings, 24)
+
+
+def test_translate_follows_the_generation_config(model, folder):
+    """zoo.translate decodes as generation_config.json says (4 beams, length_penalty 2.0,
+    max_length 24, min_length 4, no_repeat_ngram_size 3, early_stopping, `<s>` forced first and
+    `</s>` last): transformers' beam search, detokenized between `<s>` and `</s>`; with one
+    beam, its greedy search."""
+    settings = bc.generation_config()
+    for text, summary in zip(bc.TEXTS[:2], zoo.translate(model, bc.TEXTS[:2])):
+        new, _ = tg.beam_search(next_logits(folder, source_ids(model, text)), settings, 24, 4, 2.0, True)
+        assert summary == bc.reference_text(folder, new[1:-1] if new[-1] == 2 else new[1:])
+    new = tg.greedy(next_logits(folder, source_ids(model, bc.TEXTS[0])), {**settings, "max_length": 9}, 9)
+    assert zoo.translate(model, bc.TEXTS[:1], num_beams=1, max_length=8) == [
+        bc.reference_text(folder, new[1:-1] if new[-1] == 2 else new[1:])]
 
 
 def test_zoo_translate_reads_a_checkpoint_by_handle(folder, model, tmp_path, monkeypatch, capsys):

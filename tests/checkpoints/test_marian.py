@@ -19,6 +19,7 @@ from safetensors.numpy import load_file, save_file
 
 import zoo
 from tests.checkpoints import marian_checkpoints as mc
+from tests.checkpoints import transformers_generation as tg
 from tests.checkpoints.hub_server import HubServer, point_huggingface_hub
 from zoo.checkpoints import CheckpointError
 from zoo.data import MarianTokenizer
@@ -306,7 +307,7 @@ def test_beam_hypotheses_are_scored_as_the_uncached_reference(model, folder):
     source = _np(model.source_tokenizer("Zwei Hunde laufen über die Straße.")).tolist()
     beams = zoo.generation.beam_search(model, [[tokenizer.start_token_id]], 8, num_beams=4, length_penalty=1.0,
                                        stop_token_ids=[tokenizer.end_token_id], source=[source],
-                                       suppress_token_ids=[tokenizer.pad_token_id])
+                                       suppress_token_ids=[tokenizer.pad_token_id], renormalize_logits=True)
     assert len(beams.sequences[0]) == 4
     for hypothesis, score in zip(beams.sequences[0], beams.scores[0]):
         expected = mc.log_probability(tensors, config, source, hypothesis) / len(hypothesis)
@@ -316,22 +317,25 @@ def test_beam_hypotheses_are_scored_as_the_uncached_reference(model, folder):
 
 
 def test_translate_follows_the_generation_config(model, folder):
-    """zoo.translate decodes as generation_config.json says (here 4 beams, max_length 64, <pad> banned):
-    the same as beam search with those settings, detokenized before </s>."""
+    """zoo.translate decodes as generation_config.json says (4 beams, max_length 64, `<pad>`
+    banned, `</s>` forced last, logits renormalized): transformers' beam search re-implemented
+    over the float64 reference, detokenized before `</s>`; with one beam, its greedy search."""
     tokenizer = model.tokenizer
-    sentences = ["Ein Mann fährt Fahrrad.", "Die Kinder spielen im Garten."]
-    translations = zoo.translate(model, sentences)
-    for sentence, translation in zip(sentences, translations):
-        source = _np(model.source_tokenizer(sentence)).tolist()
-        beams = zoo.generation.beam_search(model, [[tokenizer.start_token_id]], 63, num_beams=4, length_penalty=1.0,
-                                           stop_token_ids=[0], source=[source], suppress_token_ids=[tokenizer.pad_token_id])
-        best = beams.sequences[0][0]
-        assert translation == tokenizer.detokenize(best[:-1] if best[-1] == 0 else best)
-    greedy = zoo.translate(model, sentences[:1], num_beams=1, max_length=8)
     tensors, config = checkpoint(folder)
-    source = _np(model.source_tokenizer(sentences[0])).tolist()
-    expected = mc.reference_greedy(tensors, config, source, max_length=9, force_end=False)
-    assert greedy == [tokenizer.detokenize([t for t in expected if t != 0])]
+    settings = json.loads((folder / "generation_config.json").read_text())
+    sentences = ["Ein Mann fährt Fahrrad.", "Die Kinder spielen im Garten."]
+
+    def reference(sentence):
+        source = _np(model.source_tokenizer(sentence)).tolist()
+        ones = np.ones((1, len(source)))
+        return lambda decoded: mc.reference_logits(tensors, config, np.array([source]), ones, np.array([decoded]))[0, -1]
+
+    for sentence, translation in zip(sentences, zoo.translate(model, sentences)):
+        best, _ = tg.beam_search(reference(sentence), settings, 64, 4, 1.0, False)
+        assert translation == tokenizer.detokenize(best[:-1] if best[-1] == 0 else best)
+    expected = tg.greedy(reference(sentences[0]), settings, 9)
+    assert zoo.translate(model, sentences[:1], num_beams=1, max_length=8) == [
+        tokenizer.detokenize([t for t in expected if t != 0])]
 
 
 def test_zoo_translate_reads_a_checkpoint_by_handle(folder, model, tmp_path, monkeypatch, capsys):

@@ -113,6 +113,24 @@ def test_bad_controls_are_refused_in_one_line(settings, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("settings, message", [
+    (dict(min_new_tokens=-1), "`min_new_tokens` must be an integer >= 0"),
+    (dict(no_repeat_ngram_size=11), "`no_repeat_ngram_size` must be an integer in [0, 10]"),
+    (dict(early_stopping="sometimes"), "`early_stopping` must be True, False or \"never\""),
+    (dict(early_stopping=1), "`early_stopping` must be True, False or \"never\""),
+    (dict(forced_first_token_id=V), f"`forced_first_token_id` must be an integer in [0, {V - 1}]"),
+    (dict(forced_stop_token_id=-1), f"`forced_stop_token_id` must be an integer in [0, {V - 1}]"),
+])
+def test_bad_length_controls_of_beam_search_are_refused_in_one_line(settings, message):
+    from zoo.generation.api import check_length_controls
+
+    arguments = {**dict(min_new_tokens=0, no_repeat_ngram_size=0, early_stopping="never", forced_first_token_id=None,
+                        forced_stop_token_id=None), **settings}
+    with pytest.raises(ValueError) as error:
+        check_length_controls(*arguments.values(), V)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
 # --- In the decoding engine -----------------------------------------------------------------------
 
 CONTEXT = 32

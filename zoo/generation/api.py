@@ -36,6 +36,7 @@ import numpy as np
 
 from zoo.generation import compiled, prompts, samplers
 from zoo.generation.beam import BeamSearchLoop
+from zoo.generation.controls import NGRAM_MOST
 from zoo.generation.engine import Decoding, Request, check_stop_tokens
 from zoo.generation.interface import check_model
 
@@ -229,6 +230,12 @@ def beam_search(
     temperature=1.0,
     pad_token_id=0,
     suppress_token_ids=None,
+    min_new_tokens=0,
+    no_repeat_ngram_size=0,
+    early_stopping="never",
+    forced_first_token_id=None,
+    forced_stop_token_id=None,
+    renormalize_logits=False,
 ):
     """Beam search: the `num_beams` best continuations of each prompt.
 
@@ -236,7 +243,27 @@ def beam_search(
     tokens, and is scored `log_prob / new_tokens ** length_penalty`
     (log_prob summed over its new tokens). For an encoder-decoder the
     encoder runs once per prompt and its output is shared by the beams.
-    Arguments as `generate_ids`; `num_beams` >= 1.
+    Arguments as `generate_ids`; `num_beams` >= 1. The length controls of
+    transformers' beam search (what a checkpoint's generation_config.json
+    sets; `zoo.generation.beam.BeamSearch`):
+
+    - `min_new_tokens`: no stop token among the first this many new
+      tokens (transformers' `min_length` less the decoder's prompt);
+    - `no_repeat_ngram_size`: n in [0, 10]: no beam writes an n-gram it
+      already holds, prompt included (0 is off);
+    - `early_stopping`: "never" (a row ends once no beam can beat its
+      finished ones), True (once it has `num_beams` finished) or False
+      (transformers' heuristic, the best beam scored at its length);
+    - `forced_first_token_id`, `forced_stop_token_id`: the token a row's
+      first new token, and its last budgeted one, must be (transformers'
+      `forced_bos_token_id` and `forced_eos_token_id`);
+    - `renormalize_logits`: each step's log-probabilities normalized again
+      after the suppressed tokens and the controls (transformers'
+      `renormalize_logits`; otherwise, as there, they are removed from
+      the log-softmax without renormalizing).
+
+    With one beam and `early_stopping=True`, this is greedy decoding under
+    those controls.
 
     Returns:
         A `BeamSearchOutput`, K hypotheses per prompt, best first. With
@@ -247,6 +274,9 @@ def beam_search(
     if not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool):
         raise ValueError(f"`length_penalty` must be a number; got {length_penalty!r}.")
     samplers.check_temperature(temperature)
+    length_controls = check_length_controls(min_new_tokens, no_repeat_ngram_size, early_stopping,
+                                            forced_first_token_id, forced_stop_token_id, model.vocabulary_size)
+    length_controls += (bool(renormalize_logits),)
     check_model(model)
     batch = prompts.as_batch(prompt, padding_mask, "prompt")
     prompts.check_token_range(batch, model.vocabulary_size, "prompt")
@@ -256,7 +286,7 @@ def beam_search(
                       suppress_token_ids=suppress_token_ids)
     if model.vocabulary_size < 2:
         raise ValueError("Beam search needs a vocabulary of at least 2 tokens.")
-    config = ("beam", num_beams, float(length_penalty), float(temperature))
+    config = ("beam", num_beams, float(length_penalty), float(temperature), *length_controls)
     key = (config, request.static)
     run = compiled.lookup(model, key) or compiled.compile(
         model, key, BeamSearchLoop(model, request.static, *config[1:])
@@ -266,3 +296,21 @@ def beam_search(
         raw, request.prompt_lengths, max_new_tokens, request.stop_token_ids, pad_token_id
     )
     return BeamSearchOutput(token_ids, lengths, request.prompt_lengths, sequences, scores)
+
+
+def check_length_controls(min_new_tokens, no_repeat_ngram_size, early_stopping, forced_first_token_id,
+                          forced_stop_token_id, vocabulary):
+    """beam_search's length controls, checked, in `BeamSearch`'s order."""
+    def count(name, value, most=None):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (most is not None and value > most):
+            limit = f"in [0, {most}]" if most is not None else ">= 0"
+            raise ValueError(f"`{name}` must be an integer {limit}; got {value!r}.")
+        return value
+
+    if not (isinstance(early_stopping, bool) or early_stopping == "never"):
+        raise ValueError(f"`early_stopping` must be True, False or \"never\"; got {early_stopping!r}.")
+    for name, value in (("forced_first_token_id", forced_first_token_id), ("forced_stop_token_id", forced_stop_token_id)):
+        if value is not None:
+            count(name, value, vocabulary - 1)
+    return (count("min_new_tokens", min_new_tokens), count("no_repeat_ngram_size", no_repeat_ngram_size, NGRAM_MOST),
+            early_stopping, forced_first_token_id, forced_stop_token_id)

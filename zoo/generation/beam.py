@@ -8,7 +8,18 @@ overwrites with the prompt's. This keeps the classic scheme (Wu et al. 2016; ten
 alive beams expanded to the 2K best candidates, candidates ending in a stop
 token move to a set of K finished hypotheses scored
 `log_prob / new_tokens ** length_penalty`, and a row is done once no alive
-beam can beat its worst finished hypothesis.
+beam can beat its worst finished hypothesis (or, as transformers'
+`early_stopping` asks, once it has K finished hypotheses, or once the
+best alive beam scored at its current length cannot).
+
+The length controls of transformers' beam search, applied to each beam's
+log-probabilities: a stop token is not chosen among the first
+`min_new_tokens` (`MinLengthLogitsProcessor`); no beam repeats an n-gram
+of its own tokens, prompt included (`NoRepeatNGramLogitsProcessor`); a
+row's first new token is a given one (`ForcedBOSTokenLogitsProcessor`,
+BART's `<s>`), and its last budgeted one a stop token
+(`ForcedEOSTokenLogitsProcessor`). With one beam and `early_stopping`
+True this is greedy decoding under those controls.
 
 Shape letters: B batch, K beams, L prompt plus new tokens, V vocabulary.
 """
@@ -17,7 +28,8 @@ import weakref
 
 from keras import ops, tree
 
-from zoo.generation import compiled
+from zoo.generation import compiled, samplers
+from zoo.generation.controls import repeated_ngram_ends
 from zoo.generation.loop import next_function, prefill, run_in_stages
 
 _NEG = -1e9  # the score of "no hypothesis": finite, so sums never NaN
@@ -32,12 +44,36 @@ class BeamSearch:
             0 ranks by total log-probability, 1 (the default) by the mean
             per token, larger values favour longer outputs.
         temperature: logits are divided by it before the log-softmax.
+        min_new_tokens: no stop token among a row's first this many new
+            tokens.
+        no_repeat_ngram_size: n in [0, controls.NGRAM_MOST]: no beam writes an
+            n-gram it already holds (0 is off).
+        early_stopping: when a row is done: "never" (the default), once no
+            alive beam can beat its worst finished hypothesis at any length
+            the budget allows; True, once it has K finished hypotheses;
+            False, once the best alive beam, scored at its current length,
+            cannot beat the worst finished one (transformers' heuristic).
+        forced_first_token_id: None, or the token a row's first new token
+            must be.
+        forced_stop_token_id: None, or the token a row's last budgeted new
+            token must be.
+        renormalize_logits: the log-probabilities normalized again after
+            the suppressed tokens and the controls are removed
+            (transformers' `renormalize_logits`, Marian's setting).
     """
 
-    def __init__(self, num_beams=4, length_penalty=1.0, temperature=1.0):
+    def __init__(self, num_beams=4, length_penalty=1.0, temperature=1.0, min_new_tokens=0,
+                 no_repeat_ngram_size=0, early_stopping="never", forced_first_token_id=None,
+                 forced_stop_token_id=None, renormalize_logits=False):
         self.num_beams = num_beams
         self.length_penalty = length_penalty
         self.temperature = temperature
+        self.min_new_tokens = min_new_tokens
+        self.no_repeat_ngram_size = no_repeat_ngram_size
+        self.early_stopping = early_stopping
+        self.forced_first_token_id = forced_first_token_id
+        self.forced_stop_token_id = forced_stop_token_id
+        self.renormalize_logits = renormalize_logits
 
     def _penalty(self, new_tokens):
         new_tokens = ops.maximum(ops.cast(new_tokens, "float32"), 1.0)
@@ -53,6 +89,7 @@ class BeamSearch:
         max_new_tokens,
         stages,
         stop_token_ids=None,
+        suppress_token_ids=(),
     ):
         """Search from position `index` (the first one outside the shortest
         prompt) to the end of `prompt`, through the cache `stages` (see
@@ -67,6 +104,9 @@ class BeamSearch:
                 once per beam.
             mask: (B, L) bool, True at prompt tokens (which are kept).
             max_new_tokens: each row's own budget after its prompt.
+            suppress_token_ids: ids never chosen (removed after the
+                log-softmax, as transformers' `bad_words_ids`: the other
+                tokens' log-probabilities are not renormalized).
 
         Returns:
             `(token_ids (B, K, L), scores (B, K))`, best first.
@@ -95,7 +135,10 @@ class BeamSearch:
             logits, _, cache = next(flat(sequences), cache, index)
             logits = ops.cast(logits, "float32") / self.temperature
             vocabulary = logits.shape[-1]
-            candidates = log_probs[..., None] + unflat(ops.log_softmax(logits, axis=-1))  # (B, K, V)
+            step_log_probs = self._controlled(ops.log_softmax(logits, axis=-1), flat(sequences), index,
+                                              ops.repeat(prompt_lengths, K), ops.repeat(budget_end, K), stop_token_ids,
+                                              suppress_token_ids)
+            candidates = log_probs[..., None] + unflat(step_log_probs)  # (B, K, V)
             top_log_probs, top = ops.top_k(ops.reshape(candidates, (batch, K * vocabulary)), 2 * K)
             source_beam = top // vocabulary  # (B, 2K)
             tokens = top % vocabulary
@@ -109,10 +152,11 @@ class BeamSearch:
             new_sequences = _gather(extended, alive)
             new_source = ops.take_along_axis(source_beam, alive, axis=1)  # (B, K)
 
-            # Candidates that stopped join the finished set, length-penalised.
+            # Candidates among the K best that stopped join the finished set, length-penalised.
             generated = index + 1 - prompt_lengths  # (B,) new tokens, the stop token included
             scores = top_log_probs / self._penalty(generated)[:, None]
-            pool_scores = ops.concatenate([finished_scores, ops.where(stopped, scores, _NEG)], axis=1)
+            joins = ops.logical_and(stopped, ops.arange(2 * K)[None, :] < K)
+            pool_scores = ops.concatenate([finished_scores, ops.where(joins, scores, _NEG)], axis=1)
             pool = ops.concatenate([finished, extended], axis=1)  # (B, 3K, L)
             new_finished_scores, best = ops.top_k(pool_scores, K)
             new_finished = _gather(pool, best)
@@ -158,16 +202,46 @@ class BeamSearch:
         done = ops.zeros((batch,), "bool")
         return sequences, cache, log_probs, finished, finished_scores, done
 
+    def _controlled(self, step_log_probs, sequences, index, prompt_lengths, budget_end, stop_token_ids,
+                    suppress_token_ids):
+        """(B*K, V) log-probabilities of the next token with the suppressed
+        tokens and the length controls applied (a removed token at _NEG,
+        as transformers' -inf after its log-softmax); sequences (B*K, L),
+        the rest (B*K,)."""
+        step_log_probs = samplers.suppress(step_log_probs, suppress_token_ids)
+        removed = ops.full_like(step_log_probs, _NEG)
+        tokens = ops.arange(step_log_probs.shape[-1], dtype="int32")[None, :]  # (1, V)
+        stops = _is_stop(tokens, stop_token_ids)  # (1, V)
+        if self.min_new_tokens:
+            early = (index - prompt_lengths < self.min_new_tokens)[:, None]  # (B*K, 1)
+            step_log_probs = ops.where(ops.logical_and(early, stops), removed, step_log_probs)
+        if self.no_repeat_ngram_size:
+            sizes = ops.full((sequences.shape[0],), self.no_repeat_ngram_size, "int32")
+            repeated = repeated_ngram_ends(sequences, index, sizes, step_log_probs.shape[-1])
+            step_log_probs = ops.where(repeated, removed, step_log_probs)
+        for forced_id, position in ((self.forced_first_token_id, prompt_lengths),
+                                    (self.forced_stop_token_id, budget_end - 1)):
+            if forced_id is not None:
+                forced = ops.where(tokens == forced_id, 0.0, _NEG)  # (1, V)
+                step_log_probs = ops.where((index == position)[:, None], forced, step_log_probs)
+        return ops.log_softmax(step_log_probs, axis=-1) if self.renormalize_logits else step_log_probs
+
     def _row_done(self, index, log_probs, finished_scores, prompt_lengths, max_new_tokens):
-        """(B,) whether no alive beam of a row can still beat the worst of its K finished ones."""
+        """(B,) whether a row is done, as `early_stopping` says."""
+        worst_finished = ops.min(finished_scores, axis=1)
+        full = worst_finished > _NEG / 2  # K finished hypotheses
+        if self.early_stopping is True:
+            return full
         generated = index - prompt_lengths  # (B,) new tokens so far
         best_alive = ops.max(log_probs, axis=1)  # (B,) log-probs only fall
-        bound = ops.maximum(
-            best_alive / self._penalty(ops.minimum(generated + 1, max_new_tokens)),
-            best_alive / self._penalty(ops.full_like(generated, max_new_tokens)),
-        )
-        worst_finished = ops.min(finished_scores, axis=1)
-        return ops.logical_and(worst_finished > _NEG / 2, worst_finished >= bound)
+        if self.early_stopping is False:
+            bound = best_alive / self._penalty(generated)
+        else:
+            bound = ops.maximum(
+                best_alive / self._penalty(ops.minimum(generated + 1, max_new_tokens)),
+                best_alive / self._penalty(ops.full_like(generated, max_new_tokens)),
+            )
+        return ops.logical_and(full, worst_finished >= bound)
 
 
 def _gather(x, indices):
@@ -193,16 +267,19 @@ class BeamSearchLoop:
         model: the model (held weakly).
         static: the request's traced shapes, stop tokens and cache stages
             (`zoo.generation.engine.Static`).
-        num_beams, length_penalty, temperature: `BeamSearch`'s.
+        settings: `BeamSearch`'s arguments (num_beams, length_penalty,
+            temperature, min_new_tokens, no_repeat_ngram_size,
+            early_stopping, forced_first_token_id, forced_stop_token_id,
+            renormalize_logits).
 
     Call arguments: as `zoo.generation.loop.Prefill`'s. Returns `(token_ids (B, K, L),
     scores (B, K))`.
     """
 
-    def __init__(self, model, static, num_beams, length_penalty, temperature):
+    def __init__(self, model, static, *settings):
         self._model = weakref.ref(model)
         self.static = static
-        self.sampler = BeamSearch(num_beams, length_penalty, temperature)
+        self.sampler = BeamSearch(*settings)
 
     @property
     def model(self):
@@ -215,7 +292,7 @@ class BeamSearchLoop:
         if context is not None:
             context = tree.map_structure(lambda x: ops.repeat(x, num_beams, axis=0), context)
         return self.sampler(
-            next_function(model, context, static.suppress_token_ids),
+            next_function(model, context),
             ids,
             cache,
             ops.min(ops.sum(ops.cast(mask, "int32"), axis=1)),
@@ -223,4 +300,5 @@ class BeamSearchLoop:
             static.max_new_tokens,
             static.stages,
             stop_token_ids=static.stop_token_ids,
+            suppress_token_ids=static.suppress_token_ids,
         )

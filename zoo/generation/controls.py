@@ -68,7 +68,7 @@ def apply(logits, token_ids, index, prompt_lengths, controls, temperature=1.0):
     logits = ops.where(ops.greater(seen, 0), penalized, logits)
     logits = (logits - ops.expand_dims(controls["frequency_penalty"], 1) * counts
               - ops.expand_dims(controls["presence_penalty"], 1) * ops.cast(ops.greater(counts, 0), "float32"))
-    repeated = _repeated_ngram_ends(token_ids, index, controls["no_repeat_ngram_size"], vocabulary)
+    repeated = repeated_ngram_ends(token_ids, index, controls["no_repeat_ngram_size"], vocabulary)
     logits = ops.where(repeated, REMOVED, logits)
     min_p = ops.expand_dims(controls["min_p"], 1)
     floor = ops.max(logits, axis=-1, keepdims=True) + temperature * ops.log(ops.maximum(min_p, 1e-30))
@@ -76,7 +76,7 @@ def apply(logits, token_ids, index, prompt_lengths, controls, temperature=1.0):
     return ops.where(keep, logits, REMOVED)
 
 
-def _repeated_ngram_ends(token_ids, index, size, vocabulary):
+def repeated_ngram_ends(token_ids, index, size, vocabulary):
     """(B, V) bool: the tokens that would complete an n-gram (n = `size`, one
     a row; 0 off) already among the row's tokens before `index` (index (1,
     1) or (B, 1)), its first n - 1 tokens those that end the buffer there."""

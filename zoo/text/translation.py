@@ -5,7 +5,7 @@ Shape letters: N sentences, W the model's window (its `max_sequence_length`).
 """
 
 from zoo.data.tokenizers import token_id_lists
-from zoo.generation.api import generate_ids
+from zoo.generation.api import beam_search, generate_ids
 from zoo.models import EncoderDecoder
 from zoo.text.tokens import check_not_empty, decode, sentence_list, special_id, tokenizer_of
 
@@ -27,10 +27,12 @@ def translate(model, sentences, max_length=None, num_beams=None, length_penalty=
     `max_length` (transformers' 1, 1.0 and 20 where it has none;
     `max_length` counts the decoder's prompt), its single-token
     `bad_words_ids` (Marian's `<pad>`) never chosen, from its
-    `decoder_start_token_id`, then its `forced_bos_token_id` where it has
-    one (BART's `</s> <s>`: the forced token is the prompt's second, so
-    the beams' `length ** length_penalty` counts from after it). An
-    argument given overrides the setting.
+    `decoder_start_token_id`, with its length controls: `min_length`,
+    `no_repeat_ngram_size`, `early_stopping`, `forced_bos_token_id`
+    (BART's `<s>`, the first new token, counted in the beams' length as
+    transformers counts it), `forced_eos_token_id` and `renormalize_logits`
+    (`zoo.generation.beam_search`; one beam is greedy decoding with
+    them). An argument given overrides the setting.
 
     Args:
         model: an `EncoderDecoder` carrying a tokenizer: the target's, and
@@ -67,7 +69,7 @@ def translate(model, sentences, max_length=None, num_beams=None, length_penalty=
     tokenizer = tokenizer_of(model, "zoo.translate")
     sentences = sentence_list(sentences, "zoo.translate")
     window = model.max_sequence_length
-    settings, suppressed = getattr(tokenizer, "generation", None), None
+    settings, suppressed, controls = getattr(tokenizer, "generation", None), None, None
     prompt = decoder_prompt(tokenizer)
     room = window - len(prompt)  # target tokens the context leaves after the prompt
     if settings is not None:  # a checkpoint's generation_config.json, with transformers' defaults
@@ -76,6 +78,7 @@ def translate(model, sentences, max_length=None, num_beams=None, length_penalty=
         if max_length is None:
             max_length = max(1, min(settings.get("max_length", 20) - len(prompt), room))  # less the prompt
         suppressed = [ids[0] for ids in settings.get("bad_words_ids") or () if len(ids) == 1]
+        controls = length_controls(settings, len(prompt))
     num_beams = 4 if num_beams is None else num_beams
     length_penalty = 0.6 if length_penalty is None else length_penalty
     for name, value in (("num_beams", num_beams), ("batch_size", batch_size)):
@@ -95,31 +98,48 @@ def translate(model, sentences, max_length=None, num_beams=None, length_penalty=
     for first in range(0, len(order), batch_size):
         rows = order[first : first + batch_size]
         chunk = [sources[i] for i in rows]
-        result = generate_ids(
-            model,
-            [prompt] * len(chunk),
-            max_length or min(max(map(len, chunk)) + 10, room),
-            sampler="beam" if num_beams > 1 else "greedy",
-            stop_token_ids=[end],
-            source=chunk,
-            num_beams=num_beams,
-            length_penalty=length_penalty,
-            suppress_token_ids=suppressed,
-        )
-        for i, tokens in zip(rows, result.sequences):
-            tokens = [int(t) for t in tokens]
+        budget = max_length or min(max(map(len, chunk)) + 10, room)
+        if controls is not None:  # a checkpoint's settings: transformers' beam search, or greedy with one beam
+            early_stopping = True if num_beams == 1 else controls["early_stopping"]
+            beams = beam_search(model, [prompt] * len(chunk), budget, num_beams, length_penalty, [end], source=chunk,
+                                suppress_token_ids=suppressed, **{**controls, "early_stopping": early_stopping})
+            sequences = [row[0] for row in beams.sequences]
+        else:
+            sequences = generate_ids(
+                model, [prompt] * len(chunk), budget, sampler="beam" if num_beams > 1 else "greedy",
+                stop_token_ids=[end], source=chunk, num_beams=num_beams, length_penalty=length_penalty,
+            ).sequences
+        for i, tokens in zip(rows, sequences):
+            tokens = [int(t) for t in tokens][1 if controls and controls["forced_first_token_id"] is not None else 0 :]
             outputs[i] = decode(tokenizer, tokens[: tokens.index(end)] if end in tokens else tokens)
     return outputs
 
 
+def length_controls(settings, prompt_length):
+    """`beam_search`'s length controls from a generation_config.json, with
+    transformers' defaults: `min_length` (0, counting the decoder's
+    prompt), `no_repeat_ngram_size` (0), `early_stopping` (False),
+    `forced_bos_token_id` and `forced_eos_token_id` (none), and
+    `renormalize_logits` (False)."""
+
+    def token(key):  # one id, or the first of several
+        value = settings.get(key)
+        value = (value[0] if value else None) if isinstance(value, list) else value
+        return None if value is None else int(value)
+
+    return dict(
+        min_new_tokens=max(0, int(settings.get("min_length") or 0) - prompt_length),
+        no_repeat_ngram_size=int(settings.get("no_repeat_ngram_size") or 0),
+        early_stopping=settings.get("early_stopping", False),
+        forced_first_token_id=token("forced_bos_token_id"),
+        forced_stop_token_id=token("forced_eos_token_id"),
+        renormalize_logits=bool(settings.get("renormalize_logits", False)),
+    )
+
+
 def decoder_prompt(tokenizer):
-    """The decoder's first tokens: the checkpoint's `decoder_start_token_id`
-    (else the tokenizer's start token), then its `forced_bos_token_id`
-    where it has one (transformers forces that token at the first step:
-    BART's `</s> <s>`)."""
+    """The decoder's first token: the checkpoint's `decoder_start_token_id`,
+    else the tokenizer's start token."""
     settings = getattr(tokenizer, "generation", None) or {}
     start = settings.get("decoder_start_token_id")
-    prompt = [special_id(tokenizer, "start") if start is None else int(start)]
-    if settings.get("forced_bos_token_id") is not None:
-        prompt.append(int(settings["forced_bos_token_id"]))
-    return prompt
+    return [special_id(tokenizer, "start") if start is None else int(start)]
