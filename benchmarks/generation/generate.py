@@ -30,6 +30,14 @@ the zoo's loop carries them transposed (`zoo.generation.loop.KernelLayout`):
 the layout's effect, timed in the same run (on a CPU the two rows run the
 same program).
 
+`--family marian` times beam-4 translation instead: the zoo's `opus-mt`
+preset (Marian's base shape: 6 + 6 layers, width 512, 8 heads, d_ff
+2048, a 58,101-token vocabulary; random weights) against keras-hub's
+`BartSeq2SeqLM` at the same shape with `BeamSampler(num_beams=4)`,
+batches of SENTENCES sources of SOURCE_LENGTH tokens, each decoded to
+TARGET_TOKENS new tokens (no stop token, so both do the same work), in
+sentences per second.
+
 `--profile` (JAX) then traces one more call of the zoo and of keras-hub at
 each setting and prints, per new token, the kernels the decoding loop
 launches and their time against the token's time (the rest is the device
@@ -70,6 +78,7 @@ PROMPT = 8
 SETTINGS = ((256, 1), (256, 8), (1024, 1))  # (context, batch)
 GROWTH = (64, 128, 256, 512, 1024)  # new tokens, context 1024 + PROMPT
 UNCACHED_TOKENS = 32
+SENTENCES, SOURCE_LENGTH, TARGET_TOKENS, BEAMS = 8, 24, 32, 4  # --family marian
 
 
 def zoo_model(context):
@@ -259,6 +268,42 @@ def run_growth(lengths, repeats, keras_hub):
             print(f"{new:<12}{name:<12}{first[name]:>10.2f}s{median[name]:>9.3f}s{1000 * median[name] / new:>12.3f}")
 
 
+def run_translation(repeats, keras_hub, sentences=SENTENCES):
+    """Beam-4 translation at Marian's base shape, sentences per second."""
+    import zoo
+
+    keras.utils.set_random_seed(0)
+    model = zoo.build("opus-mt", dropout=0.0)
+    config = model.get_config()
+    vocabulary, start = model.vocabulary_size, model.vocabulary_size - 1  # Marian starts at <pad>, its last id
+    sources = np.random.default_rng(0).integers(3, vocabulary - 1, (sentences, SOURCE_LENGTH)).astype("int32")
+    print(f"beam-{BEAMS} translation, opus-mt's shape ({model.count_params():,} parameters, random weights): "
+          f"{sentences} sources of {SOURCE_LENGTH} tokens, {TARGET_TOKENS} new tokens each")
+    runners = {"zoo": lambda: zoo.generation.beam_search(model, [[start]] * sentences, TARGET_TOKENS,
+                                                         num_beams=BEAMS, source=sources.tolist())}
+    if keras_hub:
+        import keras_hub as hub
+
+        keras.utils.set_random_seed(0)
+        backbone = hub.models.BartBackbone(
+            vocabulary_size=vocabulary, num_layers=config["num_layers"], num_heads=config["num_heads"],
+            hidden_dim=config["hidden_dim"], intermediate_dim=config["intermediate_dim"], dropout=0.0,
+            max_sequence_length=config["max_sequence_length"])
+        bart = hub.models.BartSeq2SeqLM(backbone=backbone, preprocessor=None)
+        bart.compile(sampler=hub.samplers.BeamSampler(num_beams=BEAMS), jit_compile=True)
+        decoder = np.zeros((sentences, 1 + TARGET_TOKENS), "int32")
+        decoder[:, 0] = start
+        inputs = {"encoder_token_ids": sources, "encoder_padding_mask": np.ones(sources.shape, bool),
+                  "decoder_token_ids": decoder, "decoder_padding_mask": decoder != 0}
+        inputs["decoder_padding_mask"][:, 1:] = False
+        runners["keras-hub"] = lambda: bart.generate(inputs, stop_token_ids=None)
+    first, median = measure(runners, repeats)
+    print(f"{'runner':<12}{'first call':>11}{'median':>10}{'sentences/s':>13}{'vs keras-hub':>14}")
+    for name in runners:
+        ratio = f"{median['keras-hub'] / median[name]:.2f}x" if "keras-hub" in runners else "-"
+        print(f"{name:<12}{first[name]:>10.2f}s{median[name]:>9.3f}s{sentences / median[name]:>13.2f}{ratio:>14}")
+
+
 def main():
     global LAYERS, WIDTH, HEADS, FEED_FORWARD, FAMILY
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -274,9 +319,12 @@ def main():
     parser.add_argument("--layers", type=int, default=LAYERS, help="(default %(default)s)")
     parser.add_argument("--width", type=int, default=WIDTH, help="d_model; d_ff is 4x (default %(default)s)")
     parser.add_argument("--heads", type=int, default=HEADS, help="(default %(default)s)")
-    parser.add_argument("--family", choices=("gpt", "llama"), default=FAMILY,
-                        help="GPT-2's block against keras-hub's GPT2CausalLM, or the Llama block against its "
-                             "LlamaCausalLM (default %(default)s)")
+    parser.add_argument("--family", choices=("gpt", "llama", "marian"), default=FAMILY,
+                        help="GPT-2's block against keras-hub's GPT2CausalLM, the Llama block against its "
+                             "LlamaCausalLM, or beam-4 translation at Marian's shape against keras-hub's "
+                             "BartSeq2SeqLM (default %(default)s)")
+    parser.add_argument("--sentences", type=int, nargs="+", default=[SENTENCES], metavar="N",
+                        help="with --family marian: the batch sizes, in sources (default %(default)s)")
     parser.add_argument("--stored-kernels", action="store_true",
                         help="add a zoo row whose decoding loop reads the Dense kernels as stored")
     parser.add_argument("--profile", action="store_true",
@@ -291,6 +339,11 @@ def main():
     repeats = args.repeats
     if args.quick:
         settings, growth, repeats = [(256, 1)], [n for n in growth if n <= 256], 2
+    if FAMILY == "marian":
+        print(f"backend {keras.config.backend()}, keras {keras.__version__}, {os.cpu_count()} CPUs; median of {repeats}")
+        for sentences in args.sentences:
+            run_translation(repeats, not args.no_keras_hub, sentences)
+        return
     print(f"backend {keras.config.backend()}, keras {keras.__version__}, {os.cpu_count()} CPUs; "
           f"{FAMILY} block, {LAYERS} layers, width {WIDTH}, {HEADS} heads, vocabulary {VOCABULARY}, "
           f"prompt {PROMPT}, greedy; median of {repeats}")
