@@ -56,8 +56,8 @@ def test_a_missing_keras_hub_file_is_named(copy, missing):
 
 def test_another_architecture_is_refused(copy):
     folder = copy("gpt2")
-    edit_json(folder / "config.json", model_type="t5", architectures=["T5ForConditionalGeneration"])
-    with raises_naming(folder / "config.json", "model_type 't5' is not supported; expected .*'gpt2'.*'llama'.*'gemma3_text'"):
+    edit_json(folder / "config.json", model_type="whisper", architectures=["WhisperForConditionalGeneration"])
+    with raises_naming(folder / "config.json", "model_type 'whisper' is not supported; expected .*'gpt2'.*'llama'.*'gemma3_text'"):
         zoo.from_pretrained(folder)
     folder = copy("bert")
     edit_json(folder / "config.json", architectures=["BertForTokenClassification"])

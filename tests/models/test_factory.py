@@ -11,6 +11,9 @@ PUBLISHED = {
     "gpt2-medium": 354_823_168,
     "bert-base": 109_482_240,
     "bert-large": 335_141_888,
+    "t5-small": 60_506_624,
+    "flan-t5-small": 76_961_152,
+    "flan-t5-base": 247_577_856,
 }
 
 

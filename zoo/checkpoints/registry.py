@@ -68,6 +68,6 @@ def for_model(model):
     if family is not None and family.weight_map is not None:
         return family.weight_map_module()
     raise ValueError(
-        f"Checkpoints exist for zoo GPT, BERT, Llama-family, Gemma 3, Marian and BART (encoder-decoder) models; "
+        f"Checkpoints exist for zoo GPT, BERT, Llama-family, Gemma 3, Marian, BART and T5 (encoder-decoder) models; "
         f"got a {type(model).__name__}."
     )

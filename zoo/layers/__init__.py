@@ -13,6 +13,7 @@ from zoo.layers.mean_pooling import MeanPooling
 from zoo.layers.multi_head_attention import MultiHeadAttention
 from zoo.layers.output_bias import OutputBias
 from zoo.layers.position_embedding import PositionEmbedding
+from zoo.layers.relative_position_bias import RelativePositionBias
 from zoo.layers.rms_norm import RMSNorm
 from zoo.layers.rotary_embedding import RotaryEmbedding
 from zoo.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
@@ -32,6 +33,7 @@ __all__ = [
     "MultiHeadAttention",
     "OutputBias",
     "PositionEmbedding",
+    "RelativePositionBias",
     "RMSNorm",
     "RotaryEmbedding",
     "SinusoidalPositionEncoding",

@@ -20,8 +20,8 @@ def _static_dim(x, axis):
     return dim if isinstance(dim, int) else None
 
 
-def attention_weights(query, key, mask=None, scale=None):
-    """softmax(Q K^T * scale) with masked keys removed.
+def attention_weights(query, key, mask=None, scale=None, bias=None):
+    """softmax(Q K^T * scale + bias) with masked keys removed.
 
     Args:
         query: (..., T, d_k).
@@ -29,6 +29,8 @@ def attention_weights(query, key, mask=None, scale=None):
         mask: optional boolean, broadcastable to (..., T, S); False means
             "may not attend".
         scale: the logit scale, 1/sqrt(d_k) by default (the paper's).
+        bias: optional float, broadcastable to (..., T, S), added to the
+            scaled logits (T5's relative position bias).
 
     Returns:
         (..., T, S) weights in the query's dtype. The softmax runs in float32
@@ -63,6 +65,8 @@ def attention_weights(query, key, mask=None, scale=None):
     else:
         logits = ops.matmul(query, ops.swapaxes(key, -1, -2))  # (..., T, S)
     logits = ops.cast(logits, "float32") * scale
+    if bias is not None:
+        logits = logits + ops.cast(bias, "float32")
     if mask is None:
         return ops.cast(ops.softmax(logits, axis=-1), query.dtype)
     mask = ops.cast(mask, "bool")

@@ -52,7 +52,9 @@ class DecoderBlock(keras.layers.Layer):
             later decoders (grouped-query attention, rotary positions, the
             query/key norm, a sliding window, the logits' scale; `use_bias`
             here is for Q, K and V alone, as Qwen2's biases). The block
-            reads none of them; the cross-attention is the paper's.
+            reads none of them.
+        cross_attention_options: the same for the cross-attention (T5's
+            unscaled logits, `attention_scale=1.0`); the paper's when None.
 
     Call arguments:
         x: (B, T, d).
@@ -60,6 +62,8 @@ class DecoderBlock(keras.layers.Layer):
         padding_mask: (B, T), False at padded target positions.
         encoder_padding_mask: (B, S), False at padded source positions.
         attention_mask: (B, T, T) for the self-attention.
+        attention_bias: (1 or B, h, T, T) added to the self-attention's
+            logits (T5's relative position bias).
         use_causal_mask: True (the default) hides future positions.
         self_attention_cache: for cached decoding, (B, 2, g, S_max, k)
             keys and values of the positions decoded so far; the new ones
@@ -120,6 +124,7 @@ class DecoderBlock(keras.layers.Layer):
         gated_feed_forward=False,
         sandwich_norm=False,
         self_attention_options=None,
+        cross_attention_options=None,
         **kwargs,
     ):
         kwargs = current_names(kwargs, FORMER_NAMES, "DecoderBlock")
@@ -136,12 +141,13 @@ class DecoderBlock(keras.layers.Layer):
         self.gated_feed_forward = gated_feed_forward
         self.sandwich_norm = sandwich_norm
         self.self_attention_options = dict(self_attention_options or {})
+        self.cross_attention_options = dict(cross_attention_options or {})
         self.supports_masking = True
 
         self.self_attention = self._attention(False, "self_attention", **self.self_attention_options)
         self.self_attention_add_norm = self._add_norm("self_attention_add_norm")
         if use_cross_attention:
-            self.cross_attention_layer = self._attention(True, "cross_attention")
+            self.cross_attention_layer = self._attention(True, "cross_attention", **self.cross_attention_options)
             self.cross_attention_add_norm = self._add_norm("cross_attention_add_norm")
         self.feed_forward = FeedForward(
             intermediate_dim,
@@ -226,6 +232,7 @@ class DecoderBlock(keras.layers.Layer):
         mask=None,
         x_mask=None,
         encoder_output_mask=None,
+        attention_bias=None,
     ):
         self._check_encoder_output(x, encoder_output, has_cross_cache=cross_attention_cache is not None)
         if not self.built:  # called as a method, not through `Layer.__call__`
@@ -247,6 +254,7 @@ class DecoderBlock(keras.layers.Layer):
             cache_index=cache_index,
             return_attention_scores=return_attention_scores,
             query_mask=query_mask,
+            attention_bias=attention_bias,
             training=training,
         )
         if self_attention_cache is not None:
@@ -341,6 +349,7 @@ class DecoderBlock(keras.layers.Layer):
                 "gated_feed_forward": self.gated_feed_forward,
                 "sandwich_norm": self.sandwich_norm,
                 "self_attention_options": dict(self.self_attention_options),
+                "cross_attention_options": dict(self.cross_attention_options),
             }
         )
         return config

@@ -29,11 +29,17 @@ class EncoderBlock(keras.layers.Layer):
         kernel_initializer: of every projection.
         output_kernel_initializer: of the two projections that feed the
             residual stream; `kernel_initializer` by default.
+        use_bias, normalization, gated_feed_forward: as in `DecoderBlock`
+            (T5: no biases, RMSNorm, and in v1.1 the gated GELU).
+        self_attention_options: further `MultiHeadAttention` arguments,
+            as in `DecoderBlock` (T5's unscaled logits, `attention_scale=1.0`).
 
     Call arguments:
         x: (B, T, d).
         padding_mask: (B, T), False at padding.
         attention_mask: (B, T, T), False where a query may not attend.
+        attention_bias: (1 or B, h, T, T) added to the attention logits
+            (T5's relative position bias).
         return_attention_scores: also return the attention weights.
 
     Returns:
@@ -66,6 +72,10 @@ class EncoderBlock(keras.layers.Layer):
         norm_epsilon=1e-5,
         kernel_initializer="glorot_uniform",
         output_kernel_initializer=None,
+        use_bias=True,
+        normalization="layer_norm",
+        gated_feed_forward=False,
+        self_attention_options=None,
         **kwargs,
     ):
         kwargs = current_names(kwargs, {"layer_norm_epsilon": "norm_epsilon"}, "EncoderBlock")
@@ -75,9 +85,15 @@ class EncoderBlock(keras.layers.Layer):
             self, num_heads, intermediate_dim, dropout, attention_dropout, activation, norm_first,
             norm_epsilon, kernel_initializer, output_kernel_initializer,
         )
+        self.use_bias = use_bias
+        self.normalization = normalization
+        self.gated_feed_forward = gated_feed_forward
+        self.self_attention_options = dict(self_attention_options or {})
         self.supports_masking = True
 
         policy = self.dtype_policy
+        # The variants' arguments only where they are set, so that the paper's block is built as before.
+        bias_args = {} if use_bias else {"use_bias": False}
         self.self_attention = MultiHeadAttention(
             num_heads,
             dropout=self.attention_dropout,
@@ -85,20 +101,25 @@ class EncoderBlock(keras.layers.Layer):
             output_kernel_initializer=self.output_kernel_initializer,
             dtype=policy,
             name="self_attention",
+            **bias_args,
+            **self.self_attention_options,
         )
+        norm_args = dict(use_bias=use_bias, normalization=normalization)
         self.self_attention_add_norm = AddNorm(
-            norm_first, dropout, norm_epsilon, dtype=policy, name="self_attention_add_norm"
+            norm_first, dropout, norm_epsilon, dtype=policy, name="self_attention_add_norm", **norm_args
         )
         self.feed_forward = FeedForward(
             intermediate_dim,
             activation,
             kernel_initializer=self.kernel_initializer,
             output_kernel_initializer=self.output_kernel_initializer,
+            use_bias=use_bias,
+            gated=gated_feed_forward,
             dtype=policy,
             name="feed_forward",
         )
         self.feed_forward_add_norm = AddNorm(
-            norm_first, dropout, norm_epsilon, dtype=policy, name="feed_forward_add_norm"
+            norm_first, dropout, norm_epsilon, dtype=policy, name="feed_forward_add_norm", **norm_args
         )
 
     def build(self, input_shape):
@@ -114,7 +135,7 @@ class EncoderBlock(keras.layers.Layer):
 
     def call(
         self, x, padding_mask=None, attention_mask=None, return_attention_scores=False, training=None, mask=None,
-        x_mask=None,
+        x_mask=None, attention_bias=None,
     ):
         if not self.built:  # called as a method, not through `Layer.__call__`
             self.build(tuple(x.shape))
@@ -126,6 +147,7 @@ class EncoderBlock(keras.layers.Layer):
             padding_mask=padding_mask,
             attention_mask=attention_mask,
             return_attention_scores=return_attention_scores,
+            attention_bias=attention_bias,
             # The attention weights come from the explicit masks alone (see DecoderBlock).
             query_mask=None if return_attention_scores else input_keras_mask(padding_mask, mask, x_mask),
             training=training,
@@ -153,5 +175,8 @@ class EncoderBlock(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(block_config(self))
+        config.update({"use_bias": self.use_bias, "normalization": self.normalization,
+                       "gated_feed_forward": self.gated_feed_forward,
+                       "self_attention_options": dict(self.self_attention_options)})
         return config
 

@@ -93,6 +93,8 @@ class MultiHeadAttention(keras.layers.Layer):
             only.
         cache_index: the absolute position of the first query (with a
             self-attention cache).
+        attention_bias: (1 or B, h, T, S) float, added to the attention
+            logits (T5's relative position bias, `RelativePositionBias`).
         return_attention_scores: also return the attention weights (after
             the softmax, and dropout when training); not with a cache.
         training: enables dropout.
@@ -263,6 +265,7 @@ class MultiHeadAttention(keras.layers.Layer):
         training=None,
         mask=None,
         query_mask=None,
+        attention_bias=None,
         key_value_mask=None,
     ):
         if cache is not None and (return_attention_scores or (cache_index is None and not self.cross_attention)):
@@ -294,7 +297,7 @@ class MultiHeadAttention(keras.layers.Layer):
             query_start=0 if cache_index is None else cache_index,
             sliding_window=self.sliding_window,
         )
-        if cache is None and not return_attention_scores and self.dropout == 0:
+        if cache is None and not return_attention_scores and self.dropout == 0 and attention_bias is None:
             # Neither the weights nor dropout on them are needed: the
             # backend's fused attention (flash attention on a GPU), as in
             # Keras' MultiHeadAttention. The cached step keeps the explicit
@@ -304,7 +307,7 @@ class MultiHeadAttention(keras.layers.Layer):
             )
             out, weights = self._fused_attention(q, key, value, attend_mask, causal_only), None
         else:
-            out, weights = self._grouped_attention(q, key, value, attend_mask, training)
+            out, weights = self._grouped_attention(q, key, value, attend_mask, training, attention_bias)
         out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.num_heads * self.head_dim))
         out = self.output_dense(out)  # (B, T, d)
         if return_attention_scores:
@@ -377,7 +380,7 @@ class MultiHeadAttention(keras.layers.Layer):
             is_causal=causal_only,
         )  # (B, T, h, k)
 
-    def _grouped_attention(self, q, key, value, mask, training):
+    def _grouped_attention(self, q, key, value, mask, training, bias=None):
         """The explicit softmax(Q K^T / sqrt(k)) V, with the weights and
         dropout on them: (B, T, h, k), 2 x (B, g, S, k), mask (B, T, S) ->
         (output (B, T, h, k), weights (B, h, T, S)). The query heads that
@@ -388,7 +391,9 @@ class MultiHeadAttention(keras.layers.Layer):
         q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
         q = ops.reshape(q, (b, self.num_key_value_heads, groups * t, self.head_dim))  # (B, g, h/g T, k)
         mask = None if mask is None else ops.tile(ops.expand_dims(mask, 1), (1, 1, groups, 1))  # (B, 1, h/g T, S)
-        weights = attention_weights(q, key, mask=mask, scale=self.attention_scale)  # (B, g, h/g T, S)
+        if bias is not None:  # (1|B, h, T, S) -> (1|B, g, h/g T, S), the rows of the grouped product
+            bias = ops.reshape(bias, (ops.shape(bias)[0], self.num_key_value_heads, groups * t, ops.shape(bias)[-1]))
+        weights = attention_weights(q, key, mask=mask, scale=self.attention_scale, bias=bias)  # (B, g, h/g T, S)
         dropped = self.dropout_layer(weights, training=training)
         out = ops.matmul(dropped, ops.cast(value, dropped.dtype))  # (B, g, h/g T, k)
         out = ops.transpose(ops.reshape(out, (b, self.num_heads, t, self.head_dim)), (0, 2, 1, 3))  # (B, T, h, k)

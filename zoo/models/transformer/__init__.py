@@ -1,5 +1,5 @@
 """The encoder-decoder Transformer family (Vaswani et al. 2017, Marian's
-opus-mt models and BART): its config, models, presets and weight map,
+opus-mt models, BART and T5): its config, models, presets and weight map,
 registered once."""
 
 from zoo.families import Family, Task, register

@@ -20,9 +20,14 @@ class EncoderDecoderConfig(ModelConfig):
         max_sequence_length: longest source or target sequence.
         dropout: P_drop, applied to sub-layer outputs and to the sums of
             embeddings and positions (0.1 in the paper).
-        position: "sinusoidal" (the paper), "learned" (BART), or
+        position: "sinusoidal" (the paper), "learned" (BART),
             "sinusoidal_halves" (the paper's sines and cosines with the
-            sines in the first half of the channels: Marian).
+            sines in the first half of the channels: Marian), or
+            "relative" (T5: no absolute positions; a learned bias per head
+            and relative-position bucket on the self-attention logits,
+            one table per stack, `RelativePositionBias`).
+        relative_attention_num_buckets, relative_attention_max_distance:
+            the buckets of "relative" positions (32 and 128 in T5).
         position_offset: rows of a learned position table before position
             0's: BART's `BartLearnedPositionalEmbedding` keeps 2 (the table
             has max_sequence_length + 2 rows, position p reads row p + 2).
@@ -38,7 +43,20 @@ class EncoderDecoderConfig(ModelConfig):
             table (the paper, section 3.4).
         norm_first: False (post-LN, the paper) or True (pre-LN, with final
             LayerNorms after each stack).
-        activation: "relu" (the paper), or "silu" (swish: Marian).
+        activation: "relu" (the paper), "silu" (swish: Marian), "gelu"
+            (BART) or "gelu_approximate" (T5 v1.1's gated GELU).
+        gated_feed_forward: the gated feed-forward network, act(x W_0) *
+            x W_1 (T5 v1.1 and Flan-T5's "gated-gelu"; Shazeer 2020).
+        normalization: "layer_norm" (the paper) or "rms_norm" (T5's
+            layer norm: no mean subtraction, no offset).
+        use_bias: biases in the projections and norms (T5 has none).
+        attention_scale: the attention logits' scale; None for the
+            paper's 1/sqrt(d_k), 1.0 for T5 (which folds it into the
+            initialization).
+        head_dim: d_k, the width of one head; None for d_model / h (T5's
+            `d_kv`).
+        scale_tied_output: the decoder output times d_model**-0.5 before
+            the tied output layer (T5 v1.0's tied `lm_head`).
         layer_norm_epsilon: 1e-6 as the reference tensor2tensor code.
         scale_embeddings: token embeddings times sqrt(d_model) before the
             positions are added (the paper, section 3.4; Marian's
@@ -59,7 +77,8 @@ class EncoderDecoderConfig(ModelConfig):
 
     References:
         Vaswani et al. 2017, Table 3 (the base and big models' sizes);
-        Lewis et al. 2020 (BART), section 2.1 and transformers' `BartModel`.
+        Lewis et al. 2020 (BART), section 2.1 and transformers' `BartModel`;
+        Raffel et al. 2020 (T5), section 2.1 and transformers' `T5Model`.
     """
 
     vocabulary_size: int
@@ -81,6 +100,14 @@ class EncoderDecoderConfig(ModelConfig):
     position_offset: int = 0
     share_positions: bool = True
     layernorm_embedding: bool = False
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    normalization: str = "layer_norm"
+    use_bias: bool = True
+    gated_feed_forward: bool = False
+    attention_scale: float = None
+    head_dim: int = None
+    scale_tied_output: bool = False
 
     positive = ("vocabulary_size", "source_vocabulary_size", "num_layers", "num_heads", "hidden_dim",
                 "max_sequence_length")
@@ -100,6 +127,10 @@ class EncoderDecoderConfig(ModelConfig):
             raise ValueError(
                 f"`position_offset` is an offset into a learned position table; got position={self.position!r}."
             )
+        if self.position == "relative" and not self.share_embeddings:
+            raise ValueError("position='relative' (T5) shares one token table between the stacks.")
+        if self.scale_tied_output and not self.tie_output:
+            raise ValueError("`scale_tied_output` scales the input of a tied output layer; it needs tie_output=True.")
         if self.share_embeddings and self.source_vocabulary_size != self.vocabulary_size:
             raise ValueError(
                 "`share_embeddings=True` needs one vocabulary: got source_vocabulary_size="
@@ -162,3 +193,35 @@ PRESETS = {
                              final_logits_bias=True),
     ),
 }
+
+# T5's shapes (Raffel et al. 2020): v1.0's t5-small, and v1.1's Flan-T5 (Chung et al. 2022).
+_T5 = dict(position="relative", normalization="rms_norm", use_bias=False, attention_scale=1.0, norm_first=True,
+           scale_embeddings=False, layer_norm_epsilon=1e-6, max_sequence_length=512, dropout=0.1)
+PRESETS.update({
+    "t5-small": Preset(
+        "T5 v1.0 small (t5-small's config, Raffel et al. 2020): 6+6 pre-norm layers, d=512, h=8, d_ff=2048, ReLU, "
+        "RMSNorm, relative position buckets, no biases, the output tied and rescaled.",
+        EncoderDecoderConfig(vocabulary_size=32128, num_layers=6, num_heads=8, hidden_dim=512, intermediate_dim=2048,
+                             head_dim=64, activation="relu", scale_tied_output=True, **_T5),
+    ),
+    "flan-t5-small": Preset(
+        "Flan-T5 small (google/flan-t5-small's config, T5 v1.1): 8+8 layers, d=512, h=6 of width 64, d_ff=1024, "
+        "gated GELU, an untied output layer.",
+        EncoderDecoderConfig(vocabulary_size=32128, num_layers=8, num_heads=6, hidden_dim=512, intermediate_dim=1024,
+                             head_dim=64, activation="gelu_approximate", gated_feed_forward=True, tie_output=False,
+                             **_T5),
+    ),
+    "flan-t5-base": Preset(
+        "Flan-T5 base (google/flan-t5-base's config, T5 v1.1): 12+12 layers, d=768, h=12, d_ff=2048, gated GELU, "
+        "an untied output layer.",
+        EncoderDecoderConfig(vocabulary_size=32128, num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=2048,
+                             head_dim=64, activation="gelu_approximate", gated_feed_forward=True, tie_output=False,
+                             **_T5),
+    ),
+    "t5-tiny": Preset(
+        "A tiny T5 v1.1 for tests: 2+2 layers, d=32, h=4.",
+        EncoderDecoderConfig(vocabulary_size=1000, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=64,
+                             activation="gelu_approximate", gated_feed_forward=True, tie_output=False,
+                             **{**_T5, "max_sequence_length": 64, "dropout": 0.0}),
+    ),
+})

@@ -5,8 +5,18 @@ V vocabulary.
 """
 
 import keras
+from keras import ops
 
-from zoo.layers import DecoderBlock, EncoderBlock, LayerNormalization, OutputBias, TokenAndPositionEmbedding
+from zoo.layers import (
+    DecoderBlock,
+    EncoderBlock,
+    LayerNormalization,
+    OutputBias,
+    RelativePositionBias,
+    RMSNorm,
+    TokenAndPositionEmbedding,
+    TokenEmbedding,
+)
 from zoo.models.base import ZooModel
 from zoo.models.transformer.config import EncoderDecoderConfig
 
@@ -53,7 +63,9 @@ class EncoderDecoder(ZooModel):
         Vaswani et al. 2017, section 3 and Figure 1 (the architecture),
         section 3.4 (shared, scaled embeddings), section 3.5 (sinusoidal
         positions); Lewis et al. 2020 (BART: learned positions for each
-        stack, a LayerNorm on the embeddings, GELU).
+        stack, a LayerNorm on the embeddings, GELU); Raffel et al. 2020 (T5:
+        relative position biases, pre-norm RMSNorm, no biases, unscaled
+        attention logits; v1.1's gated GELU and untied output).
     """
 
     is_encoder_decoder = True
@@ -70,22 +82,47 @@ class EncoderDecoder(ZooModel):
             norm_epsilon=config.layer_norm_epsilon,
             dtype=dtype,
         )
+        # T5's variants, passed only where set, so that the other presets' blocks are built as before.
+        attention_options = {k: v for k, v in (("attention_scale", config.attention_scale),
+                                                ("head_dim", config.head_dim)) if v is not None}
+        encoder_args, decoder_args = dict(block_args), dict(block_args)
+        if config.position == "relative":
+            variant = dict(use_bias=config.use_bias, normalization=config.normalization,
+                           gated_feed_forward=config.gated_feed_forward, self_attention_options=attention_options)
+            encoder_args.update(variant)
+            decoder_args.update(variant, cross_attention_options=attention_options)
         self.encoder_blocks = [
-            EncoderBlock(config.num_heads, config.intermediate_dim, name=f"encoder_block_{i}", **block_args)
+            EncoderBlock(config.num_heads, config.intermediate_dim, name=f"encoder_block_{i}", **encoder_args)
             for i in range(config.num_layers)
         ]
         self.decoder_blocks = [
             DecoderBlock(
-                config.num_heads, config.intermediate_dim, use_cross_attention=True, name=f"decoder_block_{i}", **block_args
+                config.num_heads, config.intermediate_dim, use_cross_attention=True, name=f"decoder_block_{i}",
+                **decoder_args,
             )
             for i in range(config.num_layers)
         ]
+        # T5's relative position biases: one table per stack, its bias added in every layer of the stack.
+        self.encoder_position_bias = self.decoder_position_bias = None
+        if config.position == "relative":
+            buckets = dict(num_buckets=config.relative_attention_num_buckets,
+                           max_distance=config.relative_attention_max_distance, dtype=dtype)
+            self.encoder_position_bias = RelativePositionBias(
+                config.num_heads, bidirectional=True, name="encoder_relative_attention_bias", **buckets)
+            self.decoder_position_bias = RelativePositionBias(
+                config.num_heads, bidirectional=False, name="decoder_relative_attention_bias", **buckets)
+        if config.normalization == "rms_norm":  # T5's final stack norms
+            norm = lambda name: RMSNorm(config.layer_norm_epsilon, dtype=dtype, name=name)  # noqa: E731
+        else:
+            norm = lambda name: LayerNormalization(epsilon=config.layer_norm_epsilon, dtype=dtype, name=name)  # noqa: E731
         self.encoder_norm = norm("encoder_norm") if config.norm_first else None
         self.decoder_norm = norm("decoder_norm") if config.norm_first else None
+        self.output_scale = config.hidden_dim**-0.5 if config.scale_tied_output else None
         self.output_projection = (
             None
             if config.tie_output
-            else keras.layers.Dense(config.vocabulary_size, dtype=dtype, name="output_projection")
+            else keras.layers.Dense(config.vocabulary_size, use_bias=config.use_bias, dtype=dtype,
+                                    name="output_projection")
         )
         self.output_bias = None
         if config.final_logits_bias:
@@ -102,12 +139,14 @@ class EncoderDecoder(ZooModel):
         }
         encoded = self.encode(inputs["encoder_token_ids"], inputs["encoder_padding_mask"])
         x = self.embed_target(inputs["decoder_token_ids"])
+        bias = self._position_bias(self.decoder_position_bias, x)
         for block in self.decoder_blocks:
             x = block(
                 x,
                 encoded,
                 padding_mask=inputs["decoder_padding_mask"],
                 encoder_padding_mask=inputs["encoder_padding_mask"],
+                **bias,
             )
         logits = self.logits(x)
         super().__init__(inputs=inputs, outputs=logits, dtype=dtype, **kwargs)
@@ -132,7 +171,11 @@ class EncoderDecoder(ZooModel):
                 name=name,
             )
 
-        if not config.share_embeddings:
+        if config.position == "relative":  # T5: one token table, no absolute positions
+            self.decoder_embedding = self.encoder_embedding = TokenEmbedding(
+                config.vocabulary_size, config.hidden_dim, embeddings_initializer=keras.initializers.RandomNormal(
+                    stddev=1.0), dtype=dtype, name="embedding")
+        elif not config.share_embeddings:
             self.decoder_embedding = embedding(config.vocabulary_size, "decoder_embedding")
             self.encoder_embedding = embedding(config.source_vocabulary_size, "encoder_embedding")
         elif config.share_positions:  # one layer: the paper's shared table and its positions
@@ -154,13 +197,20 @@ class EncoderDecoder(ZooModel):
         """(B, S) source ids -> (B, S, d) final encoder output. The same
         layers serve the functional graph and `zoo.generate`."""
         x = self.embed_source(encoder_token_ids, training=training)
+        bias = self._position_bias(self.encoder_position_bias, x)
         for block in self.encoder_blocks:
-            x = block(x, padding_mask=encoder_padding_mask, training=training)
+            x = block(x, padding_mask=encoder_padding_mask, training=training, **bias)
         return self._encoder_final(x)
+
+    @staticmethod
+    def _position_bias(layer, x, **kwargs):
+        """{"attention_bias": (1, h, T, S)} of a stack's relative position
+        bias (T5), the keyword its blocks take; {} without one."""
+        return {} if layer is None else {"attention_bias": layer(x, **kwargs)}
 
     def embed_source(self, encoder_token_ids, training=None):
         """(B, S) source ids -> (B, S, d)."""
-        x = self.encoder_embedding(encoder_token_ids)
+        x = self._embed(self.encoder_embedding, encoder_token_ids)
         if self.encoder_embedding_norm is not None:
             x = self.encoder_embedding_norm(x)
         return self.encoder_embeddings_dropout(x, training=training)
@@ -169,9 +219,15 @@ class EncoderDecoder(ZooModel):
         """The encoder's final norm (pre-LN models) of its last block's output."""
         return x if self.encoder_norm is None else self.encoder_norm(x)
 
+    def _embed(self, layer, token_ids, start_index=0):
+        """Token ids -> (B, T, d): a token-and-position embedding, or T5's token embedding alone."""
+        if self.decoder_position_bias is not None:
+            return layer(token_ids)
+        return layer(token_ids, start_index=start_index)
+
     def embed_target(self, decoder_token_ids, start_index=0, training=None):
         """(B, T) target ids at positions start_index.. -> (B, T, d)."""
-        x = self.decoder_embedding(decoder_token_ids, start_index=start_index)
+        x = self._embed(self.decoder_embedding, decoder_token_ids, start_index)
         if self.decoder_embedding_norm is not None:
             x = self.decoder_embedding_norm(x)
         return self.decoder_embeddings_dropout(x, training=training)
@@ -189,7 +245,7 @@ class EncoderDecoder(ZooModel):
         """N per-block (B, 2, h, length, k) zero self-attention caches, a
         tuple rather than one stacked tensor, so that a compiled loop
         updates each in place."""
-        shape = (batch_size, 2, self.num_heads, length, self.hidden_dim // self.num_heads)
+        shape = (batch_size, 2, self.num_heads, length, self.head_dim or self.hidden_dim // self.num_heads)
         return tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in self.decoder_blocks)
 
     def call_with_cache(self, token_ids, cache, cache_index, context):
@@ -198,6 +254,8 @@ class EncoderDecoder(ZooModel):
         inference mode. `context` comes from `start`."""
         cross_caches, source_padding_mask = context
         x, new_cache = self.embed_target(token_ids, start_index=cache_index, training=False), []
+        bias = self._position_bias(self.decoder_position_bias, x, key_length=ops.shape(cache[0])[3],
+                                   start_index=cache_index)  # (1, h, T, S_max)
         for block, block_cache, cross_cache in zip(self.decoder_blocks, cache, cross_caches):
             x, block_cache = block.call(
                 x,
@@ -206,6 +264,7 @@ class EncoderDecoder(ZooModel):
                 cross_attention_cache=cross_cache,
                 encoder_padding_mask=source_padding_mask,
                 training=False,
+                **bias,
             )
             new_cache.append(block_cache)
         return self.logits(x), tuple(new_cache)
@@ -223,11 +282,14 @@ class EncoderDecoder(ZooModel):
         """
         source_mask = inputs["encoder_padding_mask"]
         x, encoder_scores = self.embed_source(inputs["encoder_token_ids"], training=False), []
+        bias = self._position_bias(self.encoder_position_bias, x)
         for block in self.encoder_blocks:
-            x, block_scores = block.call(x, padding_mask=source_mask, return_attention_scores=True, training=False)
+            x, block_scores = block.call(x, padding_mask=source_mask, return_attention_scores=True, training=False,
+                                         **bias)
             encoder_scores.append(block_scores)
         encoded = self._encoder_final(x)
         x, decoder_scores = self.embed_target(inputs["decoder_token_ids"], training=False), []
+        bias = self._position_bias(self.decoder_position_bias, x)
         for block in self.decoder_blocks:
             x, block_scores = block.call(
                 x,
@@ -236,6 +298,7 @@ class EncoderDecoder(ZooModel):
                 encoder_padding_mask=source_mask,
                 return_attention_scores=True,
                 training=False,
+                **bias,
             )
             decoder_scores.append(block_scores)
         stack = keras.ops.stack
@@ -249,6 +312,8 @@ class EncoderDecoder(ZooModel):
         """(B, T, d) decoder output -> (B, T, V) float32 logits."""
         if self.decoder_norm is not None:
             hidden = self.decoder_norm(hidden)
+        if self.output_scale is not None:  # T5 v1.0: the tied head sees the output times d_model**-0.5
+            hidden = hidden * self.output_scale
         if self.output_projection is None:
             logits = self.decoder_embedding(hidden, reverse=True)
         else:

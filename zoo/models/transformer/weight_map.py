@@ -1,4 +1,7 @@
-"""Marian (Helsinki-NLP/opus-mt-*) and BART (facebook/bart-*) checkpoints:
+"""Marian (Helsinki-NLP/opus-mt-*), BART (facebook/bart-*) and T5 (t5-*,
+google/flan-t5-*) checkpoints; T5's own tables are in `t5_weights`.
+
+Marian and BART:
 `EncoderDecoder` <-> transformers' `MarianMTModel` and
 `BartForConditionalGeneration`. The config's `model_type` picks the one
 read; the model's flags pick the one written (`model_type`).
@@ -47,6 +50,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from zoo.models.transformer import t5_weights
 from zoo.models.tensor_names import (
     CheckpointError,
     TensorName,
@@ -60,16 +64,17 @@ from zoo.models.tensor_names import (
     write_text,
 )
 
-NAME = "Marian or BART"
-MODEL_TYPES = ("marian", "bart")
+NAME = "Marian, BART or T5"
+MODEL_TYPES = ("marian", "bart", "t5")
 TASKS = ("seq2seq",)
 DEFAULT_TASK = "seq2seq"
 HEADS_WITH_WEIGHTS = ()  # the output layer is the tied target embedding
 ARCHITECTURES = {
     "marian": {"MarianMTModel": "seq2seq", "MarianModel": "seq2seq"},
     "bart": {"BartForConditionalGeneration": "seq2seq", "BartModel": "seq2seq"},
+    "t5": t5_weights.ARCHITECTURES,
 }
-NAMES = {"marian": "Marian", "bart": "BART"}
+NAMES = {"marian": "Marian", "bart": "BART", "t5": "T5"}
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 KERAS_HUB_BACKBONES = ()
 KERAS_HUB_TASKS = {}
@@ -95,6 +100,8 @@ def build_task(backbone, task, num_classes=None):
 def model_type(backbone):
     """The transformers model_type whose model computes what this encoder-decoder's flags say
     (its positions tell; `check_huggingface_export` checks the rest)."""
+    if backbone.get_config()["position"] == "relative":
+        return "t5"
     return "bart" if backbone.get_config()["position"] == "learned" else "marian"
 
 
@@ -104,6 +111,8 @@ def model_type(backbone):
 def from_huggingface_config(config, config_file):
     """transformers' MarianConfig or BartConfig -> (architecture, head, zoo config)."""
     kind = config["model_type"]
+    if kind == "t5":
+        return t5_weights.from_huggingface_config(config, config_file)
     architecture, get = read_architecture(config, config_file, ARCHITECTURES[kind])
     refuse = functools.partial(refuse_config_value, config, config_file)
     name = NAMES[kind]
@@ -163,6 +172,8 @@ def from_huggingface_config(config, config_file):
 def check_huggingface_export(backbone):
     config = backbone.get_config()
     kind = model_type(backbone)
+    if kind == "t5":
+        return t5_weights.check_huggingface_export(backbone)
     if kind == "marian":
         problems = [
             (config["position"] != "sinusoidal_halves",
@@ -198,6 +209,8 @@ def _stack_sizes(config):
 
 
 def to_huggingface_config(model):
+    if model_type(model) == "t5":
+        return t5_weights.to_huggingface_config(model)
     if model_type(model) == "bart":
         return _bart_config(model)
     config = model.get_config()
@@ -344,6 +357,8 @@ def _bart_names(model, prefix="model.", with_bias=True):
 
 def huggingface_names(model):
     """(architecture, table): `MarianMTModel` or `BartForConditionalGeneration`, its tensors in checkpoint order."""
+    if model_type(model) == "t5":
+        return "T5ForConditionalGeneration", t5_weights.names(model)
     if model_type(model) == "bart":
         return "BartForConditionalGeneration", _bart_names(model)
     return "MarianMTModel", _marian_names(model)
@@ -360,6 +375,8 @@ def checkpoint_name(name):
 
 def import_names(model, checkpoint_names, with_head):
     """The table in the checkpoint's layout: for BART, with or without "model." and `final_logits_bias`."""
+    if model_type(model) == "t5":
+        return t5_weights.names(model)
     if model_type(model) == "bart":
         return _bart_names(model, module_prefix(checkpoint_names), with_bias="final_logits_bias" in checkpoint_names)
     return _marian_names(model)
@@ -375,6 +392,8 @@ def ignorable(name):
 
 def tied_copies(model, checkpoint_names):
     """(copy, original) pairs that must be equal."""
+    if model_type(model) == "t5":
+        return t5_weights.tied_copies(model)
     if model.share_embeddings:
         prefix = module_prefix(checkpoint_names)
         shared = prefix + "shared.weight"
@@ -420,6 +439,8 @@ def _read_side(folder, side, vocabulary_size, weights_file):
 def read_huggingface_tokenizer(folder, vocabulary_size, weights_file):
     """The decoder's tokenizer, the model's `tokenizer`: Marian's target side (`target.spm`,
     `vocab.json`), or BART's byte-level BPE."""
+    if _folder_model_type(folder) == "t5":
+        return t5_weights.read_tokenizer(folder, vocabulary_size, weights_file)
     if _folder_model_type(folder) == "bart":
         return _read_bart_tokenizer(folder, vocabulary_size, weights_file)
     require_files(folder, "source.spm", "target.spm", "vocab.json",
@@ -429,8 +450,8 @@ def read_huggingface_tokenizer(folder, vocabulary_size, weights_file):
 
 def read_huggingface_source_tokenizer(folder, vocabulary_size, weights_file):
     """Marian's source side (`source.spm`, `vocab.json`): the model's `source_tokenizer`, the
-    encoder's; None for BART, whose one tokenizer serves both sides."""
-    if _folder_model_type(folder) == "bart":
+    encoder's; None for BART and T5, whose one tokenizer serves both sides."""
+    if _folder_model_type(folder) in ("bart", "t5"):
         return None
     return _read_side(folder, "source", vocabulary_size, weights_file)
 
@@ -518,6 +539,8 @@ def tokenizer_problem(tokenizer, format, backbone):
     from zoo.data import HuggingFaceTokenizer, MarianTokenizer
 
     kind = model_type(backbone)
+    if kind == "t5":
+        return t5_weights.tokenizer_problem(tokenizer, format)
     if format != "huggingface":
         return f"keras-hub has no {NAMES[kind]} tokenizer"
     expected = MarianTokenizer if kind == "marian" else HuggingFaceTokenizer
@@ -534,6 +557,8 @@ def tokenizer_problem(tokenizer, format, backbone):
 def write_huggingface_tokenizer(tokenizer, folder, model):
     """Marian: source.spm, target.spm, vocab.json; BART: tokenizer.json, vocab.json, merges.txt;
     then tokenizer_config.json and generation_config.json."""
+    if model_type(model) == "t5":
+        return t5_weights.write_tokenizer(tokenizer, folder, model)
     if model_type(model) == "bart":
         return _write_bart_tokenizer(tokenizer, folder, model)
     from zoo.files import atomic_path
@@ -586,6 +611,8 @@ def _write_bart_tokenizer(tokenizer, folder, model):
 
 
 def keras_hub_incompatibilities(backbone):
+    if model_type(backbone) == "t5":
+        return ["the zoo does not map keras-hub's T5Backbone"], []
     if model_type(backbone) == "bart":
         return ["the zoo does not map keras-hub's BartBackbone"], []
     return ["keras-hub has no Marian model"], []
