@@ -24,7 +24,7 @@ from tests.checkpoints.marian_checkpoints import ENGLISH, GERMAN
 
 EXTRA_IDS = 100
 SENTENCES = ["translate English to German: A man rides a bike.", "Größe über Straße – naïve 東京 🙂",
-             "summarize: Die Kinder spielen im Garten.", ""]
+             "summarize: Die Kinder spielen im Garten.", "", ">>de<< Ein Mann <extra_id_0> fährt<extra_id_12>  Rad </s>."]
 VERSIONS = {
     "v1.0": dict(d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=2, num_heads=4,
                  feed_forward_proj="relu", tie_word_embeddings=True),
@@ -246,12 +246,28 @@ def reference_greedy(tensors, config, source_ids, max_new_tokens):
 
 
 def reference_ids(folder, text):
-    """transformers' `T5Tokenizer(...)(text)["input_ids"]` (legacy mode) by its rules:
+    """transformers' `T5Tokenizer(...)(text)["input_ids"]` (legacy mode) by its rules: the text
+    split at its special tokens (`</s>`, `<pad>`, `<unk>`, `<extra_id_n>`; each sentinel's
+    AddedToken strips the whitespace on both sides), each stretch between them
     `SentencePieceProcessor.encode(text, out_type=str)` of spiece.model, each piece its
-    `piece_to_id` (`<unk>`'s for an unknown one), `</s>` appended; `<extra_id_n>` is id
-    vocab_size - n - 1 where it is its own token."""
+    `piece_to_id`; `<extra_id_n>` is id len(sp_model) + 99 - n; `</s>` appended."""
+    import re
+
     import sentencepiece
 
     processor = sentencepiece.SentencePieceProcessor()
     processor.Load(str(Path(folder) / "spiece.model"))
-    return [processor.piece_to_id(piece) for piece in processor.encode(text, out_type=str)] + [processor.eos_id()]
+    special = {"</s>": processor.eos_id(), "<pad>": processor.pad_id(), "<unk>": processor.unk_id()}
+    ids, rest = [], text
+    while rest:
+        found = re.search(r"<extra_id_(\d+)>|</s>|<pad>|<unk>", rest)
+        before, token = (rest, None) if found is None else (rest[: found.start()], found.group(0))
+        after = "" if found is None else rest[found.end() :]
+        if token is not None and token.startswith("<extra_id_"):
+            before, after = before.rstrip(), after.lstrip()
+        if before:
+            ids += [processor.piece_to_id(piece) for piece in processor.encode(before, out_type=str)]
+        if token is not None:
+            ids.append(special[token] if token in special else processor.get_piece_size() + 99 - int(found.group(1)))
+        rest = after
+    return ids + [processor.eos_id()]

@@ -121,6 +121,18 @@ def test_token_ids_follow_t5_tokenizers_rules(model, folder):
     assert size == model.vocabulary_size - 8
     assert tokenizer.token_to_id("<extra_id_0>") == size - 1 and tokenizer.token_to_id("<extra_id_99>") == size - 100
     assert tokenizer.detokenize(tokenizer("A man rides a bike.")) == "A man rides a bike."
+    assert tokenizer.detokenize(tokenizer("A man <extra_id_3> a bike.")) == "A man a bike."  # skip_special_tokens
+
+
+def test_the_keras_file_reloads_model_and_tokenizer(model, tmp_path):
+    zoo.save(model, tmp_path / "t5.keras")
+    again = zoo.load(tmp_path / "t5.keras")
+    assert type(again.tokenizer).__name__ == "T5Tokenizer"
+    text = tc.SENTENCES[-1]
+    assert _np(again.tokenizer(text)).tolist() == _np(model.tokenizer(text)).tolist()
+    assert again.tokenizer.start_token_id == 0
+    x = inputs(model.vocabulary_size, seed=5)
+    np.testing.assert_array_equal(_np(again(x)), _np(model(x)))
 
 
 # --- Export -----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from zoo.data.chat import CHATML, CHATML_TOKENS, ChatExamples, chat_examples, re
 from zoo.data.errors import DataError
 from zoo.data.huggingface_tokenizer import HuggingFaceTokenizer, train_sentence_piece
 from zoo.data.marian_tokenizer import MarianTokenizer
+from zoo.data.t5_tokenizer import T5Tokenizer
 from zoo.data.registry import DataSet, dataset_info, fetch_dataset, is_cached, list_datasets
 from zoo.data.sources import read_labelled, read_parallel, read_text
 from zoo.data.synthetic import (
@@ -52,6 +53,7 @@ __all__ = [
     "DataSet",
     "HuggingFaceTokenizer",
     "MarianTokenizer",
+    "T5Tokenizer",
     "Task",
     "WordTokenizer",
     "WordVocabulary",

@@ -12,10 +12,10 @@ and rescales the decoder output by d_model**-0.5 before it
 (`scale_tied_output`); v1.1 and Flan-T5 (`"gated-gelu"`: GELU's tanh form
 gating `wi_0`, times `wi_1`) have an untied `lm_head`.
 
-The tokenizer is `spiece.model` with transformers' `T5Tokenizer` ids: the
-SentencePiece model's own (`<pad>` 0, `</s>` 1, `<unk>` 2), then the 100
-sentinels, `<extra_id_0>` last; `</s>` appended to each text; a
-`zoo.data.MarianTokenizer` over that vocabulary. An encoder and a decoder
+The tokenizer is `spiece.model` with transformers' `T5Tokenizer` ids
+(`zoo.data.T5Tokenizer`): the SentencePiece model's own (`<pad>` 0, `</s>`
+1, `<unk>` 2), then the 100 sentinels, `<extra_id_0>` last; `</s>` appended
+to each text. An encoder and a decoder
 of different depths are refused with one line, as is a feed-forward
 projection the zoo does not compute.
 """
@@ -194,19 +194,6 @@ def tied_copies(model):
     return copies + ([("lm_head.weight", "shared.weight")] if model.output_projection is None else [])
 
 
-def _vocabulary(proto):
-    """T5Tokenizer's {token: id}: the SentencePiece model's pieces by their ids, then `<extra_id_99>` ..
-    `<extra_id_0>` (`<extra_id_n>` is id size - n - 1)."""
-    import sentencepiece
-
-    processor = sentencepiece.SentencePieceProcessor()
-    processor.LoadFromSerializedProto(proto)
-    size = processor.get_piece_size()
-    vocabulary = {processor.id_to_piece(i): i for i in range(size)}
-    vocabulary.update({f"<extra_id_{n}>": size + EXTRA_IDS - 1 - n for n in range(EXTRA_IDS)})
-    return vocabulary
-
-
 def _generation_settings(folder):
     settings = {}
     for name in ("config.json", "generation_config.json"):
@@ -218,14 +205,12 @@ def _generation_settings(folder):
 
 def read_tokenizer(folder, vocabulary_size, weights_file):
     """`spiece.model` with T5Tokenizer's ids; the decoder starts from `decoder_start_token_id` (`<pad>`)."""
-    from zoo.data import DataError, MarianTokenizer
+    from zoo.data import DataError, T5Tokenizer
 
     require_files(folder, "spiece.model", why="T5's tokenizer (spiece.model)")
     generation = _generation_settings(folder)
-    proto = (folder / "spiece.model").read_bytes()
     try:
-        tokenizer = MarianTokenizer(proto, _vocabulary(proto), start_token_id=generation.get("decoder_start_token_id"),
-                                    generation=generation)
+        tokenizer = T5Tokenizer.from_folder(folder, generation.get("decoder_start_token_id"), generation)
     except (DataError, ValueError, RuntimeError, OSError) as error:
         raise CheckpointError(f"{folder / 'spiece.model'}: {error}") from None
     check_vocabulary(tokenizer.vocabulary_size(), vocabulary_size, folder / "spiece.model", weights_file)
@@ -233,12 +218,12 @@ def read_tokenizer(folder, vocabulary_size, weights_file):
 
 
 def tokenizer_problem(tokenizer, format):
-    from zoo.data import MarianTokenizer
+    from zoo.data import T5Tokenizer
 
     if format != "huggingface":
         return "keras-hub has no T5 tokenizer"
-    if not isinstance(tokenizer, MarianTokenizer):
-        return f"model.tokenizer is a {type(tokenizer).__name__}; T5 needs spiece.model (a zoo.data.MarianTokenizer)"
+    if not isinstance(tokenizer, T5Tokenizer):
+        return f"model.tokenizer is a {type(tokenizer).__name__}; T5 needs a zoo.data.T5Tokenizer (spiece.model)"
     return None
 
 
