@@ -51,14 +51,15 @@ class LoraDense(keras.layers.Dense):
         return self._adapted(inputs, ops.matmul(inputs, ops.cast(self._kernel, self.compute_dtype)))
 
     def _int8_call(self, inputs, training=None):
-        return self._adapted(inputs, self._frozen_product(inputs, self._kernel, self.kernel_scale))
+        return self._adapted(inputs, self._frozen_product(inputs, training, self._kernel, self.kernel_scale))
 
     def _int4_call(self, inputs, training=None):
-        if getattr(self, "_int4_block_size", None) in (None, -1):  # one scale per column
-            return self._adapted(inputs, self._frozen_product(inputs, self._kernel, self.kernel_scale))
-        return self._adapted(inputs, self._frozen_product(inputs, self._kernel, self.kernel_scale, self.kernel_zero, self.g_idx))
+        weights = (self._kernel, self.kernel_scale)
+        if getattr(self, "_int4_block_size", None) not in (None, -1):  # in groups, with zero points
+            weights += (self.kernel_zero, self.g_idx)
+        return self._adapted(inputs, self._frozen_product(inputs, training, *weights))
 
-    def _frozen_product(self, inputs, *weights):
+    def _frozen_product(self, inputs, training, *weights):
         """x W0 (B, T, d_out) for a quantized kernel, as Keras' Dense
         computes it, with the input gradient upstream W0^T through the
         dequantized kernel.
@@ -71,12 +72,15 @@ class LoraDense(keras.layers.Dense):
         config says so) and de-scales the product; one in groups with zero
         points is dequantized first.
 
-        Both products read the weights through `after` (zoo.layers.dequantized):
-        the forward pass's once x exists, the backward pass's once the
-        upstream gradient does, so that no layer's float kernel lives from
-        one pass to the other (SmolLM2-135M's shape in int4: the compiled
-        training step's temporaries 1,219 MiB without, 816 MiB with;
-        benchmarks/training/finetune_memory.py).
+        In training, both products read the weights through `after`
+        (zoo.layers.dequantized): the forward pass's once x exists, the
+        backward pass's once the upstream gradient does, so that no
+        layer's float kernel lives from one pass to the other
+        (SmolLM2-135M's shape in int4: the compiled training step's
+        temporaries 1,219 MiB without, 816 MiB with;
+        benchmarks/training/finetune_memory.py). Outside training the
+        forward pass reads them as they are, so that a decoding loop
+        dequantizes each kernel once, not at every token.
         """
 
         @ops.custom_gradient
@@ -86,7 +90,8 @@ class LoraDense(keras.layers.Dense):
                 kernel = self._float_kernel(*[after(w, upstream) for w in weights])
                 return (ops.matmul(upstream, ops.transpose(kernel)),) + (None,) * len(weights)
 
-            weights = [after(w, inputs) for w in weights]
+            if training:
+                weights = [after(w, inputs) for w in weights]
             if len(weights) > 2:
                 return ops.matmul(inputs, self._float_kernel(*weights)), gradient
             scale = weights[1]
