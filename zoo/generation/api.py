@@ -274,10 +274,10 @@ def beam_search(
     if not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool):
         raise ValueError(f"`length_penalty` must be a number; got {length_penalty!r}.")
     samplers.check_temperature(temperature)
+    check_model(model)
     length_controls = check_length_controls(min_new_tokens, no_repeat_ngram_size, early_stopping,
                                             forced_first_token_id, forced_stop_token_id, model.vocabulary_size)
     length_controls += (bool(renormalize_logits),)
-    check_model(model)
     batch = prompts.as_batch(prompt, padding_mask, "prompt")
     prompts.check_token_range(batch, model.vocabulary_size, "prompt")
     stop_token_ids = check_stop_tokens(stop_token_ids, model.vocabulary_size)
