@@ -92,7 +92,7 @@ class EncoderBlock(keras.layers.Layer):
         self.supports_masking = True
 
         policy = self.dtype_policy
-        # The variants' arguments only where they are set, so that the paper's block is built as before.
+        # The variants' arguments only where they are set, so that the paper's block keeps its defaults.
         bias_args = {} if use_bias else {"use_bias": False}
         self.self_attention = MultiHeadAttention(
             num_heads,

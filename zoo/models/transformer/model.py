@@ -82,7 +82,7 @@ class EncoderDecoder(ZooModel):
             norm_epsilon=config.layer_norm_epsilon,
             dtype=dtype,
         )
-        # T5's variants, passed only where set, so that the other presets' blocks are built as before.
+        # T5's variants, passed only where set, so that the other presets' blocks keep their defaults.
         attention_options = {k: v for k, v in (("attention_scale", config.attention_scale),
                                                 ("head_dim", config.head_dim)) if v is not None}
         encoder_args, decoder_args = dict(block_args), dict(block_args)
