@@ -203,6 +203,17 @@ def size_overrides(args):
     return {n: getattr(args, n) for n in SIZE_FLAGS if getattr(args, n, None) is not None}
 
 
+def given_flags(make_parser, argv, names):
+    """The flags among `names` (their dests) that the command line `argv`
+    sets, whatever the value: `argv` parsed again by `make_parser()` with
+    defaults no command line can give."""
+    unset = object()
+    probe = make_parser()
+    probe.set_defaults(**{name: unset for name in names})
+    args = probe.parse_args(argv)
+    return {name for name in names if getattr(args, name) is not unset}
+
+
 def startup_line(what, preset, overrides):
     """'gpt-nano' or 'gpt-nano, overriding hidden_dim=32 num_layers=1'."""
     if not overrides:

@@ -3,6 +3,7 @@
     python -m recipes.translate          # or: zoo train translate
     zoo train translate --data pairs.tsv --validation pairs-dev.tsv --source-lang fr --target-lang en
     zoo train translate --data corpus.fr,corpus.en --source-lang fr --target-lang en
+    zoo train translate --pretrained hf://Helsinki-NLP/opus-mt-de-en --epochs 1
 
 --data is Multi30k by default; or your own pairs: a CSV, TSV or JSONL file
 whose columns (keys) are --source-lang and --target-lang (JSONL as
@@ -24,6 +25,17 @@ exponential moving average), and beam search for the validation
 translations. Batches are grouped by length so that short sentences are not
 padded to the longest. Translations come out cased and detokenized: "A man
 is riding a bicycle."
+
+--pretrained fine-tunes a checkpoint instead (Marian's opus-mt, BART, T5 /
+Flan-T5: a Hugging Face folder, an `hf://` handle, a keras-hub preset or a
+translate run folder) with its own tokenizers: the source is cut by the
+source tokenizer, the decoder starts from the checkpoint's
+`decoder_start_token_id` and learns the target's ids up to its end token,
+and the loss skips its pad id. Its defaults are a fine-tuning's
+(--learning-rate 5e-5, --epochs 3, --ema-momentum 0), and the translations
+are decoded as its generation_config.json says unless --beam-size or
+--length-penalty is given. --preset, the sizes, --vocabulary-size and
+--subword are the checkpoint's, and refused.
 
 The run folder (--output, `runs/translate`): `model.keras` (the averaged
 weights of the best epoch by validation loss), `tokenizer.json`,
@@ -56,6 +68,7 @@ DEFAULTS = dict(
     validation_fraction=0.05,  # of your own --data without --validation
     source_lang="de",
     target_lang="en",
+    pretrained=None,  # a checkpoint to fine-tune (FINE_TUNING's defaults); None: --preset from scratch
     preset="transformer-small",  # 3+3 layers, d=256, h=8, dropout 0.1
     intermediate_dim=512,  # d_ff: 512 rather than the preset's 1024, ~20% faster a step on a CPU
     epochs=16,  # 3,600 steps
@@ -77,6 +90,14 @@ DEFAULTS = dict(
     num_samples=5,  # sample translations to print
     output="runs/translate",
 )
+# What --pretrained changes: a fine-tuning's rate and length (Hugging Face's
+# run_translation: 5e-5, 3 epochs, no average of the weights, which would
+# lag behind so short a run), decoding by the checkpoint's
+# generation_config.json (None), and no preset or vocabulary of the zoo's.
+FINE_TUNING = dict(learning_rate=5e-5, epochs=3, ema_momentum=0.0, beam_size=None, length_penalty=None, preset=None,
+                   intermediate_dim=None, vocabulary_size=None, subword=None)
+CHECKPOINT_FIXES = ("preset", "num_layers", "hidden_dim", "num_heads", "dropout", "intermediate_dim",
+                    "vocabulary_size", "subword")
 START, END = "[START]", "[END]"
 TOKENIZER = "tokenizer.json"
 
@@ -86,6 +107,9 @@ def make_parser():
     from recipes.flags import COUNT, NON_NEGATIVE, POSITIVE, POSITIVE_INT, RATE, Number, recipe_parser
 
     parser = recipe_parser(__doc__.splitlines()[0], DEFAULTS, prog="zoo train translate")
+    parser.add_argument("--pretrained", default=DEFAULTS["pretrained"], metavar="CHECKPOINT",
+                        help="fine-tune this encoder-decoder (Marian, BART, T5: a folder, hf://ORG/NAME, a keras-hub "
+                             "preset or a translate run folder) with its tokenizers, instead of --preset from scratch")
     parser.add_argument("--time-budget", type=POSITIVE, default=DEFAULTS["time_budget"],
                         help="also stop before an epoch that would end past this many minutes of training")
     parser.add_argument("--warmup-steps", type=COUNT, default=DEFAULTS["warmup_steps"],
@@ -126,12 +150,22 @@ def make_parser():
 def parse(argv):
     """The flags, checked; the BLEU score's package there, before any
     training."""
-    from recipes.flags import check_preset, require, size_overrides
+    from recipes.flags import check_preset, given_flags, require, size_overrides
 
     from zoo.data import is_pair_source
 
     parser = make_parser()
     args = parser.parse_args(argv)
+    if args.pretrained is not None:
+        given = given_flags(make_parser, argv, {*FINE_TUNING, *CHECKPOINT_FIXES})
+        fixed = [name for name in CHECKPOINT_FIXES if name in given]
+        if fixed:
+            flags = ", ".join("--" + name.replace("_", "-") for name in fixed)
+            parser.error(f"{flags}: with --pretrained the model and its vocabulary are the checkpoint's; leave "
+                         f"{'it' if len(fixed) == 1 else 'them'} out")
+        for name, value in FINE_TUNING.items():
+            if name not in given:
+                setattr(args, name, value)
     if args.validation is not None and not is_pair_source(args.data):
         parser.error(f"--validation {args.validation}: with --data {args.data}; expected --data to be your own "
                      "pairs (a data set's folder or name brings its own val split)")
@@ -142,7 +176,8 @@ def parse(argv):
                 if not Path(name).is_file():
                     parser.error(f"--{flag} {value}: {name} is no file; expected a CSV, TSV or JSONL file of pairs, "
                                  "or two aligned files SOURCE,TARGET")
-    check_preset(parser, args.preset, "transformer", sizes=size_overrides(args))
+    if args.pretrained is None:
+        check_preset(parser, args.preset, "transformer", sizes=size_overrides(args))
     require("sacrebleu", "the translate recipe's BLEU score")
     return args
 
@@ -168,9 +203,10 @@ def pairs(args, split, data=None):
     return [sources[i] for i in kept], [targets[i] for i in kept]
 
 
-def bucketed(sources, targets, batch_size, buckets, ids, shuffle, seed):
-    """Batches padded to the shortest bucket bound that holds them.
-    Returns (dataset, steps per pass)."""
+def bucketed(sources, targets, batch_size, buckets, special, shuffle, seed):
+    """Batches padded to the shortest bucket bound that holds them;
+    `special` holds the decoder's `start`, `end` and `pad` ids. Returns
+    (dataset, steps per pass)."""
     from zoo.data import bucketed_batches, seq2seq_dataset
 
     def pipeline(rows, bound):
@@ -180,8 +216,9 @@ def bucketed(sources, targets, batch_size, buckets, ids, shuffle, seed):
             batch_size,
             bound,
             bound,
-            ids[START],
-            ids[END],
+            special["start"],
+            special["end"],
+            pad_id=special["pad"],
             shuffle=shuffle,
             seed=seed,
         )
@@ -237,7 +274,7 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
         (sacrebleu's default, cased BLEU) on the validation split;
         `test_...` on the test split.
     """
-    from zoo.data import HuggingFaceTokenizer
+    from zoo.data import WordTokenizer
     from zoo.training.bleu import detokenize, translation_scores
 
     from recipes.flags import require
@@ -249,7 +286,7 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
     count = args["max_val_sentences"] or len(sources)
     model = model or load_model(folder)
     hypotheses = translate_text(model, sources[:count], args)
-    if not isinstance(model.tokenizer, HuggingFaceTokenizer):  # WordPiece text: pieces apart, punctuation spaced
+    if isinstance(model.tokenizer, WordTokenizer):  # its text: words apart, punctuation spaced
         hypotheses = [detokenize(h) for h in hypotheses]
     if outputs is not None:
         outputs.extend(zip(sources, references, hypotheses))
@@ -294,49 +331,91 @@ def time_budget(minutes):
 
 
 def read_data(args):
-    """The tokenizer and the bucketed train and validation pipelines, read
-    before the output folder is touched: a dict of tokenizer, vocabulary,
-    ids (token -> id), val_src_ids, train, steps, val, val_steps."""
-    from zoo.data import DataError, HuggingFaceTokenizer, token_id_lists, train_sentence_piece
-    from zoo.data.registry import zoo_home
+    """The tokenizers (and --pretrained's model) and the bucketed train and
+    validation pipelines, read before the output folder is touched: a dict
+    of tokenizer, source_tokenizer, special (the decoder's start, end and
+    pad ids), val_src_ids, train, steps, val, val_steps, and model with
+    --pretrained."""
+    from zoo.data import DataError, token_id_lists
 
     train_src, train_tgt = pairs(vars(args), "train")
     val_src, val_tgt = pairs(vars(args), "val")
-    saved = Path(args.output) / TOKENIZER
-    if saved.is_file() and not args.overwrite:  # resuming: the checkpoint's own tokenizer
-        tokenizer = HuggingFaceTokenizer.from_file(saved, bos_token=START, eos_token=END, pad_token="[PAD]",
-                                                   add_bos=False)
-    else:
-        # Trained once per data and settings, then read from the cache:
-        # the same command, the same vocabulary.
-        tokenizer = train_sentence_piece(train_src + train_tgt, args.vocabulary_size, args.subword,
-                                         cache=zoo_home() / "vocabularies")
-    vocabulary = tokenizer.get_vocabulary()
-    ids = {token: i for i, token in enumerate(vocabulary)}
-    train_src_ids, train_tgt_ids = token_id_lists(tokenizer, train_src), token_id_lists(tokenizer, train_tgt)
-    val_src_ids, val_tgt_ids = token_id_lists(tokenizer, val_src), token_id_lists(tokenizer, val_tgt)
+    data = checkpoint_tokenizers(args) if args.pretrained else trained_tokenizer(args, train_src + train_tgt)
+    source_tokenizer, tokenizer, end = data["source_tokenizer"], data["tokenizer"], data["special"]["end"]
+
+    def target_ids(texts):  # without the end token that the tokenizer may add: the labels get it
+        return [row[:-1] if row and row[-1] == end else row for row in token_id_lists(tokenizer, texts)]
+
+    train_src_ids, train_tgt_ids = token_id_lists(source_tokenizer, train_src), target_ids(train_tgt)
+    val_src_ids, val_tgt_ids = token_id_lists(source_tokenizer, val_src), target_ids(val_tgt)
     for where, rows in (("train source", train_src_ids), ("val source", val_src_ids)):
         for line, row in enumerate(rows, start=1):
             if not row:
                 raise DataError(f"{args.data} {where}, line {line}: the sentence has no tokens")
     buckets = tuple(b for b in DEFAULTS["buckets"] if b < args.max_length) + (args.max_length,)
-    train, steps = bucketed(train_src_ids, train_tgt_ids, args.batch_size, buckets, ids, True, args.seed)
+    train, steps = bucketed(train_src_ids, train_tgt_ids, args.batch_size, buckets, data["special"], True, args.seed)
     val_batch = min(args.batch_size, len(val_src_ids))
-    val, val_steps = bucketed(val_src_ids, val_tgt_ids, val_batch, buckets, ids, False, None)
-    print(
-        f"{len(train_src):,} training pairs, {len(val_src):,} validation pairs, "
-        f"vocabulary {len(vocabulary):,} {args.subword} pieces, {steps} steps an epoch",
-        flush=True,
-    )
-    return dict(tokenizer=tokenizer, vocabulary=vocabulary, ids=ids, val_src_ids=val_src_ids,
-                train=train, steps=steps, val=val, val_steps=val_steps)
+    val, val_steps = bucketed(val_src_ids, val_tgt_ids, val_batch, buckets, data["special"], False, None)
+    vocabulary = (f"{args.pretrained}'s vocabulary of {tokenizer.vocabulary_size():,}" if args.pretrained else
+                  f"vocabulary {tokenizer.vocabulary_size():,} {args.subword} pieces")
+    print(f"{len(train_src):,} training pairs, {len(val_src):,} validation pairs, {vocabulary}, {steps} steps an epoch",
+          flush=True)
+    return dict(data, val_src_ids=val_src_ids, train=train, steps=steps, val=val, val_steps=val_steps)
+
+
+def trained_tokenizer(args, texts):
+    """From scratch: one subword vocabulary of both sides, trained once per
+    data and settings and then read from the cache (the same command, the
+    same vocabulary), or a resumed run's own tokenizer.json."""
+    from zoo.data import HuggingFaceTokenizer, train_sentence_piece
+    from zoo.data.registry import zoo_home
+
+    saved = Path(args.output) / TOKENIZER
+    if saved.is_file() and not args.overwrite:
+        tokenizer = HuggingFaceTokenizer.from_file(saved, bos_token=START, eos_token=END, pad_token="[PAD]",
+                                                   add_bos=False)
+    else:
+        tokenizer = train_sentence_piece(texts, args.vocabulary_size, args.subword, cache=zoo_home() / "vocabularies")
+    ids = {token: i for i, token in enumerate(tokenizer.get_vocabulary())}
+    return dict(tokenizer=tokenizer, source_tokenizer=tokenizer, special=dict(start=ids[START], end=ids[END], pad=0))
+
+
+def checkpoint_tokenizers(args):
+    """--pretrained's model and its tokenizers: the decoder starts from the
+    checkpoint's `decoder_start_token_id` and ends at its end token; its pad
+    id pads, and the loss skips it (Marian's is its last id, BART's 1)."""
+    from zoo.data import DataError
+    from zoo.models import EncoderDecoder
+    from zoo.text.tokens import special_id, tokenizer_of
+    from zoo.text.translation import decoder_prompt
+
+    from recipes.run_folder import open_target
+
+    model = open_target(args.pretrained)
+    if not isinstance(model, EncoderDecoder):
+        raise DataError(f"--pretrained {args.pretrained}: a {type(model).__name__}; expected an encoder-decoder "
+                        "(Marian, BART, T5, or a translate run)")
+    tokenizer = tokenizer_of(model, f"--pretrained {args.pretrained}")
+    if args.max_length > model.max_sequence_length:
+        raise DataError(f"--max-length {args.max_length}: {args.pretrained}'s context is "
+                        f"{model.max_sequence_length} tokens; expected at most that")
+    pad = getattr(tokenizer, "pad_token_id", None)
+    special = dict(start=decoder_prompt(tokenizer)[0], end=special_id(tokenizer, "end"), pad=0 if pad is None else pad)
+    return dict(model=model, tokenizer=tokenizer, source_tokenizer=model.source_tokenizer or tokenizer,
+                special=special)
 
 
 def open_folder(args, data):
-    """The run folder, with the tokenizer in it."""
+    """The run folder, with the tokenizer in it (--pretrained's model
+    carries its own inside model.keras)."""
     from recipes.flags import size_overrides
     from recipes.recipe import open_run_folder
+    from recipes.run_folder import OutputFolder, run_config
 
+    if args.pretrained:
+        print(f"translate: fine-tuning {args.pretrained}", flush=True)
+        return OutputFolder(args.output, args.overwrite, config=run_config("translate", args, args.pretrained),
+                            strategy=args.strategy)
     folder = open_run_folder("translate", args, args.preset, size_overrides(args))
     data["tokenizer"].save_assets(folder.path)  # tokenizer.json
     return folder
@@ -366,24 +445,25 @@ def make_model(args, data):
     from recipes.flags import jit_compile_flag, size_overrides
 
     with distribution_scope(args.strategy, mesh=args.mesh, layout_map=get_layout_map):
-        model = zoo.build(
+        model = data.get("model") or zoo.build(
             args.preset,
-            vocabulary_size=len(data["vocabulary"]),
+            vocabulary_size=data["tokenizer"].vocabulary_size(),
             max_sequence_length=args.max_length,
             tokenizer=data["tokenizer"],
             **size_overrides(args),
         )
+        pad = data["special"]["pad"]
         model.compile(
             optimizer=AdamEMAWarmup(
                 learning_rate_schedule(args, model.hidden_dim, data["steps"]),
                 beta_1=0.9, beta_2=0.98, epsilon=1e-9,
                 use_ema=args.ema_momentum > 0, ema_momentum=args.ema_momentum, ema_warmup=args.ema_warmup,
             ),
-            loss=MaskedSparseCrossentropy(pad_id=0, label_smoothing=args.label_smoothing),
-            metrics=[MaskedAccuracy(pad_id=0)],
+            loss=MaskedSparseCrossentropy(pad_id=pad, label_smoothing=args.label_smoothing),
+            metrics=[MaskedAccuracy(pad_id=pad)],
             jit_compile=jit_compile_flag(args),
         )
-    print(f"{args.preset}: {model.count_params():,} parameters", flush=True)
+    print(f"{args.pretrained or args.preset}: {model.count_params():,} parameters", flush=True)
     return model
 
 
@@ -401,7 +481,7 @@ def fit(model, args, folder, data):
     average = [keras.callbacks.SwapEMAWeights()] if args.ema_momentum > 0 else []
     if args.epochs > 0:
         every = average + callbacks(folder) + [time_budget(args.time_budget)]
-        fit_epochs(model, args, folder, data, every, f"{args.preset} on Multi30k")
+        fit_epochs(model, args, folder, data, every, f"{args.pretrained or args.preset} on {Path(args.data).name}")
     epochs = len(read_history(folder / HISTORY).get("loss", []))
     print(f"{epochs} epochs", flush=True)
     return {"epochs": epochs}
@@ -429,14 +509,14 @@ def draw_attention(model, args, folder, data, translation):
 
     from recipes.plots import plot_attention
 
-    ids, vocabulary = data["ids"], data["vocabulary"]
+    tokenizer, source_tokenizer = data["tokenizer"], data["source_tokenizer"]
     # A translation re-tokenized can be longer than the model's context: plot its first part.
-    target = ([ids[START]] + token_id_lists(data["tokenizer"], [translation])[0])[: args.max_length]
+    target = ([data["special"]["start"]] + token_id_lists(tokenizer, [translation])[0])[: args.max_length]
     source = data["val_src_ids"][0][: args.max_length]
     plot_attention(
         cross_attention(model, source, target),
-        [vocabulary[i] for i in target],
-        [vocabulary[i] for i in source],
+        [tokenizer.id_to_token(i) for i in target],
+        [source_tokenizer.id_to_token(i) for i in source],
         folder / "attention.png",
         title="cross-attention, last decoder block",
     )
