@@ -5,8 +5,10 @@ flan-t5-small's (v1.1) layouts (tests/checkpoints/t5_checkpoints.py): the
 loaded model's logits equal a float64 NumPy version of transformers'
 T5ForConditionalGeneration; the cached decoding step equals the full
 forward pass; greedy decoding picks the reference's tokens; token ids are
-T5Tokenizer's, by its rules; export then import is the identity; what does
-not fit is refused in one line before any weight is read.
+T5Tokenizer's, by its rules; 4-beam search picks the hypothesis and score
+of transformers' beam search over the reference; export then import is
+the identity; what does not fit is refused in one line before any weight
+is read.
 """
 
 import json
@@ -193,3 +195,60 @@ def test_a_missing_spiece_model_is_one_line(folder, tmp_path):
     with pytest.raises(CheckpointError, match="spiece.model") as error:
         zoo.from_pretrained(copy)
     assert "\n" not in str(error.value)
+
+
+# --- Beam search ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ending(folder, model, tmp_path_factory):
+    """The folder with `</s>`'s output row (the head's, or v1.0's shared table's) made a noisy,
+    scaled copy of the row of the third token that greedy decoding picks, at the smallest scale
+    that still ends greedy decoding within 4 tokens, so that beams end at several lengths."""
+    tensors, config = checkpoint(folder)
+    copy = tmp_path_factory.mktemp("t5-ending") / folder.name
+    shutil.copytree(folder, copy)
+    name = "shared.weight" if config["tie_word_embeddings"] else "lm_head.weight"
+    source = _np(model.tokenizer(tc.SENTENCES[0])).tolist()
+    third = tc.reference_greedy(tensors, config, source, 8)[2]
+    rows = tensors[name].copy()
+    noise = np.random.default_rng(3).normal(0.0, 0.3 * rows.std(), rows.shape[1])
+    ending = None
+    for scale in np.arange(1.6, 0.8, -0.05):
+        rows[config["eos_token_id"]] = scale * rows[third] + noise
+        tensors[name] = rows
+        greedy = tc.reference_greedy(tensors, config, source, 8)
+        if greedy[-1] != config["eos_token_id"] or len(greedy) > 4:
+            break
+        ending = scale
+    assert ending is not None
+    rows[config["eos_token_id"]] = ending * rows[third] + noise
+    if config["tie_word_embeddings"] and "encoder.embed_tokens.weight" in tensors:
+        tensors["encoder.embed_tokens.weight"] = rows
+    save_file(tensors, str(copy / "model.safetensors"), metadata={"format": "pt"})
+    return copy
+
+
+@pytest.mark.integration  # a beam search compiled for each of six models
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
+def test_beam_search_is_transformers(ending, early_stopping):
+    """4-beam search picks the hypothesis, and its score, of transformers' beam search
+    re-implemented over the float64 reference, from `decoder_start_token_id` (the pad) to
+    `</s>`, for each of `early_stopping`'s three settings, with beams that end at several
+    lengths."""
+    from tests.checkpoints import transformers_generation as tg
+
+    model = zoo.from_pretrained(ending)
+    tensors, config = checkpoint(ending)
+    settings = json.loads((ending / "generation_config.json").read_text())
+    for sentence in tc.SENTENCES[:2]:
+        source = _np(model.tokenizer(sentence)).tolist()
+        ones = np.ones((1, len(source)))
+
+        def reference(decoded):
+            return tc.reference_logits(tensors, config, np.array([source]), ones, np.array([decoded]))[0, -1]
+
+        expected, score = tg.beam_search(reference, settings, 12, 4, 1.0, early_stopping)
+        beams = zoo.generation.beam_search(model, [[0]], 11, 4, 1.0, [1], source=[source], early_stopping=early_stopping)
+        assert beams.sequences[0][0] == expected
+        np.testing.assert_allclose(beams.scores[0][0], score, rtol=1e-4, atol=1e-4)
