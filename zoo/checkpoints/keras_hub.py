@@ -101,7 +101,9 @@ def load(folder, task="auto", num_classes=None, dtype=None):
             )
         else:
             family.copy_keras_hub_head(model, hub_task, task, folder)
-    model.tokenizer = tokenizer
+    # an encoder-decoder's tokenizer also says where its decoder starts: the family's own, with keras-hub's ids
+    model_tokenizer = getattr(family, "model_tokenizer", None)
+    model.tokenizer = model_tokenizer(tokenizer, hub_backbone) if model_tokenizer else tokenizer
     return model
 
 

@@ -23,7 +23,10 @@ A family's weight map is the `weight_map` module of its folder
   dtype, **overrides)`, `to_keras_hub(backbone)`,
   `keras_hub_incompatibilities(backbone)`, `copy_keras_hub_head(model,
   hub_task, task, where)`, `keras_hub_tokenizer(tokenizer)`,
-  `keras_hub_task(model, hub_backbone, hub_tokenizer, folder)`.
+  `keras_hub_task(model, hub_backbone, hub_tokenizer, folder)`, and, for
+  an encoder-decoder whose tokenizer also says where the decoder starts,
+  `model_tokenizer(hub_tokenizer, hub_backbone)` (the tokenizer the model
+  carries, with keras-hub's ids).
 
 A family names its module in its `zoo.families.Family` record
 (`weight_map="zoo.models.llama.weight_map"`); `WEIGHT_MAPS` are the modules of

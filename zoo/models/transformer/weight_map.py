@@ -1,5 +1,7 @@
 """Marian (Helsinki-NLP/opus-mt-*), BART (facebook/bart-*) and T5 (t5-*,
 google/flan-t5-*) checkpoints; T5's own tables are in `t5_weights`.
+keras-hub's BART and T5 presets are read by `keras_hub_bart` and
+`keras_hub_t5`, one module each behind `from_keras_hub`.
 
 Marian and BART:
 `EncoderDecoder` <-> transformers' `MarianMTModel` and
@@ -51,6 +53,7 @@ import tempfile
 from pathlib import Path
 
 from zoo.models.transformer import t5_weights
+from zoo.models.transformer import keras_hub_bart, keras_hub_t5
 from zoo.models.tensor_names import (
     CheckpointError,
     TensorName,
@@ -76,9 +79,11 @@ ARCHITECTURES = {
 }
 NAMES = {"marian": "Marian", "bart": "BART", "t5": "T5"}
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
-KERAS_HUB_BACKBONES = ()
-KERAS_HUB_TASKS = {}
-KERAS_HUB_TOKENIZERS = {}
+# keras-hub's encoder-decoders, one module each: registered backbone name -> module.
+KERAS_HUB_FAMILIES = {module.BACKBONE: module for module in (keras_hub_bart, keras_hub_t5)}
+KERAS_HUB_BACKBONES = tuple(KERAS_HUB_FAMILIES)
+KERAS_HUB_TASKS = {name: task for module in KERAS_HUB_FAMILIES.values() for name, task in module.TASKS.items()}
+KERAS_HUB_TOKENIZERS = {name: files for module in KERAS_HUB_FAMILIES.values() for name, files in module.TOKENIZER.items()}
 # generation_config.json's settings that the model's tokenizer carries: `zoo.translate` follows the
 # first eight and BART's `forced_bos_token_id`; the last three go back out on export, not followed.
 GENERATION_KEYS = ("num_beams", "max_length", "length_penalty", "bad_words_ids", "decoder_start_token_id",
@@ -616,3 +621,22 @@ def keras_hub_incompatibilities(backbone):
     if model_type(backbone) == "bart":
         return ["the zoo does not map keras-hub's BartBackbone"], []
     return ["keras-hub has no Marian model"], []
+
+
+def _keras_hub_module(backbone):
+    return KERAS_HUB_FAMILIES[f"keras_hub>{type(backbone).__name__}"]
+
+
+def from_keras_hub(backbone, dtype=None, **overrides):
+    """keras-hub's backbone -> the zoo `EncoderDecoder` with the same weights, each shape checked."""
+    module = _keras_hub_module(backbone)
+    where = type(backbone).__name__
+    config = {**module.zoo_config(backbone, where), **overrides}
+    model = build_backbone(config, dtype=dtype or backbone.dtype_policy.name)
+    module.copy_weights(model, backbone, where)
+    return model
+
+
+def model_tokenizer(hub_tokenizer, backbone):
+    """The zoo tokenizer a keras-hub preset's model carries: keras-hub's ids, and the decoder's start."""
+    return _keras_hub_module(backbone).tokenizer(hub_tokenizer)
