@@ -26,7 +26,9 @@ tokenizer, `RUN/run.json` names the recipe. `zoo eval` calls the recipe's own
 `evaluate`, the function that computed the figure the recipe printed last.
 `zoo sample` and `zoo classify` also take a causal LM or BERT classifier
 checkpoint, as a folder or a handle (`hf://ORG/NAME[@REVISION]`), through
-`zoo.from_pretrained`.
+`zoo.from_pretrained`; `zoo sample` of an encoder-decoder (a checkpoint or
+a translate run) samples its answer to the prompt (Flan-T5:
+`zoo sample hf://google/flan-t5-small "summarize: ..."`).
 """
 
 import argparse
@@ -52,7 +54,9 @@ RECIPES = {
 # zoo.export's formats: for runtimes (exported on TensorFlow), then checkpoints.
 EXPORT_FORMATS = ("tf_saved_model", "onnx", "litert", "huggingface", "keras-hub")
 # What each recipe's model does with text, for `zoo sample/translate/classify`.
-USES = {"gpt_char": "sample", "gpt_finetune": "sample", "sft": "sample", "translate": "translate", "demo": "translate", "bert_classify": "classify"}
+# An encoder-decoder samples an answer to its prompt too (`zoo sample`).
+USES = {"gpt_char": ("sample",), "gpt_finetune": ("sample",), "sft": ("sample",), "translate": ("translate", "sample"),
+        "demo": ("translate", "sample"), "bert_classify": ("classify",)}
 
 
 def recipe_name(name):
@@ -79,12 +83,14 @@ def parser():
     train.add_argument("recipe", metavar="NAME", help="the recipe (hyphens or underscores): " + ", ".join(RECIPES))
 
     sample = commands.add_parser("sample",
-                                 help="continue a prompt with a trained language model or a causal-LM checkpoint")
-    sample.add_argument("run", metavar="RUN", help="a run folder of gpt_char or gpt_finetune, or a causal-LM "
-                        "checkpoint: a folder or a handle (hf://ORG/NAME[@REVISION])")
+                                 help="continue a prompt with a trained language model or a causal-LM checkpoint; "
+                                      "sample an encoder-decoder's answer to it")
+    sample.add_argument("run", metavar="RUN", help="a run folder of gpt_char, gpt_finetune, sft or translate, or a "
+                        "causal-LM or encoder-decoder checkpoint: a folder or a handle (hf://ORG/NAME[@REVISION])")
     sample.add_argument("prompt", nargs="?", default="\n", help="the text to continue (default: a newline)")
     sample.add_argument("--max-length", type=POSITIVE_INT, default=500,
-                        help="tokens (gpt_char: characters) of prompt plus continuation; past the context a sliding window")
+                        help="tokens (gpt_char: characters) of prompt plus continuation; past the context a sliding "
+                             "window (an encoder-decoder: of its answer, within its context)")
     sample.add_argument("--temperature", type=POSITIVE, default=0.8, help="divides the logits (> 0)")
     sample.add_argument("--top-p", type=Number(float, above=0, maximum=1), default=None,
                         help="nucleus sampling: the smallest set of mass P")
@@ -292,8 +298,8 @@ def open_run(folder, use=None, quantize=None):
     name = record.get("recipe")
     if name not in RECIPES:
         raise DataError(f"{folder}/run.json: unknown recipe {name!r}; expected one of {', '.join(RECIPES)}")
-    if use is not None and USES.get(name) != use:
-        fits = [n for n, u in USES.items() if u == use]
+    if use is not None and use not in USES.get(name, ()):
+        fits = [n for n, uses in USES.items() if use in uses]
         raise DataError(f"{folder}: a {name} run; `zoo {use}` needs a run of {' or '.join(fits)}")
     model = load_model(folder)
     if quantize is not None:
@@ -315,10 +321,11 @@ def is_checkpoint(target):
 
 # What `zoo sample` and `zoo classify` need of a checkpoint: (model class, in words).
 CHECKPOINT_MODELS = {
-    "sample": ("CausalLM", "a causal LM (GPT-2, the Llama family or Gemma 3)"),
-    "classify": ("BertClassifier",
+    "sample": (("CausalLM", "EncoderDecoder"),
+               "a causal LM (GPT-2, the Llama family or Gemma 3) or an encoder-decoder (Marian, BART, T5 / Flan-T5)"),
+    "classify": (("BertClassifier",),
                  "a BERT classifier (BertForSequenceClassification or keras-hub's BertTextClassifier)"),
-    "translate": ("EncoderDecoder", "an encoder-decoder (a Marian opus-mt or BART checkpoint)"),
+    "translate": (("EncoderDecoder",), "an encoder-decoder (a Marian opus-mt, BART or T5 / Flan-T5 checkpoint)"),
 }
 
 
@@ -333,8 +340,8 @@ def open_model(target, use, quantize=None):
     if not is_checkpoint(target):
         return open_run(target, use, quantize)[2]
     model = zoo.from_pretrained(target)
-    name, what = CHECKPOINT_MODELS[use]
-    if not isinstance(model, getattr(zoo.models, name)):
+    names, what = CHECKPOINT_MODELS[use]
+    if not isinstance(model, tuple(getattr(zoo.models, name) for name in names)):
         raise DataError(f"{target}: a {type(model).__name__} checkpoint; `zoo {use}` needs {what}")
     if quantize is not None:
         model.quantize(quantize)
@@ -356,8 +363,11 @@ def _sample(args):
     import zoo
 
     model = open_model(args.run, "sample", args.quantize)
+    # An encoder-decoder answers the prompt (its source): --max-length counts the answer's tokens.
+    length = (dict(max_new_tokens=args.max_length) if isinstance(model, zoo.models.EncoderDecoder)
+              else dict(max_length=max(args.max_length, len(args.prompt) + 1)))
     text = zoo.generate(
-        model, args.prompt, max_length=max(args.max_length, len(args.prompt) + 1),
+        model, args.prompt, **length,
         temperature=args.temperature, seed=args.seed, **zoo.generation.sampler_options(args.top_p, args.top_k),
     )
     print(text)

@@ -386,8 +386,7 @@ def checkpoint_tokenizers(args):
     id pads, and the loss skips it (Marian's is its last id, BART's 1)."""
     from zoo.data import DataError
     from zoo.models import EncoderDecoder
-    from zoo.text.tokens import special_id, tokenizer_of
-    from zoo.text.translation import decoder_prompt
+    from zoo.text.tokens import decoder_prompt, special_id, tokenizer_of
 
     from recipes.run_folder import open_target
 

@@ -226,7 +226,8 @@ def test_zoo_sample_and_classify_take_checkpoint_folders_of_their_kind(folders, 
     assert cli.main(["sample", str(folders["bert_classifier"]), "hi"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert error == [f"zoo sample: error: {folders['bert_classifier']}: a BertClassifier checkpoint; "
-                     "`zoo sample` needs a causal LM (GPT-2, the Llama family or Gemma 3)"]
+                     "`zoo sample` needs a causal LM (GPT-2, the Llama family or Gemma 3) or an encoder-decoder "
+                     "(Marian, BART, T5 / Flan-T5)"]
     assert cli.main(["classify", str(folders["gpt2"]), "hi"]) == 2
     assert "a GPTCausalLM checkpoint; `zoo classify` needs a BERT classifier" in capsys.readouterr().err
 

@@ -131,5 +131,5 @@ def test_bert_backbone_from_keras_hub_gives_the_same_outputs():
 def test_from_keras_hub_rejects_other_models():
     from zoo.checkpoints import from_keras_hub
 
-    with pytest.raises(ValueError, match="converts a keras-hub backbone of GPT2Backbone, .*BertBackbone; got Sequential"):
+    with pytest.raises(ValueError, match="converts a keras-hub backbone of .*BartBackbone, T5Backbone, GPT2Backbone, .*BertBackbone; got Sequential"):
         from_keras_hub(keras.Sequential([keras.layers.Dense(2)]))

@@ -219,8 +219,8 @@ def test_misuse_gets_one_clear_line(lm, word_piece):
     with pytest.raises(ValueError, match="zoo.embed needs a BertSentenceEncoder"):
         zoo.embed(lm, ["ROMEO"])
     seq2seq = zoo.build("transformer-tiny", vocabulary_size=word_piece.vocabulary_size(), tokenizer=word_piece)
-    with pytest.raises(ValueError, match="for an EncoderDecoder use zoo.translate"):
-        zoo.generate(seq2seq, "a dog", max_length=5)
+    with pytest.raises(ValueError, match="EncoderDecoder's text decodes greedily or samples; its beam search is"):
+        zoo.generate(seq2seq, "a dog", max_length=5, sampler="beam")
     with pytest.raises(ValueError, match=r"takes a list of sentences; got one str \(wrap it"):
         zoo.translate(seq2seq, "a dog")
     with pytest.raises(ValueError, match="`max_length` counts the tokens of a text prompt"):

@@ -23,7 +23,17 @@ from zoo.generation.controls import NAMES as CONTROLS
 from zoo.generation.api import generate_ids
 from zoo.generation.engine import Decoding, check_stop_tokens
 from zoo.models import CausalLM, DecoderStack, EncoderDecoder
-from zoo.text.tokens import AUTO, auto_stop_ids, check_not_empty, decode, is_auto, is_text, special_id, tokenizer_of
+from zoo.text.tokens import (
+    AUTO,
+    auto_stop_ids,
+    check_not_empty,
+    decode,
+    is_auto,
+    is_text,
+    sampled_decoding,
+    special_id,
+    tokenizer_of,
+)
 
 
 def generate(
@@ -42,7 +52,8 @@ def generate(
     logprobs=None,
     **kwargs,
 ):
-    """Continue text, or token ids, with a decoder-only model.
+    """Continue text, or token ids, with a decoder-only model; answer text
+    with an encoder-decoder.
 
     On text (a str or a list of str) the model's tokenizer encodes the
     prompts and decodes the result, and generation goes on past the
@@ -52,14 +63,20 @@ def generate(
     one forward pass over the last W tokens (a fixed (B, W) shape, so it
     compiles once). `zoo.stream` gives the same text in pieces as it comes.
 
+    An `EncoderDecoder` (Marian, BART, T5 / Flan-T5, a translate run) takes
+    text too: each prompt is a source, read by its source tokenizer, and
+    the result is the decoder's text alone, from the checkpoint's decoder
+    start to its end token (greedy is `zoo.translate` with `num_beams=1`);
+    its beam search is `zoo.translate`'s.
+
     On token ids (a list of lists or a (B, T) array) it runs the cached
     loop alone (`zoo.generation.api.generate_ids`) and returns a
     `zoo.generation.GenerationOutput`: the prompts, padded, then the new
     tokens of each, with their lengths.
 
     Args:
-        model: a causal LM (`GPTCausalLM`, `LlamaCausalLM`) or its backbone; for text it must carry
-            a tokenizer (`model.tokenizer`).
+        model: a causal LM (`GPTCausalLM`, `LlamaCausalLM`) or its backbone, or for text an
+            `EncoderDecoder`; for text it must carry a tokenizer (`model.tokenizer`).
         prompt: a str, a list of str, or token ids.
         max_new_tokens: the most new tokens per prompt (required for token
             ids; for text, give this or `max_length`).
@@ -318,10 +335,13 @@ class TextGeneration:
         batch = len(prompt_ids)
         stops = _stop_strings(stop, batch)
         if isinstance(model, EncoderDecoder):
-            start, end = special_id(tokenizer, "start"), special_id(tokenizer, "end")
-            ends = [end] if is_auto(stop_token_ids) else stop_token_ids
-            self.decoding = Decoding(model, [[start]] * batch, budgets, sampling, ends, source=prompt_ids,
-                                     bucket=bucket, controls=controls, logprobs=logprobs)
+            prompt, suppressed, settled = sampled_decoding(tokenizer)
+            ends = [special_id(tokenizer, "end")] if is_auto(stop_token_ids) else stop_token_ids
+            room = model.max_sequence_length - len(prompt)
+            budgets = [min(b, room) for b in ([budgets] * batch if isinstance(budgets, int) else budgets)]
+            self.decoding = Decoding(model, [prompt] * batch, budgets, sampling, ends, source=prompt_ids,
+                                     bucket=bucket, controls={**settled, **(controls or {})}, logprobs=logprobs,
+                                     suppress_token_ids=suppressed)
             text_prompts = [[] for _ in prompt_ids]
         else:
             ends = auto_stop_ids(tokenizer) if is_auto(stop_token_ids) else stop_token_ids
@@ -498,8 +518,9 @@ def _text_budgets(model, rows, max_new_tokens, max_length):
 
 def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_token_ids, seed, temperature, top_k, top_p,
                    stop, logprobs, kwargs):
-    if isinstance(model, EncoderDecoder):
-        raise ValueError("zoo.generate on text takes a decoder-only model; for an EncoderDecoder use zoo.translate.")
+    if isinstance(model, EncoderDecoder) and isinstance(sampler, str) and sampler == "beam":
+        raise ValueError("zoo.generate on an EncoderDecoder's text decodes greedily or samples; its beam search is "
+                         "zoo.translate's.")
     rows = _text_prompts(model, prompt, "zoo.generate")
     budgets = _text_budgets(model, rows, max_new_tokens, max_length)
     if isinstance(sampler, str) and sampler == "beam":

@@ -23,6 +23,31 @@ SPECIAL = {
 }
 
 
+def decoder_prompt(tokenizer):
+    """An encoder-decoder's first decoder token: the checkpoint's
+    `decoder_start_token_id`, else the tokenizer's start token."""
+    settings = getattr(tokenizer, "generation", None) or {}
+    start = settings.get("decoder_start_token_id")
+    return [special_id(tokenizer, "start") if start is None else int(start)]
+
+
+def sampled_decoding(tokenizer):
+    """(decoder prompt, suppressed ids, controls) of an encoder-decoder's
+    greedy or sampled decoding as its checkpoint's generation_config.json
+    says: `decoder_start_token_id`, then `forced_bos_token_id` (BART's
+    `<s>`, chosen with probability 1, so part of the prompt); the
+    single-token `bad_words_ids` (Marian's `<pad>`) never chosen; its
+    `no_repeat_ngram_size`. Without settings: the start token alone."""
+    settings = getattr(tokenizer, "generation", None) or {}
+    prompt = decoder_prompt(tokenizer)
+    forced = settings.get("forced_bos_token_id")
+    if forced is not None:
+        prompt.append(int(forced))
+    suppressed = [int(ids[0]) for ids in settings.get("bad_words_ids") or () if len(ids) == 1]
+    ngram = int(settings.get("no_repeat_ngram_size") or 0)
+    return prompt, suppressed or None, {"no_repeat_ngram_size": ngram} if ngram else {}
+
+
 def tokenizer_of(model, what):
     for owner in (model, getattr(model, "backbone", None)):
         tokenizer = getattr(owner, "tokenizer", None)

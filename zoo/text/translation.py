@@ -7,7 +7,7 @@ Shape letters: N sentences, W the model's window (its `max_sequence_length`).
 from zoo.data.tokenizers import token_id_lists
 from zoo.generation.api import beam_search, generate_ids
 from zoo.models import EncoderDecoder
-from zoo.text.tokens import check_not_empty, decode, sentence_list, special_id, tokenizer_of
+from zoo.text.tokens import check_not_empty, decode, decoder_prompt, sentence_list, special_id, tokenizer_of
 
 
 def translate(model, sentences, max_length=None, num_beams=None, length_penalty=None, batch_size=128):
@@ -136,10 +136,3 @@ def length_controls(settings, prompt_length):
         renormalize_logits=bool(settings.get("renormalize_logits", False)),
     )
 
-
-def decoder_prompt(tokenizer):
-    """The decoder's first token: the checkpoint's `decoder_start_token_id`,
-    else the tokenizer's start token."""
-    settings = getattr(tokenizer, "generation", None) or {}
-    start = settings.get("decoder_start_token_id")
-    return [special_id(tokenizer, "start") if start is None else int(start)]
