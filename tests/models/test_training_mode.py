@@ -69,6 +69,16 @@ def _transformer(task):
     return model, x, y, _lm_loss(), expected
 
 
+def _t5(task):
+    x = seq2seq_inputs(batch=BATCH, source_length=9, target_length=LENGTH, seed=1, source_lengths=[9, 7, 9, 4])
+    model = zoo.build("t5-tiny", task=task, dropout=DROPOUT)
+    # transformers' T5: each stack's embeddings and its output after the final norm; per encoder block
+    # four (attention weights, two residuals, the feed-forward's inner activations), per decoder block six
+    expected = 2 * 2 + (4 + 6) * model.num_layers
+    y = np.random.default_rng(2).integers(0, 1000, (BATCH, LENGTH)).astype("int32")
+    return model, x, y, _lm_loss(), expected
+
+
 MODELS = {
     "gpt": lambda: _gpt(None),
     "gpt-causal_lm": lambda: _gpt("causal_lm"),
@@ -80,8 +90,10 @@ MODELS = {
     "bert-classifier": lambda: _bert("classifier"),
     "bert-sentence_encoder": lambda: _bert("sentence_encoder"),
     "transformer-seq2seq": lambda: _transformer("seq2seq"),
+    "t5-seq2seq": lambda: _t5("seq2seq"),
 }
-GENERATORS = ("gpt", "gpt-causal_lm", "llama", "llama-causal_lm", "gemma-causal_lm", "transformer-seq2seq")
+GENERATORS = ("gpt", "gpt-causal_lm", "llama", "llama-causal_lm", "gemma-causal_lm", "transformer-seq2seq",
+              "t5-seq2seq")
 
 
 class DropoutCalls:
@@ -197,7 +209,7 @@ def test_attention_scores_run_in_inference_mode(name, dropout_calls):
 @pytest.mark.parametrize("name", GENERATORS)
 def test_generation_runs_in_inference_mode(name, dropout_calls):
     model, x, _, _, _ = MODELS[name]()
-    if name.startswith("transformer"):
+    if name.endswith("seq2seq"):
         arguments = dict(prompt=[[1]] * 2, source=[[5, 6, 7, 8], [9, 10]])
     else:
         arguments = dict(prompt=[[5, 6, 7], [8, 9]])
@@ -206,3 +218,13 @@ def test_generation_runs_in_inference_mode(name, dropout_calls):
     assert not dropout_calls.reached_in_training()
     second = zoo.generate(model, max_new_tokens=6, **arguments)
     assert [list(s) for s in first.sequences] == [list(s) for s in second.sequences]
+
+
+def test_t5s_encoder_output_drops_after_its_final_norm():
+    """The final RMSNorm's outputs are never exactly 0; T5's dropout after it zeroes about P_drop of them."""
+    model, x, _, _, _ = _t5("seq2seq")
+    ids, mask = x["encoder_token_ids"], x["encoder_padding_mask"]
+    inference = np.asarray(keras.ops.convert_to_numpy(model.encode(ids, mask, training=False)))
+    dropped = np.asarray(keras.ops.convert_to_numpy(model.encode(ids, mask, training=True)))
+    assert not (inference == 0).any()
+    assert 0.4 < (dropped == 0).mean() < 0.6

@@ -47,6 +47,8 @@ class DecoderBlock(keras.layers.Layer):
             (see `AddNorm`; Gemma 2 and 3).
         gated_feed_forward: the GLU feed-forward network (see
             `FeedForward`'s `gated`).
+        feed_forward_dropout: dropout on the feed-forward network's inner
+            activations (T5's; 0, the paper's, by default).
         self_attention_options: further `MultiHeadAttention` arguments of
             the self-attention, passed on as they are: the variants of the
             later decoders (grouped-query attention, rotary positions, the
@@ -125,6 +127,7 @@ class DecoderBlock(keras.layers.Layer):
         sandwich_norm=False,
         self_attention_options=None,
         cross_attention_options=None,
+        feed_forward_dropout=0.0,
         **kwargs,
     ):
         kwargs = current_names(kwargs, FORMER_NAMES, "DecoderBlock")
@@ -140,6 +143,7 @@ class DecoderBlock(keras.layers.Layer):
         self.normalization = normalization
         self.gated_feed_forward = gated_feed_forward
         self.sandwich_norm = sandwich_norm
+        self.feed_forward_dropout = feed_forward_dropout
         self.self_attention_options = dict(self_attention_options or {})
         self.cross_attention_options = dict(cross_attention_options or {})
         self.supports_masking = True
@@ -156,6 +160,7 @@ class DecoderBlock(keras.layers.Layer):
             output_kernel_initializer=self.output_kernel_initializer,
             use_bias=use_bias,
             gated=gated_feed_forward,
+            dropout=feed_forward_dropout,
             dtype=self.dtype_policy,
             name="feed_forward",
         )
@@ -350,6 +355,7 @@ class DecoderBlock(keras.layers.Layer):
                 "sandwich_norm": self.sandwich_norm,
                 "self_attention_options": dict(self.self_attention_options),
                 "cross_attention_options": dict(self.cross_attention_options),
+                "feed_forward_dropout": self.feed_forward_dropout,
             }
         )
         return config

@@ -33,6 +33,8 @@ class EncoderBlock(keras.layers.Layer):
             (T5: no biases, RMSNorm, and in v1.1 the gated GELU).
         self_attention_options: further `MultiHeadAttention` arguments,
             as in `DecoderBlock` (T5's unscaled logits, `attention_scale=1.0`).
+        feed_forward_dropout: dropout on the feed-forward network's inner
+            activations (T5's; 0, the paper's, by default).
 
     Call arguments:
         x: (B, T, d).
@@ -76,6 +78,7 @@ class EncoderBlock(keras.layers.Layer):
         normalization="layer_norm",
         gated_feed_forward=False,
         self_attention_options=None,
+        feed_forward_dropout=0.0,
         **kwargs,
     ):
         kwargs = current_names(kwargs, {"layer_norm_epsilon": "norm_epsilon"}, "EncoderBlock")
@@ -89,6 +92,7 @@ class EncoderBlock(keras.layers.Layer):
         self.normalization = normalization
         self.gated_feed_forward = gated_feed_forward
         self.self_attention_options = dict(self_attention_options or {})
+        self.feed_forward_dropout = feed_forward_dropout
         self.supports_masking = True
 
         policy = self.dtype_policy
@@ -115,6 +119,7 @@ class EncoderBlock(keras.layers.Layer):
             output_kernel_initializer=self.output_kernel_initializer,
             use_bias=use_bias,
             gated=gated_feed_forward,
+            dropout=feed_forward_dropout,
             dtype=policy,
             name="feed_forward",
         )
@@ -177,6 +182,7 @@ class EncoderBlock(keras.layers.Layer):
         config.update(block_config(self))
         config.update({"use_bias": self.use_bias, "normalization": self.normalization,
                        "gated_feed_forward": self.gated_feed_forward,
-                       "self_attention_options": dict(self.self_attention_options)})
+                       "self_attention_options": dict(self.self_attention_options),
+                       "feed_forward_dropout": self.feed_forward_dropout})
         return config
 

@@ -88,7 +88,8 @@ class EncoderDecoder(ZooModel):
         encoder_args, decoder_args = dict(block_args), dict(block_args)
         if config.position == "relative":
             variant = dict(use_bias=config.use_bias, normalization=config.normalization,
-                           gated_feed_forward=config.gated_feed_forward, self_attention_options=attention_options)
+                           gated_feed_forward=config.gated_feed_forward, self_attention_options=attention_options,
+                           feed_forward_dropout=config.dropout)
             encoder_args.update(variant)
             decoder_args.update(variant, cross_attention_options=attention_options)
         self.encoder_blocks = [
@@ -117,6 +118,11 @@ class EncoderDecoder(ZooModel):
             norm = lambda name: LayerNormalization(epsilon=config.layer_norm_epsilon, dtype=dtype, name=name)  # noqa: E731
         self.encoder_norm = norm("encoder_norm") if config.norm_first else None
         self.decoder_norm = norm("decoder_norm") if config.norm_first else None
+        # T5's dropout on each stack's output, after its final norm.
+        self.encoder_output_dropout = self.decoder_output_dropout = None
+        if config.position == "relative":
+            self.encoder_output_dropout = keras.layers.Dropout(config.dropout, dtype=dtype, name="encoder_output_dropout")
+            self.decoder_output_dropout = keras.layers.Dropout(config.dropout, dtype=dtype, name="decoder_output_dropout")
         self.output_scale = config.hidden_dim**-0.5 if config.scale_tied_output else None
         self.output_projection = (
             None
@@ -200,7 +206,7 @@ class EncoderDecoder(ZooModel):
         bias = self._position_bias(self.encoder_position_bias, x)
         for block in self.encoder_blocks:
             x = block(x, padding_mask=encoder_padding_mask, training=training, **bias)
-        return self._encoder_final(x)
+        return self._encoder_final(x, training=training)
 
     @staticmethod
     def _position_bias(layer, x, **kwargs):
@@ -215,9 +221,14 @@ class EncoderDecoder(ZooModel):
             x = self.encoder_embedding_norm(x)
         return self.encoder_embeddings_dropout(x, training=training)
 
-    def _encoder_final(self, x):
-        """The encoder's final norm (pre-LN models) of its last block's output."""
-        return x if self.encoder_norm is None else self.encoder_norm(x)
+    def _encoder_final(self, x, training=None):
+        """The encoder's final norm (pre-LN models) of its last block's
+        output, and T5's dropout after it."""
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        if self.encoder_output_dropout is not None:
+            x = self.encoder_output_dropout(x, training=training)
+        return x
 
     def _embed(self, layer, token_ids, start_index=0):
         """Token ids -> (B, T, d): a token-and-position embedding, or T5's token embedding alone."""
@@ -312,6 +323,8 @@ class EncoderDecoder(ZooModel):
         """(B, T, d) decoder output -> (B, T, V) float32 logits."""
         if self.decoder_norm is not None:
             hidden = self.decoder_norm(hidden)
+        if self.decoder_output_dropout is not None:
+            hidden = self.decoder_output_dropout(hidden)
         if self.output_scale is not None:  # T5 v1.0: the tied head sees the output times d_model**-0.5
             hidden = hidden * self.output_scale
         if self.output_projection is None:
