@@ -46,6 +46,35 @@ def train_sentence_piece(texts, vocabulary_size):
     return model.getvalue()
 
 
+def tokenizer_json(proto, extra_ids=EXTRA_IDS):
+    """The tokenizer.json transformers' `T5TokenizerFast` writes for `spiece.model` (its
+    `T5Converter`, legacy mode): a Unigram model over the pieces and their scores, then the
+    sentinels `<extra_id_99>` .. `<extra_id_0>`; the SentencePiece model's precompiled
+    normalizer, a right strip and runs of spaces as one; Metaspace ("always" a leading `▁`);
+    `</s>` appended; `<pad>`, `</s>`, `<unk>` and the sentinels as special added tokens."""
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    spm = sentencepiece_model_pb2.ModelProto()
+    spm.ParseFromString(proto)
+    vocabulary = [(piece.piece, piece.score) for piece in spm.pieces]
+    vocabulary += [(f"<extra_id_{i}>", 0.0) for i in range(extra_ids - 1, -1, -1)]
+    tokenizer = Tokenizer(models.Unigram(vocabulary, spm.trainer_spec.unk_id, False))
+    tokenizer.normalizer = normalizers.Sequence([
+        normalizers.Precompiled(spm.normalizer_spec.precompiled_charsmap),
+        normalizers.Strip(left=False, right=True),
+        normalizers.Replace(Regex(" {2,}"), "\u2581"),
+    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+    tokenizer.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+    end = [piece.piece for piece in spm.pieces].index("</s>")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=["$A", "</s>"], pair=["$A", "</s>", "$B", "</s>"], special_tokens=[("</s>", end)])
+    tokenizer.add_special_tokens([AddedToken(token, normalized=False) for token in ("<pad>", "</s>", "<unk>")])
+    tokenizer.add_special_tokens([AddedToken(f"<extra_id_{i}>", normalized=False) for i in range(extra_ids)])
+    return tokenizer.to_str()
+
+
 def piece_count(proto):
     import sentencepiece
 
@@ -108,8 +137,9 @@ def tensors(config, seed=0):
     return t
 
 
-def hf_folder(folder, version="v1.1", seed=0, config_changes=None):
-    """A T5 folder: config.json, model.safetensors, spiece.model and the tokenizer and generation files."""
+def hf_folder(folder, version="v1.1", seed=0, config_changes=None, tokenizer="spiece.model"):
+    """A T5 folder: config.json, model.safetensors, spiece.model (or, with `tokenizer="tokenizer.json"`,
+    T5TokenizerFast's tokenizer.json of the same model instead) and the tokenizer and generation files."""
     from safetensors.numpy import save_file
 
     folder = Path(folder)
@@ -122,7 +152,10 @@ def hf_folder(folder, version="v1.1", seed=0, config_changes=None):
     weights["encoder.embed_tokens.weight"] = weights["shared.weight"]
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(settings), encoding="utf-8")
-    (folder / "spiece.model").write_bytes(proto)
+    if tokenizer == "tokenizer.json":
+        (folder / "tokenizer.json").write_text(tokenizer_json(proto), encoding="utf-8")
+    else:
+        (folder / "spiece.model").write_bytes(proto)
     tokenizer_config = {"tokenizer_class": "T5Tokenizer", "model_max_length": 512, "eos_token": "</s>",
                         "unk_token": "<unk>", "pad_token": "<pad>", "extra_ids": EXTRA_IDS}
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config), encoding="utf-8")

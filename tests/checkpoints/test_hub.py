@@ -19,6 +19,7 @@ from recipes import bert_classify, cli, gpt_finetune
 from recipes.explore import explorer as engine
 from tests.checkpoints import stand_ins as ck
 from tests.checkpoints import llama_checkpoints as lc
+from tests.checkpoints import t5_checkpoints as tc
 from tests.checkpoints.hub_server import HubServer, point_huggingface_hub
 from zoo.checkpoints import CheckpointError
 
@@ -50,7 +51,15 @@ def folders(checkpoint_folders, tmp_path_factory):
         "llama": lc.hf_folder(root / "llama", "llama"),
         "keras_hub": checkpoint_folders["kh_gpt2"][0],
         "bert_classifier": checkpoint_folders["hf_bert_cls"],
+        "t5": _t5_folder(root / "t5"),
     }
+
+
+def _t5_folder(folder):
+    """flan-t5-small's files: spiece.model and T5TokenizerFast's tokenizer.json of it."""
+    tc.hf_folder(folder, version="v1.1")
+    (folder / "tokenizer.json").write_text(tc.tokenizer_json((folder / "spiece.model").read_bytes()), encoding="utf-8")
+    return folder
 
 
 @pytest.fixture
@@ -62,6 +71,7 @@ def hub(folders, tmp_path, monkeypatch):
     server.commit("org/tiny-llama", folders["llama"])
     server.commit("keras-test/tiny-gpt2", folders["keras_hub"])
     server.commit("org/tiny-bert-classifier", folders["bert_classifier"])
+    server.commit("org/tiny-t5", folders["t5"])
     server.commit("org/gated", folders["gpt2"], token=TOKEN)
     point_huggingface_hub(monkeypatch, server.endpoint, tmp_path / "hf_home")
     with server:
@@ -101,6 +111,17 @@ def test_only_the_files_a_checkpoint_needs_download(hub):
     folder = zoo.checkpoints.checkpoint_folder("hf://org/tiny-gpt2")
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     assert files == ["config.json", "merges.txt", "model.safetensors", "vocab.json"]
+
+
+def test_a_t5_handle_reads_its_sentencepiece_model(hub, folders):
+    model = zoo.from_pretrained("hf://org/tiny-t5")
+    folder = zoo.checkpoints.checkpoint_folder("hf://org/tiny-t5")
+    assert (folder / "spiece.model").is_file()
+    assert type(model.tokenizer).__name__ == "T5Tokenizer"
+    expected = zoo.from_pretrained(folders["t5"])
+    for sentence in tc.SENTENCES:
+        assert _np(model.tokenizer(sentence)).tolist() == _np(expected.tokenizer(sentence)).tolist()
+    assert zoo.translate(model, tc.SENTENCES[:2], max_length=6) == zoo.translate(expected, tc.SENTENCES[:2], max_length=6)
 
 
 def test_a_keras_hub_preset_on_the_hub_loads_through_the_keras_hub_driver(hub, folders):

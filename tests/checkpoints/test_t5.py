@@ -192,9 +192,86 @@ def test_a_differing_copy_of_the_shared_table_is_refused(folder, tmp_path):
 def test_a_missing_spiece_model_is_one_line(folder, tmp_path):
     copy = shutil.copytree(folder, tmp_path / "copy")
     (copy / "spiece.model").unlink()
-    with pytest.raises(CheckpointError, match="spiece.model") as error:
+    with pytest.raises(CheckpointError, match=r"spiece.model, or tokenizer.json") as error:
         zoo.from_pretrained(copy)
     assert "\n" not in str(error.value)
+
+
+# --- A folder with tokenizer.json alone (T5TokenizerFast's) ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def json_folder(tmp_path_factory):
+    """flan-t5-small's layout with T5TokenizerFast's tokenizer.json of the same SentencePiece model and no
+    spiece.model; the same weights as the v1.1 `folder`."""
+    return tc.hf_folder(tmp_path_factory.mktemp("t5-json") / "t5-tiny-json", version="v1.1",
+                        tokenizer="tokenizer.json")
+
+
+@pytest.fixture(scope="module")
+def spiece_folder(tmp_path_factory):
+    return tc.hf_folder(tmp_path_factory.mktemp("t5-spiece") / "t5-tiny-v1.1", version="v1.1")
+
+
+def test_tokenizer_json_alone_gives_t5tokenizers_ids_and_the_same_model(json_folder, spiece_folder):
+    from zoo.data import HuggingFaceTokenizer
+
+    model, reference = zoo.from_pretrained(json_folder), zoo.from_pretrained(spiece_folder)
+    tokenizer = model.tokenizer
+    assert isinstance(tokenizer, HuggingFaceTokenizer)
+    for text in tc.SENTENCES + ["  runs  of   spaces ", "A man <extra_id_3> a bike."]:
+        assert _np(tokenizer(text)).tolist() == tc.reference_ids(spiece_folder, text), text
+    assert (tokenizer.pad_token_id, tokenizer.end_token_id, tokenizer.start_token_id) == (0, 1, 0)
+    assert tokenizer.vocabulary_size() == reference.tokenizer.vocabulary_size()
+    assert tokenizer.detokenize(tokenizer("A man <extra_id_3> a bike.")) == "A man a bike."
+    x = inputs(model.vocabulary_size, seed=6)
+    np.testing.assert_array_equal(_np(model(x)), _np(reference(x)))
+    sources = ["translate English to German: A man rides a bike.", "Größe über Straße – naïve"]
+    assert zoo.translate(model, sources, max_length=8) == zoo.translate(reference, sources, max_length=8)
+
+
+def test_a_tokenizer_json_model_exports_and_reloads(json_folder, tmp_path):
+    model = zoo.from_pretrained(json_folder)
+    exported = tmp_path / "exported"
+    zoo.export(model, exported, format="huggingface")
+    assert (exported / "tokenizer.json").is_file() and not (exported / "spiece.model").exists()
+    again = zoo.from_pretrained(exported)
+    text = tc.SENTENCES[-1]
+    assert _np(again.tokenizer(text)).tolist() == _np(model.tokenizer(text)).tolist()
+    x = inputs(model.vocabulary_size, seed=7)
+    np.testing.assert_array_equal(_np(again(x)), _np(model(x)))
+    zoo.save(model, tmp_path / "t5.keras")
+    assert _np(zoo.load(tmp_path / "t5.keras").tokenizer(text)).tolist() == _np(model.tokenizer(text)).tolist()
+
+
+def test_the_non_legacy_mode_is_read_from_tokenizer_json_or_refused(json_folder, spiece_folder, tmp_path):
+    from zoo.data import HuggingFaceTokenizer
+
+    both = shutil.copytree(spiece_folder, tmp_path / "both")
+    shutil.copy(json_folder / "tokenizer.json", both / "tokenizer.json")
+    assert type(zoo.from_pretrained(both).tokenizer).__name__ == "T5Tokenizer"  # legacy: spiece.model
+    settings = json.loads((both / "tokenizer_config.json").read_text())
+    (both / "tokenizer_config.json").write_text(json.dumps({**settings, "legacy": False}))
+    assert isinstance(zoo.from_pretrained(both).tokenizer, HuggingFaceTokenizer)
+    (both / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError, match=r"tokenizer_config.json: legacy=false.*expected a tokenizer.json") as error:
+        zoo.from_pretrained(both)
+    assert "\n" not in str(error.value)
+
+
+def test_a_tokenizer_json_that_is_not_this_t5s_is_one_line(json_folder, tmp_path):
+    from tokenizers import Tokenizer, models
+
+    copy = _changed_config(json_folder, tmp_path, eos_token_id=5)
+    with pytest.raises(CheckpointError, match=r"tokenizer.json: the tokenizer's '</s>' is id 1; expected 5") as error:
+        zoo.from_pretrained(copy)
+    assert "\n" not in str(error.value)
+    other = tmp_path / "bpe"
+    shutil.copytree(json_folder, other)
+    bpe = Tokenizer(models.BPE(vocab={"<pad>": 0, "</s>": 1, "<unk>": 2, "a": 3}, merges=[], unk_token="<unk>"))
+    (other / "tokenizer.json").write_text(bpe.to_str(), encoding="utf-8")
+    with pytest.raises(CheckpointError, match=r"tokenizer.json: the tokenizer's model is 'BPE'; expected T5's 'Unigram'"):
+        zoo.from_pretrained(other)
 
 
 # --- Beam search ------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ HF_FILES = (
     "vocab.txt",
     "source.spm",  # Marian's two SentencePiece models
     "target.spm",
+    "spiece.model",  # T5's
     "generation_config.json",
     "*.weights.h5",
     "model.weights.json",

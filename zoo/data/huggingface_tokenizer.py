@@ -428,6 +428,11 @@ class HuggingFaceTokenizer(TextTokenizer):
             raise ValueError(f"token {token!r} is not in the vocabulary of {self._size} tokens.")
         return i
 
+    def tokenizer_json(self):
+        """The tokenizer.json this tokenizer runs, as a dict."""
+        self._checked()
+        return json.loads(self._json)
+
     # --- Saving -----------------------------------------------------------------
 
     def save_assets(self, dir_path):

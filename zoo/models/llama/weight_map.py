@@ -25,8 +25,6 @@ sequence is not windowed.
 
 import functools
 import json
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
@@ -255,13 +253,6 @@ def read_huggingface_tokenizer(folder, vocabulary_size, weights_file):
     return tokenizer
 
 
-def _tokenizer_json(tokenizer):
-    """The tokenizer.json a HuggingFaceTokenizer holds, as a dict (through its public `save_assets`)."""
-    with tempfile.TemporaryDirectory() as folder:
-        tokenizer.save_assets(folder)
-        return json.loads((Path(folder) / "tokenizer.json").read_text(encoding="utf-8"))
-
-
 def _is_byte_level_bpe(tokenizer_json):
     """Whether keras-hub's byte-pair tokenizer can hold this tokenizer.json: a BPE over GPT-2's byte alphabet."""
     pre = tokenizer_json.get("pre_tokenizer") or {}
@@ -283,7 +274,7 @@ def tokenizer_problem(tokenizer, format, backbone):
         return f"model.tokenizer is a {type(tokenizer).__name__}; expected a zoo.data.HuggingFaceTokenizer"
     if format == "huggingface":
         return None
-    if not _is_byte_level_bpe(_tokenizer_json(tokenizer)):
+    if not _is_byte_level_bpe(tokenizer.tokenizer_json()):
         return "the tokenizer.json is not a byte-level BPE, the only kind keras-hub's Llama 3 and Qwen tokenizers hold"
     kind = model_type(backbone)
     vocabulary = set(tokenizer.get_vocabulary())
@@ -486,7 +477,7 @@ def keras_hub_tokenizer(tokenizer, backbone):
     if isinstance(tokenizer, keras_hub.tokenizers.Tokenizer):
         return tokenizer
     kind = model_type(backbone)
-    data = _tokenizer_json(tokenizer)
+    data = tokenizer.tokenizer_json()
     vocabulary = dict(data["model"]["vocab"])
     merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
     specials = [t["content"] for t in data.get("added_tokens", []) if t.get("special")]

@@ -15,7 +15,10 @@ gating `wi_0`, times `wi_1`) have an untied `lm_head`.
 The tokenizer is `spiece.model` with transformers' `T5Tokenizer` ids
 (`zoo.data.T5Tokenizer`): the SentencePiece model's own (`<pad>` 0, `</s>`
 1, `<unk>` 2), then the 100 sentinels, `<extra_id_0>` last; `</s>` appended
-to each text. An encoder and a decoder
+to each text. A folder without `spiece.model` reads its `tokenizer.json`
+(`T5TokenizerFast`'s file: a Unigram model, the sentinels as added tokens,
+`</s>` appended by its post-processor) through the `tokenizers` package as
+a `zoo.data.HuggingFaceTokenizer`. An encoder and a decoder
 of different depths are refused with one line, as is a feed-forward
 projection the zoo does not compute.
 """
@@ -204,11 +207,22 @@ def _generation_settings(folder):
 
 
 def read_tokenizer(folder, vocabulary_size, weights_file):
-    """`spiece.model` with T5Tokenizer's ids; the decoder starts from `decoder_start_token_id` (`<pad>`)."""
+    """`spiece.model` with T5Tokenizer's ids (its legacy mode, the default), else `tokenizer.json`
+    (T5TokenizerFast's, which also holds the non-legacy mode of `"legacy": false`); the decoder
+    starts from `decoder_start_token_id` (`<pad>`)."""
     from zoo.data import DataError, T5Tokenizer
 
-    require_files(folder, "spiece.model", why="T5's tokenizer (spiece.model)")
     generation = _generation_settings(folder)
+    settings = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    has_json = (folder / "tokenizer.json").is_file()
+    if has_json and (settings.get("legacy") is False or not (folder / "spiece.model").is_file()):
+        return _read_tokenizer_json(folder, vocabulary_size, weights_file, generation)
+    if settings.get("legacy") is False:
+        raise CheckpointError(
+            f"{folder / 'tokenizer_config.json'}: legacy=false, T5Tokenizer's non-legacy mode, which the zoo reads "
+            "from tokenizer.json alone; expected a tokenizer.json beside spiece.model."
+        )
+    require_files(folder, "spiece.model", why="T5's tokenizer (spiece.model, or tokenizer.json)")
     try:
         tokenizer = T5Tokenizer.from_folder(folder, generation.get("decoder_start_token_id"), generation)
     except (DataError, ValueError, RuntimeError, OSError) as error:
@@ -217,26 +231,66 @@ def read_tokenizer(folder, vocabulary_size, weights_file):
     return tokenizer
 
 
+def _read_tokenizer_json(folder, vocabulary_size, weights_file, generation):
+    """tokenizer.json as a HuggingFaceTokenizer: a Unigram model whose `</s>` and `<pad>` (or the
+    tokens tokenizer_config.json names) are config.json's `eos_token_id` and `pad_token_id`."""
+    from zoo.data import DataError, HuggingFaceTokenizer
+
+    where = folder / "tokenizer.json"
+    settings = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+
+    def token(key, default):
+        value = settings.get(key) or default
+        return value.get("content", default) if isinstance(value, dict) else value
+
+    end, pad = token("eos_token", "</s>"), token("pad_token", "<pad>")
+    try:
+        tokenizer = HuggingFaceTokenizer.from_file(where, eos_token=end, pad_token=pad, generation=generation)
+    except (DataError, ValueError) as error:
+        message = str(error)
+        raise CheckpointError(message if str(folder) in message else f"{where}: {message}") from None
+    model = (tokenizer.tokenizer_json().get("model") or {}).get("type")
+    if model != "Unigram":
+        raise CheckpointError(f"{where}: the tokenizer's model is {model!r}; expected T5's 'Unigram'.")
+    config = read_json(folder / "config.json")
+    for key, name, found in (("eos_token_id", end, tokenizer.end_token_id), ("pad_token_id", pad, tokenizer.pad_token_id)):
+        if config.get(key) is not None and found != config[key]:
+            raise CheckpointError(f"{where}: the tokenizer's {name!r} is id {found}; expected {config[key]}, "
+                                  f"config.json's {key}.")
+    start = generation.get("decoder_start_token_id", config.get("decoder_start_token_id", tokenizer.pad_token_id))
+    tokenizer.start_token_id = None if start is None else int(start)
+    check_vocabulary(tokenizer.vocabulary_size(), vocabulary_size, where, weights_file)
+    return tokenizer
+
+
 def tokenizer_problem(tokenizer, format):
-    from zoo.data import T5Tokenizer
+    from zoo.data import HuggingFaceTokenizer, T5Tokenizer
 
     if format != "huggingface":
         return "keras-hub has no T5 tokenizer"
+    if isinstance(tokenizer, HuggingFaceTokenizer):
+        model = (tokenizer.tokenizer_json().get("model") or {}).get("type")
+        return None if model == "Unigram" else f"the tokenizer.json's model is {model!r}; T5 needs a 'Unigram'"
     if not isinstance(tokenizer, T5Tokenizer):
-        return f"model.tokenizer is a {type(tokenizer).__name__}; T5 needs a zoo.data.T5Tokenizer (spiece.model)"
+        return (f"model.tokenizer is a {type(tokenizer).__name__}; T5 needs a zoo.data.T5Tokenizer (spiece.model) "
+                "or a zoo.data.HuggingFaceTokenizer (tokenizer.json)")
     return None
 
 
 def write_tokenizer(tokenizer, folder, model):
-    """spiece.model, tokenizer_config.json and generation_config.json."""
+    """spiece.model (or the tokenizer.json it came as), tokenizer_config.json and generation_config.json."""
+    from zoo.data import HuggingFaceTokenizer
     from zoo.files import atomic_path
 
-    with atomic_path(folder / "spiece.model") as temporary:
-        temporary.write_bytes(tokenizer.proto)
+    if isinstance(tokenizer, HuggingFaceTokenizer):
+        tokenizer.save_assets(folder)  # tokenizer.json, as it came
+    else:
+        with atomic_path(folder / "spiece.model") as temporary:
+            temporary.write_bytes(tokenizer.proto)
     settings = {"tokenizer_class": "T5Tokenizer", "model_max_length": model.max_sequence_length,
                 "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>", "extra_ids": EXTRA_IDS}
     write_text(folder / "tokenizer_config.json", json.dumps(settings, indent=2) + "\n")
-    generation = dict(tokenizer.generation)
+    generation = dict(tokenizer.generation or {})
     generation.update({"decoder_start_token_id": tokenizer.start_token_id, "eos_token_id": tokenizer.end_token_id,
                        "pad_token_id": tokenizer.pad_token_id})
     write_text(folder / "generation_config.json", json.dumps(generation, indent=2) + "\n")

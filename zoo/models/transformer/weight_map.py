@@ -49,8 +49,6 @@ one-class-for-all configs where they say other than BART
 
 import functools
 import json
-import tempfile
-from pathlib import Path
 
 from zoo.models.transformer import t5_weights
 from zoo.models.transformer import keras_hub_bart, keras_hub_t5
@@ -461,19 +459,12 @@ def read_huggingface_source_tokenizer(folder, vocabulary_size, weights_file):
     return _read_side(folder, "source", vocabulary_size, weights_file)
 
 
-def _tokenizer_json(tokenizer):
-    """The tokenizer.json a HuggingFaceTokenizer holds, as a dict (through its public `save_assets`)."""
-    with tempfile.TemporaryDirectory() as folder:
-        tokenizer.save_assets(folder)
-        return json.loads((Path(folder) / "tokenizer.json").read_text(encoding="utf-8"))
-
-
 def _within_the_table(tokenizer, vocabulary_size):
     """The tokenizer less its special added tokens past the embedding (bart-large-cnn's 50,264-row
     table has no row for `<mask>`, 50264: the literal text `<mask>` is then cut as plain text),
     so that every id it gives has a row; as it was when other tokens lie past the table (the
     caller refuses it)."""
-    data = _tokenizer_json(tokenizer)
+    data = tokenizer.tokenizer_json()
     past = [token for token in data.get("added_tokens", []) if token["id"] >= vocabulary_size]
     special = {token["content"] for token in past if token.get("special")}
     vocabulary = (data.get("model") or {}).get("vocab") or {}
@@ -553,7 +544,7 @@ def tokenizer_problem(tokenizer, format, backbone):
         return (f"model.tokenizer is a {type(tokenizer).__name__}; {NAMES[kind]} needs a "
                 f"zoo.data.{expected.__name__}")
     if kind == "bart":
-        model = (_tokenizer_json(tokenizer).get("model") or {}).get("type")
+        model = (tokenizer.tokenizer_json().get("model") or {}).get("type")
         if model != "BPE":
             return f"the tokenizer.json's model is {model!r}; BART's vocab.json and merges.txt need a 'BPE'"
     return None
@@ -587,7 +578,7 @@ def write_huggingface_tokenizer(tokenizer, folder, model):
 
 def _write_bart_tokenizer(tokenizer, folder, model):
     tokenizer.save_assets(folder)  # tokenizer.json, as it came
-    bpe = _tokenizer_json(tokenizer)["model"]
+    bpe = tokenizer.tokenizer_json()["model"]
     vocabulary = dict(bpe["vocab"])
     for i, token in enumerate(tokenizer.get_vocabulary()):
         if token and token not in vocabulary:  # an added token outside the BPE's own vocabulary
