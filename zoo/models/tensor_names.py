@@ -33,6 +33,18 @@ def read_json(path):
         raise CheckpointError(f"{path}: not valid JSON ({error}).") from None
 
 
+def tokenizer_settings(folder):
+    """A checkpoint folder's tokenizer_config.json as a dict, {} without one."""
+    path = folder / "tokenizer_config.json"
+    return read_json(path) if path.is_file() else {}
+
+
+def special_token(settings, key, default):
+    """The token tokenizer_config.json names for `key` (a str, or a dict with "content"), else `default`."""
+    value = settings.get(key) or default
+    return value.get("content", default) if isinstance(value, dict) else value
+
+
 def config_reader(config, config_file, architecture):
     """`get(key, default)` over a transformers config.json: the value when
     it is set (not None), else `default`; a required key (no default)

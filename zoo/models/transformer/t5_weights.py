@@ -35,6 +35,8 @@ from zoo.models.tensor_names import (
     read_json,
     refuse_config_value,
     require_files,
+    special_token,
+    tokenizer_settings,
     write_text,
 )
 
@@ -213,10 +215,10 @@ def read_tokenizer(folder, vocabulary_size, weights_file):
     from zoo.data import DataError, T5Tokenizer
 
     generation = _generation_settings(folder)
-    settings = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    settings = tokenizer_settings(folder)
     has_json = (folder / "tokenizer.json").is_file()
     if has_json and (settings.get("legacy") is False or not (folder / "spiece.model").is_file()):
-        return _read_tokenizer_json(folder, vocabulary_size, weights_file, generation)
+        return _read_tokenizer_json(folder, settings, vocabulary_size, weights_file, generation)
     if settings.get("legacy") is False:
         raise CheckpointError(
             f"{folder / 'tokenizer_config.json'}: legacy=false, T5Tokenizer's non-legacy mode, which the zoo reads "
@@ -231,19 +233,13 @@ def read_tokenizer(folder, vocabulary_size, weights_file):
     return tokenizer
 
 
-def _read_tokenizer_json(folder, vocabulary_size, weights_file, generation):
+def _read_tokenizer_json(folder, settings, vocabulary_size, weights_file, generation):
     """tokenizer.json as a HuggingFaceTokenizer: a Unigram model whose `</s>` and `<pad>` (or the
     tokens tokenizer_config.json names) are config.json's `eos_token_id` and `pad_token_id`."""
     from zoo.data import DataError, HuggingFaceTokenizer
 
     where = folder / "tokenizer.json"
-    settings = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
-
-    def token(key, default):
-        value = settings.get(key) or default
-        return value.get("content", default) if isinstance(value, dict) else value
-
-    end, pad = token("eos_token", "</s>"), token("pad_token", "<pad>")
+    end, pad = special_token(settings, "eos_token", "</s>"), special_token(settings, "pad_token", "<pad>")
     try:
         tokenizer = HuggingFaceTokenizer.from_file(where, eos_token=end, pad_token=pad, generation=generation)
     except (DataError, ValueError) as error:

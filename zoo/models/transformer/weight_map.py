@@ -62,6 +62,8 @@ from zoo.models.tensor_names import (
     read_json,
     refuse_config_value,
     require_files,
+    special_token,
+    tokenizer_settings,
     write_text,
 )
 
@@ -425,7 +427,7 @@ def _folder_model_type(folder):
 def _read_side(folder, side, vocabulary_size, weights_file):
     from zoo.data import DataError, MarianTokenizer
 
-    settings = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    settings = tokenizer_settings(folder)
     if settings.get("separate_vocabs"):
         raise CheckpointError(
             f"{folder / 'tokenizer_config.json'}: separate_vocabs=True is not supported; expected one vocab.json."
@@ -489,14 +491,11 @@ def _read_bart_tokenizer(folder, vocabulary_size, weights_file):
         require_files(folder, "vocab.json", "merges.txt",
                       why="BART's tokenizer (tokenizer.json, or vocab.json and merges.txt)")
     where = folder / ("tokenizer.json" if from_json else "vocab.json")
-    settings = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
-
-    def token(key, default):  # BartTokenizer's default unless tokenizer_config.json names another
-        value = settings.get(key) or default
-        return value.get("content", default) if isinstance(value, dict) else value
-
-    special = {"bos_token_id": token("bos_token", "<s>"), "eos_token_id": token("eos_token", "</s>"),
-               "pad_token_id": token("pad_token", "<pad>")}
+    settings = tokenizer_settings(folder)
+    # BartTokenizer's defaults unless tokenizer_config.json names others
+    special = {"bos_token_id": special_token(settings, "bos_token", "<s>"),
+               "eos_token_id": special_token(settings, "eos_token", "</s>"),
+               "pad_token_id": special_token(settings, "pad_token", "<pad>")}
     try:
         if from_json:
             tokenizer = HuggingFaceTokenizer.from_file(
