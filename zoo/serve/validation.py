@@ -39,22 +39,27 @@ def parse(model, body):
 def refusal(error, model, body):
     """The `RequestError` of `model`'s `ValidationError` of `body`: one line
     naming the field (its `param`), what it expects and what came."""
-    first = error.errors(include_url=False)[0]
+    errors = error.errors(include_url=False)
+    first = errors[0]
     kind, loc = first["type"], first["loc"]
     if kind == "json_invalid":
         return RequestError(f"the body is not JSON ({first['ctx']['error']}); expected a JSON object")
     if not loc:
         return RequestError(f"the body is {_json_type(body)}; expected a JSON object")
     field = str(loc[0])
-    if kind == "extra_forbidden":
+    if kind == "extra_forbidden" and len(loc) == 1:
         return RequestError(f"{field}: unknown field; expected some of {', '.join(model.model_fields)}", field)
     expected = model.model_fields[field].description
-    if kind == "missing":
+    if kind == "missing" and len(loc) == 1:
         return RequestError(f"{field}: missing; expected {expected}", field)
     where, value = field, _field_value(body, field, first["input"])
-    if len(loc) > 1 and isinstance(loc[1], int) and field == "messages":  # the message at fault
-        where, value = f"{field}[{loc[1]}]", first["input"] if loc[2:] else value[loc[1]]
-    if kind in ("too_long", "too_short") and isinstance(value, (str, list, dict)):
+    if len(loc) > 1 and isinstance(loc[1], int) and isinstance(value, list) and loc[1] < len(value):
+        where, value = f"{field}[{loc[1]}]", value[loc[1]]  # the item at fault: messages[2]
+    if kind == "extra_forbidden":  # a field of a nested object
+        return RequestError(f"{where}.{loc[-1]}: unknown field; expected {expected}", field)
+    # A value of the wrong length is said by its length (a union's other branches fail on its type).
+    lengths = any(e["type"].endswith(("too_long", "too_short")) and e["loc"][0] == loc[0] for e in errors)
+    if lengths and isinstance(value, (str, list, dict)):
         got = f"{len(value)} {'characters' if isinstance(value, str) else 'items'}"
     else:
         got = short(value)
