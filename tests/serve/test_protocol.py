@@ -15,7 +15,7 @@ CHAT = [{"role": "user", "content": "hi"}]
 REFUSED = [
     ("/v1/completions", {"prompt": PROMPT, "suffx": "x"}, "suffx", "suffx: unknown field; expected some of model, "),
     ("/v1/completions", {"prompt": PROMPT, "max_tokens": "abc"}, "max_tokens",
-     "max_tokens: expected an integer >= 1, the answer's most tokens; got 'abc'"),
+     "max_tokens: expected an integer >= 1, the answer's most tokens (0 with echo: the prompt scored alone); got 'abc'"),
     ("/v1/completions", {"prompt": PROMPT, "temperature": -1}, "temperature",
      "temperature: expected a number in [0, 2] (0: greedy); got -1"),
     ("/v1/completions", {"prompt": PROMPT, "max_tokens": True}, "max_tokens", "got true"),
@@ -29,6 +29,7 @@ REFUSED = [
      'messages[0]: expected a non-empty list of at most 1024 {"role": str, "content": str} objects; got {"role": '),
     ("/v1/chat/completions", {"messages": CHAT, "logprobs": 1}, "logprobs", "logprobs: expected true or false"),
     ("/v1/embeddings", {"input": "a", "dimensions": 8}, "dimensions", "dimensions: unknown field"),
+    ("/v1/completions", {"prompt": PROMPT, "suffix": "x", "best": 2}, "suffix", "suffix, best: unknown fields; expected"),
     ("/tokenize", {"prompt": 5}, "prompt", "prompt: expected a string; got 5"),
 ]
 

@@ -18,7 +18,8 @@ import numpy as np
 
 from zoo.generation.samplers import SAMPLERS as GENERATION_SAMPLERS
 from zoo.serve.web import RequestError, integer, is_int, known, number
-from zoo.targets import RUN, open_target, read_run  # noqa: F401  (open_target: the page's model, as `zoo serve` opens it)
+# open_target: the page's model, opened as `zoo serve` opens it.
+from zoo.targets import RUN, open_target, read_run  # noqa: F401
 
 # What the page shows, by model kind.
 LANGUAGE_MODEL, TRANSLATOR, CLASSIFIER = "language_model", "translator", "classifier"

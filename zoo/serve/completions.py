@@ -68,7 +68,7 @@ def _prompts(service, prompt, most):
             continue
         vocabulary = service.prompt_vocabulary
         if len(one) > most or not all(t < vocabulary for t in one):
-            raise RequestError(f"prompt: expected at most {most} token ids, each in [0, {vocabulary}); got {short(one)}",
-                               "prompt", code="context_length_exceeded" if len(one) > most else None)
+            raise RequestError(f"prompt: expected at most {most} token ids, each in [0, {vocabulary}); "
+                               f"got {short(one)}", "prompt", code="context_length_exceeded" if len(one) > most else None)
         prompts.append((None, list(one)))
     return prompts

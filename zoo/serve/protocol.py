@@ -57,8 +57,10 @@ class Sampling(Request):
     length, the sampler and the decoding controls of `zoo.generate`."""
 
     model: str | None = Field(None, description="the model's id (GET /v1/models)")
-    max_tokens: int | None = Field(None, ge=0, description="an integer >= 1, the answer's most tokens")
-    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False, description="a number in [0, 2] (0: greedy)")
+    max_tokens: int | None = Field(
+        None, ge=0, description="an integer >= 1, the answer's most tokens (0 with echo: the prompt scored alone)")
+    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False,
+                                      description="a number in [0, 2] (0: greedy)")
     top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, description="a number in (0, 1]")
     seed: int | None = Field(None, ge=-(2**63), lt=2**63, description="an integer")
     stop: Stop | Annotated[list[Stop], Field(max_length=MAX_STOP_STRINGS)] | None = Field(

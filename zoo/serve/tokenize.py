@@ -29,7 +29,8 @@ async def tokenizer_info(request: Request):
                                   model_max_length=service.context, tokenizer_class=type(tokenizer).__name__)
 
 
-@router.post("/tokenize", response_model=protocol.TokenizeResponse, openapi_extra=validation.body_schema(TokenizeRequest))
+@router.post("/tokenize", response_model=protocol.TokenizeResponse,
+             openapi_extra=validation.body_schema(TokenizeRequest))
 async def tokenize(request: Request, body: TokenizeRequest = Depends(validation.json_body(TokenizeRequest))):
     """The token ids of `prompt`."""
     service = request.app.state.service

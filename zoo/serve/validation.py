@@ -48,7 +48,9 @@ def refusal(error, model, body):
         return RequestError(f"the body is {_json_type(body)}; expected a JSON object")
     field = str(loc[0])
     if kind == "extra_forbidden" and len(loc) == 1:
-        return RequestError(f"{field}: unknown field; expected some of {', '.join(model.model_fields)}", field)
+        unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
+        return RequestError(f"{', '.join(unknown)}: unknown field{'s' if len(unknown) > 1 else ''}; expected some of "
+                            f"{', '.join(model.model_fields)}", field)
     expected = model.model_fields[field].description
     if kind == "missing" and len(loc) == 1:
         return RequestError(f"{field}: missing; expected {expected}", field)
@@ -119,14 +121,15 @@ def openapi_components(models=REQUESTS):
 
 def application(title, description, limits, requests=()):
     """A FastAPI app whose refusals (`RequestError`) take OpenAI's error
-    shape, whose bodies are read within `limits`, and whose
-    `/openapi.json` describes the JSON bodies of `requests` (models)."""
+    shape and whose bodies are read within `limits`; with `requests`
+    (models), its `/openapi.json` and `/docs` describe their JSON bodies."""
     from fastapi import FastAPI
 
     import zoo
 
+    pages = {} if requests else dict(docs_url=None, redoc_url=None, openapi_url=None)
     app = FastAPI(title=title, description=description, version=zoo.__version__,
-                  exception_handlers={RequestError: refused})
+                  exception_handlers={RequestError: refused}, **pages)
     app.state.limits = limits
     build = app.openapi
 
