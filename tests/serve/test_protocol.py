@@ -58,6 +58,15 @@ def test_the_official_client_reads_a_refusal_of_its_model(served):
     assert caught.value.body["param"] == "top_k" and "unknown field" in caught.value.body["message"]
 
 
+def test_an_unknown_path_and_a_wrong_method_get_openais_error_shape_too(served):
+    missing = httpx.post(served.url + "/v1/completion", json={"prompt": PROMPT}, timeout=60)
+    assert missing.status_code == 404
+    assert missing.json()["error"]["message"] == "POST /v1/completion: Not Found"
+    wrong = httpx.get(served.url + "/v1/completions", timeout=60)
+    assert wrong.status_code == 405 and wrong.json()["error"]["type"] == "invalid_request_error"
+    assert wrong.headers["allow"] == "POST"
+
+
 def test_openapi_describes_the_requests_and_their_bounds(served):
     document = httpx.get(served.url + "/openapi.json", timeout=60).json()
     schemas = document["components"]["schemas"]

@@ -9,6 +9,7 @@ import json
 
 from pydantic import ValidationError
 from pydantic.json_schema import models_json_schema
+from starlette.exceptions import HTTPException
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response as HTTPResponse
 
@@ -93,7 +94,11 @@ def error_body(error):
 
 async def refused(request, error):
     """The exception handler of every app: a `RequestError` (a body that
-    failed its model, or a check of an endpoint) as OpenAI's error shape."""
+    failed its model, or a check of an endpoint) as OpenAI's error shape;
+    Starlette's own refusals (an unknown path, a wrong method) too."""
+    if isinstance(error, HTTPException):
+        error = RequestError(f"{request.method} {request.url.path}: {error.detail}", status=error.status_code,
+                             headers=error.headers)
     return HTTPResponse(error_body(error).model_dump_json(), status_code=error.status, headers=error.headers,
                         media_type="application/json")
 
@@ -129,7 +134,7 @@ def application(title, description, limits, requests=()):
 
     pages = {} if requests else dict(docs_url=None, redoc_url=None, openapi_url=None)
     app = FastAPI(title=title, description=description, version=zoo.__version__,
-                  exception_handlers={RequestError: refused}, **pages)
+                  exception_handlers={RequestError: refused, HTTPException: refused}, **pages)
     app.state.limits = limits
     build = app.openapi
 
