@@ -29,7 +29,7 @@ def load_model(folder):
 
 def read_run(path):
     """A run folder's run.json, or a `DataError` saying what is missing."""
-    from zoo.data import DataError
+    from zoo.errors import DataError
 
     path = Path(path)
     if not (path / RUN).is_file():
