@@ -33,11 +33,11 @@ partially.
 
 from pathlib import Path
 
-from zoo.checkpoints import huggingface, keras_hub, registry
+from zoo.checkpoints import gguf, huggingface, keras_hub, registry
 from zoo.checkpoints.hub import checkpoint_folder, is_handle
 from zoo.models.tensor_names import CheckpointError, TensorName, assign_tensors, read_json, tensors_of
 
-FORMATS = ("keras-hub", "huggingface")
+FORMATS = ("keras-hub", "huggingface", "gguf")
 
 __all__ = [
     "FORMATS",
@@ -149,6 +149,11 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
 
     if quantize is not None:
         check_quantization_mode(quantize)
+    if gguf.is_gguf_file(path):
+        model = gguf.load(Path(path), task, num_classes, dtype)
+        if quantize is not None:
+            model.quantize(quantize)
+        return model
     folder = checkpoint_folder(path, revision)
     driver = keras_hub if checkpoint_format(folder) == "keras-hub" else huggingface
     model = driver.load(folder, task, num_classes, dtype)
