@@ -565,7 +565,7 @@ def huggingface_config(fields, reader, path):
             "n_positions": get("context_length"), "n_ctx": get("context_length"), "n_embd": get("embedding_length"),
             "n_layer": get("block_count"), "n_head": get("attention.head_count"),
             "n_inner": get("feed_forward_length"), "activation_function": "gelu_new",
-            "layer_norm_epsilon": float(get("attention.layer_norm_epsilon")),
+            "layer_norm_epsilon": decimal(get("attention.layer_norm_epsilon")),
             "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
         }
     scaling_type = get("rope.scaling.type", "none")
@@ -580,8 +580,8 @@ def huggingface_config(fields, reader, path):
         "hidden_size": width, "intermediate_size": get("feed_forward_length"),
         "num_hidden_layers": get("block_count"), "num_attention_heads": heads,
         "num_key_value_heads": get("attention.head_count_kv", heads), "head_dim": head_dim,
-        "max_position_embeddings": get("context_length"), "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(get("rope.freq_base", 10000.0)), "hidden_act": "silu",
+        "max_position_embeddings": get("context_length"), "rms_norm_eps": decimal(get("attention.layer_norm_rms_epsilon")),
+        "rope_theta": decimal(get("rope.freq_base", 10000.0)), "hidden_act": "silu",
         "tie_word_embeddings": not any(t.name == "output.weight" for t in reader.tensors),
     }
     factors = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
@@ -590,6 +590,11 @@ def huggingface_config(fields, reader, path):
     if arch == "qwen2":
         config.update(use_sliding_window=False)
     return arch, config
+
+
+def decimal(value):
+    """A float32 metadata value as the shortest decimal that rounds to it (1e-06, not 9.99999997e-07)."""
+    return float(str(np.float32(value)))
 
 
 def llama3_scaling(factors, theta, dim, path):
