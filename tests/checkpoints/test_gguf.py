@@ -421,6 +421,7 @@ def test_llama_cpp_reads_the_export_as_the_zoo_computes_it(models, name, tmp_pat
         prompt = "The cat sat on the mat. naïve café 東京 🙂"
         ids = _np(model.tokenizer(prompt)).tolist()
         assert llm.tokenize(prompt.encode(), add_bos=True, special=False) == ids  # llama.cpp's tokenizer, same ids
+        ids = ids[: context // 2]  # Mistral's window is 16, the GPT-2 stand-in's context 32
         llm.reset()
         llm.eval(ids)
         theirs = np.array(llm.scores[: len(ids)])
