@@ -438,3 +438,33 @@ def test_llama_cpp_reads_the_export_as_the_zoo_computes_it(models, name, tmp_pat
         assert generated == greedy_zoo(model, ids, steps)
     finally:
         llm.close()
+
+
+# --- What llama.cpp's own converter writes -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_a_gguf_from_llama_cpps_converter_loads_as_the_checkpoint_it_came_from(name, tmp_path):
+    """tests/data/gguf/llama_cpp_*.gguf: convert_hf_to_gguf.py (f16) of a tiny checkpoint rebuilt here
+    (see tests.checkpoints.llama_cpp_converted); its logits are the float64 reference's of the checkpoint's
+    matrices rounded to float16, and its tokenizer gives the checkpoint's ids."""
+    from safetensors.numpy import load_file
+
+    from tests.checkpoints import llama_cpp_converted as converted
+
+    folder = (converted.hf_llama if name == "llama" else converted.hf_gpt2)(tmp_path / "hf")
+    lm = zoo.from_pretrained(converted.FOLDER / f"llama_cpp_{name}.gguf")
+    original = zoo.from_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    tensors = load_file(str(folder / "model.safetensors"))
+    # The converter's f16: matrices only (vectors and the position table stay f32).
+    tensors = {k: v.astype(np.float16).astype(np.float32) if v.ndim == 2 and "wpe" not in k else v for k, v in tensors.items()}
+    x = inputs(config["vocab_size"], length=10)
+    if name == "llama":
+        assert lm.backbone.get_config()["rope_scaling"] == config["rope_scaling"]  # recovered from rope_freqs
+        expected = lc.reference_logits(tensors, config, x["token_ids"])
+    else:
+        expected = ck.gpt2_reference_logits(tensors, config, x["token_ids"])
+    np.testing.assert_allclose(_np(lm(x)), expected, rtol=1e-4, atol=1e-4)
+    for sentence in SENTENCES:
+        assert _np(lm.tokenizer(sentence)).tolist() == _np(original.tokenizer(sentence)).tolist(), sentence
