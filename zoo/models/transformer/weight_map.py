@@ -57,6 +57,7 @@ from zoo.models.tensor_names import (
     TensorName,
     check_vocabulary,
     fused_linear,
+    generation_settings,
     linear,
     read_architecture,
     read_json,
@@ -410,16 +411,6 @@ def tied_copies(model, checkpoint_names):
 # --- Hugging Face: tokenizers and generation settings -------------------------------------
 
 
-def _generation_settings(folder):
-    """generation_config.json's settings (config.json's where it has none), as transformers reads them."""
-    settings = {}
-    for name in ("config.json", "generation_config.json"):
-        if (folder / name).is_file():
-            values = read_json(folder / name)
-            settings.update({key: values[key] for key in GENERATION_KEYS if values.get(key) is not None})
-    return settings
-
-
 def _folder_model_type(folder):
     return read_json(folder / "config.json").get("model_type")
 
@@ -432,7 +423,7 @@ def _read_side(folder, side, vocabulary_size, weights_file):
         raise CheckpointError(
             f"{folder / 'tokenizer_config.json'}: separate_vocabs=True is not supported; expected one vocab.json."
         )
-    generation = _generation_settings(folder)
+    generation = generation_settings(folder, GENERATION_KEYS)
     try:
         tokenizer = MarianTokenizer.from_folder(folder, side, generation.get("decoder_start_token_id"), generation)
     except (DataError, ValueError) as error:
@@ -485,7 +476,7 @@ def _read_bart_tokenizer(folder, vocabulary_size, weights_file):
     tokenizer_config.json names) checked against config.json's ids, the other file and the embedding."""
     from zoo.data import DataError, HuggingFaceTokenizer
 
-    generation = _generation_settings(folder)
+    generation = generation_settings(folder, GENERATION_KEYS)
     from_json = (folder / "tokenizer.json").is_file()
     if not from_json:
         require_files(folder, "vocab.json", "merges.txt",
