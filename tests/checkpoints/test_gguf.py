@@ -229,6 +229,20 @@ def test_f32_export_then_import_is_the_identity(models, name, tmp_path):
         assert again.tokenizer.detokenize(again.tokenizer(sentence)) == model.tokenizer.detokenize(model.tokenizer(sentence))
 
 
+def test_a_lora_model_is_exported_with_its_lora_merged(models, tmp_path):
+    model = zoo.from_pretrained(zoo.export(models["qwen2"], tmp_path / "base.gguf", format="gguf", outtype="f32"))
+    model.enable_lora(4, ("query_key_value", "gate"))
+    rng = np.random.default_rng(5)
+    for weight in model.weights:
+        if "lora" in weight.path:
+            weight.assign(rng.normal(0, 0.2, tuple(weight.shape)).astype("float32"))
+    x = inputs(model.backbone.vocabulary_size)
+    before = _np(models["qwen2"](x))
+    assert np.abs(_np(model(x)) - before).max() > 0.1  # the LoRA changes the logits
+    again = zoo.from_pretrained(zoo.export(model, tmp_path / "lora.gguf", format="gguf", outtype="f32"))
+    np.testing.assert_allclose(_np(again(x)), _np(model(x)), rtol=0, atol=1e-5)
+
+
 def test_chat_template_and_special_ids_come_back(models, tmp_path):
     model = models["chat"]
     again = zoo.from_pretrained(zoo.export(model, tmp_path / "m.gguf", format="gguf", outtype="f16"))
@@ -352,8 +366,8 @@ def test_an_unknown_architecture_is_refused(exported, tmp_path):
 def test_a_tensor_of_the_wrong_shape_is_refused(exported, tmp_path):
     wrong = rewrite(exported, tmp_path / "wrong.gguf",
                     change=lambda name, data: data[:-1] if name == "blk.1.attn_norm.weight" else data)
-    with pytest.raises(CheckpointError, match=r"wrong.gguf: tensor 'model.layers.1.input_layernorm.weight' has shape \(31,\); "
-                                              r"expected \(32,\)"):
+    with pytest.raises(CheckpointError, match=r"wrong.gguf \(blk.1.attn_norm.weight\): tensor "
+                                              r"'model.layers.1.input_layernorm.weight' has shape \(31,\); expected \(32,\)"):
         zoo.from_pretrained(wrong)
 
 

@@ -52,6 +52,7 @@ GPT2_NAMES = {
     "blk.{i}.ffn_up": "transformer.h.{i}.mlp.c_fc",
     "blk.{i}.ffn_down": "transformer.h.{i}.mlp.c_proj",
     "output_norm": "transformer.ln_f",
+    "output": "lm_head",  # a copy of token_embd where a file has one (checked equal)
 }
 LLAMA_NAMES = {
     "token_embd": "model.embed_tokens",
@@ -486,7 +487,8 @@ class Tensors:
         return self.where[name][1]
 
     def file(self, name):
-        return self.path
+        """The file, and the tensor's GGUF name, for messages."""
+        return f"{self.path} ({self.where[name][0]})"
 
     def get(self, name):
         import gguf
