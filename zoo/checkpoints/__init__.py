@@ -14,6 +14,9 @@ One driver per format, one file per family:
 * `keras_hub`: a keras-hub preset (`save_to_preset`: `config.json` with a
   backbone's `registered_name`, `model.weights.h5`, `tokenizer.json` and
   `assets/tokenizer/...`, optionally `task.json`);
+* `gguf`: one GGUF file of llama.cpp, Ollama and LM Studio (architectures
+  `gpt2`, `llama`, `qwen2`, `qwen3`), read and written through the
+  Hugging Face layout (`ollama` writes a Modelfile beside it);
 * each family's weight map, in its folder beside its models
   (`zoo.models.gpt.weight_map` for GPT-2, `bert`, `llama` for Llama,
   Mistral, Qwen2, Qwen3, SmolLM2 and TinyLlama, `gemma` for Gemma 3's
@@ -99,7 +102,11 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
             `EncoderDecoder` carrying `tokenizer` and `source_tokenizer`,
             `zoo.data.MarianTokenizer`s), or BART's (`model_type` "bart":
             facebook/bart-base, bart-large-cnn; an `EncoderDecoder` carrying
-            one `zoo.data.HuggingFaceTokenizer`); or a handle of
+            one `zoo.data.HuggingFaceTokenizer`); or a GGUF file
+            (`*.gguf`: llama.cpp's `gpt2`, `llama`, `qwen2` and `qwen3`
+            architectures, any weight type `gguf` dequantizes, the
+            tokenizer and chat template rebuilt from its metadata; the
+            `gguf` extra); or a handle of
             one: `hf://ORG/NAME` (the Hugging Face Hub, optionally pinned
             as `hf://ORG/NAME@REVISION`), a keras-hub preset name
             (`gpt2_base_en`) or a `kaggle://` handle, downloaded into the
