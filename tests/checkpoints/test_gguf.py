@@ -21,12 +21,13 @@ from tests.checkpoints import llama_checkpoints as lc
 from tests.checkpoints import stand_ins as ck
 from tests.checkpoints.test_from_pretrained import _np
 from zoo.checkpoints import CheckpointError
+from zoo.data import HuggingFaceTokenizer
 
 gguf = pytest.importorskip("gguf")
 
-CASES = ["llama", "llama_mha", "mistral", "qwen2", "qwen3", "gpt2"]
+CASES = ["llama", "llama_mha", "mistral", "qwen2", "qwen3", "gpt2", "sentence_piece"]
 ARCHITECTURES = {"llama": "llama", "llama_mha": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
-                 "gpt2": "gpt2"}
+                 "gpt2": "gpt2", "sentence_piece": "llama"}
 SENTENCES = lc.SENTENCES + ck.SENTENCES
 
 
@@ -34,13 +35,43 @@ SENTENCES = lc.SENTENCES + ck.SENTENCES
 def models(tmp_path_factory):
     """{case: the zoo model loaded from a tiny Hugging Face folder}; "chat" a Qwen2 with ChatML's template."""
     root = tmp_path_factory.mktemp("gguf_checkpoints")
-    models = {name: zoo.from_pretrained(lc.hf_folder(root / name, name, seed=i)) for i, name in enumerate(CASES[:-1])}
+    models = {name: zoo.from_pretrained(lc.hf_folder(root / name, name, seed=i)) for i, name in enumerate(CASES[:5])}
     models["gpt2"] = zoo.from_pretrained(ck.hf_gpt2_folder(root / "gpt2"))
     models["chat"] = zoo.from_pretrained(ck.chat_folder(root / "chat"))
+    # Llama 2's kind of tokenizer: SentencePiece's BPE with byte fallback
+    models["sentence_piece"] = zoo.from_pretrained(lc.hf_folder(root / "sentence_piece", "llama_mha", seed=11,
+                                                                vocab_size=384))
+    models["sentence_piece"].tokenizer = HuggingFaceTokenizer.from_file(
+        sentence_piece_tokenizer(), bos_token="<s>", eos_token="</s>"
+    )
     # GPT-2 with rows of whole 32-value blocks, so that q8_0 and q4_0 reach its matrices
     models["gpt2_wide"] = zoo.from_pretrained(ck.hf_gpt2_folder(root / "gpt2_wide", seed=3, hidden_dim=32,
                                                                 intermediate_dim=128))
     return models
+
+
+def sentence_piece_tokenizer():
+    """A tokenizer.json of Llama 2's kind (SentencePiece's BPE as transformers converts it): "▁" for each
+    space and one before the text, <unk> <s> </s>, the 256 byte tokens <0x00>...<0xFF> for characters
+    outside the vocabulary, BPE merges learned on the corpus, BOS added."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors, trainers
+
+    normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    trained = Tokenizer(models.BPE())
+    trained.normalizer = normalizer
+    trained.train_from_iterator(lc.CORPUS, trainers.BpeTrainer(vocab_size=100, show_progress=False))
+    learned = json.loads(trained.to_str())["model"]
+    pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + sorted(learned["vocab"], key=learned["vocab"].get)
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in learned["merges"]]
+    backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(pieces)}, merges=merges, unk_token="<unk>",
+                                   byte_fallback=True, fuse_unk=True))
+    backend.normalizer = normalizer
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<unk>", "<s>", "</s>")])
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                           special_tokens=[("<s>", 1)])
+    return backend
 
 
 def inputs(vocabulary_size, batch=2, length=12, seed=0):
@@ -197,6 +228,26 @@ def test_the_tokenizer_is_written_as_llama_cpp_keeps_it(models, name, tmp_path):
     if name == "chat":
         assert fields["tokenizer.chat_template"] == tokenizer.chat_template
         assert tokens[fields["tokenizer.ggml.eot_token_id"]] == "<|endoftext|>"
+
+
+def test_a_sentence_piece_tokenizer_is_written_as_llama_cpp_keeps_it(models, tmp_path):
+    model = models["sentence_piece"]
+    path = zoo.export(model, tmp_path / "m.gguf", format="gguf", outtype="f16")
+    _, fields = fields_of(path)
+    data = model.tokenizer.tokenizer_json()
+    assert fields["tokenizer.ggml.model"] == "llama"
+    tokens, types, scores = (fields[f"tokenizer.ggml.{k}"] for k in ("tokens", "token_type", "scores"))
+    vocabulary = data["model"]["vocab"]
+    assert all(tokens[i] == t for t, i in vocabulary.items())
+    assert types[0] == gguf.TokenType.UNKNOWN and types[1] == types[2] == gguf.TokenType.CONTROL
+    assert all(types[i] == gguf.TokenType.BYTE for i in range(3, 259))
+    assert fields["tokenizer.ggml.unknown_token_id"] == 0 and fields["tokenizer.ggml.bos_token_id"] == 1
+    assert fields["tokenizer.ggml.add_bos_token"] is True and fields["tokenizer.ggml.add_space_prefix"] is True
+    # llama.cpp joins the pair whose join scores highest: the earlier a merge, the higher its token's score
+    merged = ["".join(m) if isinstance(m, list) else m.replace(" ", "") for m in data["model"]["merges"]]
+    firsts = list(dict.fromkeys(merged))
+    assert [scores[vocabulary[t]] for t in firsts] == sorted((scores[vocabulary[t]] for t in firsts), reverse=True)
+    assert scores[vocabulary[firsts[0]]] == -1.0
 
 
 @pytest.mark.parametrize("outtype,matrix", [("f16", "F16"), ("bf16", "BF16"), ("q8_0", "Q8_0"), ("q4_0", "Q4_0")])

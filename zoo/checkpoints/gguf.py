@@ -25,6 +25,7 @@ included).
 
 import json
 import math
+import re
 import tempfile
 from pathlib import Path
 
@@ -81,6 +82,7 @@ QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| 
                  r"\s*[\r\n]+|\s+(?!\S)|\s+")
 SPLIT_PATTERNS = {LLAMA3_PATTERN: "llama-bpe", QWEN2_PATTERN: "qwen2"}
 PRE_TOKENIZERS = ("gpt-2", "smollm", "llama-bpe", "qwen2")
+BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
 class GGUFError(CheckpointError):
@@ -270,12 +272,16 @@ def read_huggingface_vocabulary(folder, vocabulary_size):
     if (folder / "tokenizer.json").is_file():
         data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
         model = data.get("model") or {}
-        if model.get("type") != "BPE" or not _has_byte_level(data):
+        kind = "gpt2" if model.get("type") == "BPE" and _has_byte_level(data) else None
+        if model.get("type") == "BPE" and model.get("byte_fallback") and not _has_byte_level(data):
+            kind = "llama"  # SentencePiece's BPE as transformers converts it (Llama 2, TinyLlama, Mistral)
+        if kind is None:
             raise ValueError(
-                "GGUF export: the tokenizer.json is not a byte-level BPE (SentencePiece-style and WordPiece "
-                "vocabularies are not written here); expected the byte-level BPE of Llama 3, Qwen or SmolLM2."
+                "GGUF export: the tokenizer.json is neither a byte-level BPE nor SentencePiece's BPE with byte "
+                "fallback (unigram and WordPiece vocabularies are not written here); expected Llama's, Mistral's, "
+                "Qwen's or SmolLM2's."
             )
-        pre = pre_tokenizer_name(data)
+        pre = pre_tokenizer_name(data) if kind == "gpt2" else "default"
         vocabulary = dict(model["vocab"])
         merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
         added = {t["id"]: t for t in data.get("added_tokens", [])}
@@ -286,7 +292,7 @@ def read_huggingface_vocabulary(folder, vocabulary_size):
         merges = [m for m in lines if m.strip() and not m.startswith("#version")]
         end = "<|endoftext|>"
         added = {vocabulary[end]: {"content": end, "special": True}}
-        pre, backend = "gpt-2", None
+        pre, backend, kind, data = "gpt-2", None, "gpt2", {}
     by_id = {i: t for t, i in vocabulary.items()}
     by_id.update({i: t["content"] for i, t in added.items()})
     if max(by_id) >= vocabulary_size:
@@ -298,8 +304,12 @@ def read_huggingface_vocabulary(folder, vocabulary_size):
             types.append(gguf.TokenType.UNUSED)
             continue
         tokens.append(by_id[i])
-        if i in added:
+        if kind == "llama" and by_id[i] == (data["model"].get("unk_token")):
+            types.append(gguf.TokenType.UNKNOWN)
+        elif i in added:
             types.append(gguf.TokenType.CONTROL if added[i].get("special") else gguf.TokenType.USER_DEFINED)
+        elif kind == "llama" and BYTE_TOKEN.fullmatch(by_id[i]):
+            types.append(gguf.TokenType.BYTE)
         else:
             types.append(gguf.TokenType.NORMAL)
     ids = {t: i for i, t in enumerate(tokens)}
@@ -317,7 +327,11 @@ def read_huggingface_vocabulary(folder, vocabulary_size):
     add_bos = tokenizer_config.get("add_bos_token")
     if add_bos is None:  # the tokenizer.json's post-processor decides
         add_bos = bool(backend and bos is not None and backend.encode("a").ids[:1] == [bos])
+    unk = data.get("model", {}).get("unk_token")
     return {
+        "model": kind, "scores": sentence_piece_scores(tokens, merges) if kind == "llama" else None,
+        "add_space_prefix": _adds_space_prefix(data) if kind == "llama" else None,
+        "unk": ids.get(unk) if unk is not None else None,
         "tokens": tokens, "types": types, "merges": merges, "pre": pre, "bos": bos, "ends": ends,
         "pad": token_id("pad_token"), "add_bos": bool(add_bos), "chat_template": tokenizer_config.get("chat_template"),
     }
@@ -354,12 +368,40 @@ def pre_tokenizer_name(data):
     )
 
 
+def sentence_piece_scores(tokens, merges):
+    """llama.cpp's SentencePiece scores of a BPE's tokens: llama.cpp joins
+    the adjacent pair whose join has the highest score, BPE the pair of
+    the earliest merge, so a token made by merge r scores -(r + 1), and
+    every other token 0."""
+    rank = {}
+    for r, merge in enumerate(merges):
+        rank.setdefault(merge.replace(" ", "", 1), r)
+    return [-(rank[t] + 1.0) if t in rank else 0.0 for t in tokens]
+
+
+def _adds_space_prefix(data):
+    """Whether a SentencePiece tokenizer.json puts "▁" before the text (Llama 2's Prepend normalizer, or a
+    Metaspace pre-tokenizer that prepends)."""
+    normalizer = data.get("normalizer") or {}
+    parts = normalizer.get("normalizers", [normalizer]) if normalizer.get("type") == "Sequence" else [normalizer]
+    if any(p.get("type") == "Prepend" for p in parts):
+        return True
+    return any(p.get("type") == "Metaspace" and p.get("prepend_scheme", "always") != "never"
+               for p in _parts(data.get("pre_tokenizer")))
+
+
 def write_vocabulary(writer, vocabulary):
-    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_model(vocabulary["model"])
     writer.add_tokenizer_pre(vocabulary["pre"])
     writer.add_token_list(vocabulary["tokens"])
     writer.add_token_types(vocabulary["types"])
-    writer.add_token_merges(vocabulary["merges"])
+    if vocabulary["model"] == "llama":
+        writer.add_token_scores(vocabulary["scores"])
+        writer.add_add_space_prefix(vocabulary["add_space_prefix"])
+        if vocabulary["unk"] is not None:
+            writer.add_unk_token_id(vocabulary["unk"])
+    else:
+        writer.add_token_merges(vocabulary["merges"])
     if vocabulary["bos"] is not None:
         writer.add_bos_token_id(vocabulary["bos"])
     ends = vocabulary["ends"]
@@ -380,42 +422,34 @@ def write_huggingface_tokenizer_files(fields, folder, path):
     `tokenizer_config.json` and `generation_config.json` in `folder`, as
     transformers' GGUF converter builds its fast tokenizer."""
     import gguf
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 
     model = fields.get("tokenizer.ggml.model")
-    if model != "gpt2":
+    if model not in ("gpt2", "llama"):
         raise GGUFError(
             f"{path}: tokenizer.ggml.model is {model!r}; expected 'gpt2' (a byte-level BPE: GPT-2, Llama 3, "
-            "Qwen, SmolLM2)."
+            "Qwen, SmolLM2) or 'llama' (SentencePiece: Llama 2, TinyLlama, Mistral)."
         )
-    pre = fields.get("tokenizer.ggml.pre", "gpt-2")
-    if pre not in PRE_TOKENIZERS:
+    pre = fields.get("tokenizer.ggml.pre", "gpt-2" if model == "gpt2" else "default")
+    if model == "gpt2" and pre not in PRE_TOKENIZERS:
         raise GGUFError(f"{path}: tokenizer.ggml.pre is {pre!r}; expected one of {', '.join(PRE_TOKENIZERS)}.")
     tokens = list(fields["tokenizer.ggml.tokens"])
     types = list(fields.get("tokenizer.ggml.token_type", [gguf.TokenType.NORMAL] * len(tokens)))
-    merges = [tuple(m.split(" ", 1)) for m in fields.get("tokenizer.ggml.merges", [])]
     vocabulary = {t: i for i, t in enumerate(tokens)}
     special = {int(gguf.TokenType.CONTROL), int(gguf.TokenType.USER_DEFINED)}
-    backend = Tokenizer(models.BPE(vocab=vocabulary, merges=merges, fuse_unk=False))
-    if pre == "gpt-2":
-        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    elif pre == "smollm":
-        backend.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-        )
+    if model == "llama":
+        merges = sentence_piece_merges(tokens, types, fields.get("tokenizer.ggml.scores"), path)
+        backend = sentence_piece_backend(vocabulary, merges, fields, tokens)
     else:
-        pattern = {v: k for k, v in SPLIT_PATTERNS.items()}[pre]
-        from tokenizers import Regex
-
-        backend.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
-    backend.decoder = decoders.ByteLevel()
-    backend.post_processor = processors.ByteLevel(trim_offsets=False)
+        merges = [tuple(m.split(" ", 1)) for m in fields.get("tokenizer.ggml.merges", [])]
+        backend = Tokenizer(models.BPE(vocab=vocabulary, merges=merges, fuse_unk=False))
+    if model == "gpt2":  # SentencePiece has no pre-tokenizer: it sees the whole text
+        backend.pre_tokenizer = byte_level_pre_tokenizer(pre)
+        backend.decoder = decoders.ByteLevel()
+        backend.post_processor = processors.ByteLevel(trim_offsets=False)
     backend.add_special_tokens([
-        AddedToken(tokens[i], special=types[i] == gguf.TokenType.CONTROL, normalized=False)
-        for i in range(len(tokens)) if int(types[i]) in special
+        AddedToken(tokens[i], special=int(types[i]) != gguf.TokenType.USER_DEFINED, normalized=False)
+        for i in range(len(tokens)) if int(types[i]) in special or int(types[i]) == gguf.TokenType.UNKNOWN
     ])
     backend.save(str(folder / "tokenizer.json"))
     write_text(folder / "vocab.json", json.dumps(vocabulary, ensure_ascii=False))
@@ -427,13 +461,69 @@ def write_huggingface_tokenizer_files(fields, folder, path):
 
     ends = [fields[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in fields]
     settings = {"bos_token": token("bos"), "eos_token": token("eos"), "pad_token": token("padding"),
-                "add_bos_token": bool(fields.get("tokenizer.ggml.add_bos_token", False))}
+                "add_bos_token": bool(fields.get("tokenizer.ggml.add_bos_token", model == "llama"))}
     if settings["bos_token"] is None:
         settings["add_bos_token"] = False
     if fields.get("tokenizer.chat_template"):
         settings["chat_template"] = fields["tokenizer.chat_template"]
     write_text(folder / "tokenizer_config.json", json.dumps(settings, ensure_ascii=False))
     write_text(folder / "generation_config.json", json.dumps({"eos_token_id": list(dict.fromkeys(ends))}))
+
+
+def byte_level_pre_tokenizer(pre):
+    """The `tokenizers` pre-tokenizer of llama.cpp's `tokenizer.ggml.pre` name."""
+    from tokenizers import Regex, pre_tokenizers
+
+    if pre == "gpt-2":
+        return pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if pre == "smollm":
+        return pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        )
+    pattern = {name: regex for regex, name in SPLIT_PATTERNS.items()}[pre]
+    return pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+
+
+def sentence_piece_merges(tokens, types, scores, path):
+    """The BPE merges of a SentencePiece vocabulary, as transformers'
+    converter derives them: every split of a token into two tokens, the
+    token's score deciding the order (highest first)."""
+    import gguf
+
+    if scores is None or len(scores) != len(tokens):
+        raise GGUFError(f"{path}: a SentencePiece vocabulary without one tokenizer.ggml.scores value per token.")
+    ids = {t: i for i, t in enumerate(tokens)}
+    merges = []
+    for i, token in enumerate(tokens):
+        if int(types[i]) != gguf.TokenType.NORMAL or len(token) < 2:
+            continue
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in ids and right in ids:
+                merges.append((-scores[i], i, ids[left], ids[right], left, right))
+    return [(left, right) for *_, left, right in sorted(merges)]
+
+
+def sentence_piece_backend(vocabulary, merges, fields, tokens):
+    """A `tokenizers.Tokenizer` that tokenizes as llama.cpp's SentencePiece
+    tokenizer: spaces as "▁" (one put before the text with
+    `add_space_prefix`), BPE over characters, bytes for the rest."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    unk = fields.get("tokenizer.ggml.unknown_token_id")
+    backend = Tokenizer(models.BPE(vocab=vocabulary, merges=merges, unk_token=tokens[unk] if unk is not None else None,
+                                   byte_fallback=True, fuse_unk=True))
+    prefix = bool(fields.get("tokenizer.ggml.add_space_prefix", True))
+    steps = ([normalizers.Prepend("▁")] if prefix else []) + [normalizers.Replace(" ", "▁")]
+    backend.normalizer = normalizers.Sequence(steps)
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+        + ([decoders.Strip(" ", 1, 0)] if prefix else [])
+    )
+    return backend
 
 
 # --- Import -------------------------------------------------------------------------------
