@@ -14,7 +14,8 @@ model through the same checks as a Hugging Face folder.
 
 The tokenizer travels as llama.cpp keeps it: a byte-level BPE as
 `tokenizer.ggml.model` "gpt2" (tokens, token types, merges and `pre`, the
-name of the pre-tokenizer's split pattern), with the special token ids,
+name of the pre-tokenizer's split pattern), SentencePiece's BPE with byte
+fallback as "llama" (pieces, types and scores), with the special token ids,
 `add_bos_token` and `tokenizer.chat_template`. Weights are written as
 `outtype` ("f32", "f16", "bf16", "q8_0", "q4_0": norms, biases and 1-D
 tensors stay f32, and a matrix whose rows do not split into 32-value
