@@ -533,3 +533,38 @@ def test_a_gguf_from_llama_cpps_converter_loads_as_the_checkpoint_it_came_from(n
     np.testing.assert_allclose(_np(lm(x)), expected, rtol=1e-4, atol=1e-4)
     for sentence in SENTENCES:
         assert _np(lm.tokenizer(sentence)).tolist() == _np(original.tokenizer(sentence)).tolist(), sentence
+
+
+@pytest.mark.integration
+def test_a_k_quant_file_from_llama_quantize_loads_as_llama_cpp_reads_it(tmp_path):
+    """llama.cpp's own quantizer (Q4_K_M: Q4_K and Q6_K blocks of 256 values) on the f32 export; the zoo's
+    dequantized model is far closer to llama.cpp on that file than the float model is (llama.cpp also
+    rounds the activations to 8 bits in its K-quant products, so the two do not agree exactly)."""
+    import ctypes
+
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[bench]')")
+    model = zoo.from_pretrained(lc.hf_folder(tmp_path / "hf", "qwen2", seed=3, hidden_size=256, intermediate_size=512,
+                                             num_hidden_layers=1))
+    source = zoo.export(model, tmp_path / "f32.gguf", format="gguf", outtype="f32")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.nthread = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M, 1
+    assert llama_cpp.llama_model_quantize(str(source).encode(), str(tmp_path / "q4_k_m.gguf").encode(),
+                                          ctypes.byref(params)) == 0
+    types = {t.tensor_type.name for t in gguf.GGUFReader(str(tmp_path / "q4_k_m.gguf")).tensors}
+    assert {"Q4_K", "Q6_K"} <= types
+    quantized = zoo.from_pretrained(tmp_path / "q4_k_m.gguf")
+    ids = [int(i) for i in np.random.default_rng(0).integers(0, 300, 10)]
+    llm = llama_cpp.Llama(model_path=str(tmp_path / "q4_k_m.gguf"), logits_all=True, n_ctx=64, n_threads=1,
+                          type_k=0, type_v=0, verbose=False)
+    try:
+        llm.eval(ids)
+        theirs = np.array(llm.scores[: len(ids)])
+    finally:
+        llm.close()
+    x = {"token_ids": np.array([ids], "int32"), "padding_mask": np.ones((1, len(ids)), "int32")}
+
+    def distance(logits):
+        return np.linalg.norm(logits - theirs) / np.linalg.norm(theirs)
+
+    assert distance(_np(quantized(x))[0]) < 0.1
+    assert distance(_np(quantized(x))[0]) < distance(_np(model(x))[0]) / 3
