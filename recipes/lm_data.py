@@ -253,7 +253,7 @@ def with_special_tokens(model, tokens, seed=0):
 
     Args:
         model: a causal LM carrying a tokenizer with `with_special_tokens`.
-        tokens: a sequence of str, e.g. `zoo.data.CHATML_TOKENS`.
+        tokens: a sequence of str, e.g. `zoo.tokenizers.CHATML_TOKENS`.
         seed: int, the new rows' draw.
 
     Returns:

@@ -81,7 +81,7 @@ DEFAULTS = dict(
     seed=1337,
 )
 LONGEST_DEFAULT = 512  # the --sequence-length of a checkpoint whose context is longer
-CHATML_NAME = "chatml"  # --chat-template chatml: zoo.data.CHATML
+CHATML_NAME = "chatml"  # --chat-template chatml: zoo.tokenizers.CHATML
 
 
 def make_parser():
@@ -143,7 +143,8 @@ def read_template(args):
     model, or None where only the model holds it (a run folder, a keras-hub
     preset); a DataError when neither has one."""
     import zoo
-    from zoo.data import CHATML, DataError, HuggingFaceTokenizer
+    from zoo.data import DataError
+    from zoo.tokenizers import CHATML, HuggingFaceTokenizer
 
     if args.chat_template == CHATML_NAME:
         return CHATML
@@ -208,7 +209,8 @@ def read_data(args):
     (`zoo.data.ChatExamples`)."""
     import numpy as np
 
-    from zoo.data import CHATML, CHATML_TOKENS, CharTokenizer, DataError, chat_examples
+    from zoo.data import DataError, chat_examples
+    from zoo.tokenizers import CHATML, CHATML_TOKENS, CharTokenizer
 
     from recipes.lm_data import load_checkpoint
 

@@ -21,7 +21,7 @@ from tests.checkpoints import llama_checkpoints as lc
 from tests.checkpoints import stand_ins as ck
 from tests.checkpoints.test_from_pretrained import _np
 from zoo.checkpoints import CheckpointError
-from zoo.data import HuggingFaceTokenizer
+from zoo.tokenizers import HuggingFaceTokenizer
 
 gguf = pytest.importorskip("gguf")
 
@@ -342,7 +342,7 @@ def test_quantized_export_then_import_is_within_the_quantization_error(models, n
 
 
 def test_a_character_tokenizer_is_refused_before_anything_is_written(tmp_path):
-    from zoo.data import CharTokenizer
+    from zoo.tokenizers import CharTokenizer
 
     tokenizer = CharTokenizer.from_text("abcdefghij ROMEO:\n")
     lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)

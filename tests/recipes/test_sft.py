@@ -18,7 +18,7 @@ import zoo
 from recipes import cli, sft
 from tests.checkpoints import stand_ins
 from tests.checkpoints.llama_checkpoints import hf_folder
-from zoo.data import CHATML
+from zoo.tokenizers import CHATML
 
 WORDS = "the quick brown fox jumps over lazy dog naïve café façade crème".split()
 FLAGS = ["--steps", "4", "--batch-size", "4", "--sequence-length", "64", "--steps-per-epoch", "2",

@@ -100,9 +100,9 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
             models (`model_type` "gemma3_text": 270M, 1B), or Marian's
             opus-mt translation models (`model_type` "marian": an
             `EncoderDecoder` carrying `tokenizer` and `source_tokenizer`,
-            `zoo.data.MarianTokenizer`s), or BART's (`model_type` "bart":
+            `zoo.tokenizers.MarianTokenizer`s), or BART's (`model_type` "bart":
             facebook/bart-base, bart-large-cnn; an `EncoderDecoder` carrying
-            one `zoo.data.HuggingFaceTokenizer`); or a GGUF file
+            one `zoo.tokenizers.HuggingFaceTokenizer`); or a GGUF file
             (`*.gguf`: llama.cpp's `gpt2`, `llama`, `qwen2` and `qwen3`
             architectures, any weight type `gguf` dequantizes, the
             tokenizer and chat template rebuilt from its metadata; the
@@ -135,7 +135,7 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
         `BertSentenceEncoder`, `LlamaCausalLM`, or a backbone) with the
         checkpoint's weights, and its tokenizer as `model.tokenizer`:
         keras-hub's `GPT2Tokenizer` / `BertTokenizer`, a
-        `zoo.data.HuggingFaceTokenizer` of a Llama-family folder's
+        `zoo.tokenizers.HuggingFaceTokenizer` of a Llama-family folder's
         `tokenizer.json`, or a keras-hub preset's own tokenizer.
 
     Raises:

@@ -15,12 +15,12 @@ in the published folders; transformers >= 5 ties it and writes
 `"scale_decoder_outputs": false`, which the zoo reads as it does.
 
 The tokenizer is `spiece.model` with transformers' `T5Tokenizer` ids
-(`zoo.data.T5Tokenizer`): the SentencePiece model's own (`<pad>` 0, `</s>`
+(`zoo.tokenizers.T5Tokenizer`): the SentencePiece model's own (`<pad>` 0, `</s>`
 1, `<unk>` 2), then the 100 sentinels, `<extra_id_0>` last; `</s>` appended
 to each text. A folder without `spiece.model` reads its `tokenizer.json`
 (`T5TokenizerFast`'s file: a Unigram model, the sentinels as added tokens,
 `</s>` appended by its post-processor) through the `tokenizers` package as
-a `zoo.data.HuggingFaceTokenizer`. An encoder and a decoder
+a `zoo.tokenizers.HuggingFaceTokenizer`. An encoder and a decoder
 of different depths are refused with one line, as is a feed-forward
 projection the zoo does not compute.
 """
@@ -208,7 +208,8 @@ def read_tokenizer(folder, vocabulary_size, weights_file):
     """`spiece.model` with T5Tokenizer's ids (its legacy mode, the default), else `tokenizer.json`
     (T5TokenizerFast's, which also holds the non-legacy mode of `"legacy": false`); the decoder
     starts from `decoder_start_token_id` (`<pad>`)."""
-    from zoo.data import DataError, T5Tokenizer
+    from zoo.data import DataError
+    from zoo.tokenizers import T5Tokenizer
 
     generation = generation_settings(folder, GENERATION_KEYS)
     settings = tokenizer_settings(folder)
@@ -232,7 +233,8 @@ def read_tokenizer(folder, vocabulary_size, weights_file):
 def _read_tokenizer_json(folder, settings, vocabulary_size, weights_file, generation):
     """tokenizer.json as a HuggingFaceTokenizer: a Unigram model whose `</s>` and `<pad>` (or the
     tokens tokenizer_config.json names) are config.json's `eos_token_id` and `pad_token_id`."""
-    from zoo.data import DataError, HuggingFaceTokenizer
+    from zoo.data import DataError
+    from zoo.tokenizers import HuggingFaceTokenizer
 
     where = folder / "tokenizer.json"
     end, pad = special_token(settings, "eos_token", "</s>"), special_token(settings, "pad_token", "<pad>")
@@ -256,7 +258,7 @@ def _read_tokenizer_json(folder, settings, vocabulary_size, weights_file, genera
 
 
 def tokenizer_problem(tokenizer, format):
-    from zoo.data import HuggingFaceTokenizer, T5Tokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer, T5Tokenizer
 
     if format != "huggingface":
         return "keras-hub has no T5 tokenizer"
@@ -264,14 +266,14 @@ def tokenizer_problem(tokenizer, format):
         model = (tokenizer.tokenizer_json().get("model") or {}).get("type")
         return None if model == "Unigram" else f"the tokenizer.json's model is {model!r}; T5 needs a 'Unigram'"
     if not isinstance(tokenizer, T5Tokenizer):
-        return (f"model.tokenizer is a {type(tokenizer).__name__}; T5 needs a zoo.data.T5Tokenizer (spiece.model) "
-                "or a zoo.data.HuggingFaceTokenizer (tokenizer.json)")
+        return (f"model.tokenizer is a {type(tokenizer).__name__}; T5 needs a zoo.tokenizers.T5Tokenizer (spiece.model) "
+                "or a zoo.tokenizers.HuggingFaceTokenizer (tokenizer.json)")
     return None
 
 
 def write_tokenizer(tokenizer, folder, model):
     """spiece.model (or the tokenizer.json it came as), tokenizer_config.json and generation_config.json."""
-    from zoo.data import HuggingFaceTokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer
     from zoo.files import atomic_path
 
     if isinstance(tokenizer, HuggingFaceTokenizer):
