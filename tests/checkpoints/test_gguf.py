@@ -568,3 +568,13 @@ def test_a_k_quant_file_from_llama_quantize_loads_as_llama_cpp_reads_it(tmp_path
 
     assert distance(_np(quantized(x))[0]) < 0.1
     assert distance(_np(quantized(x))[0]) < distance(_np(model(x))[0]) / 3
+
+
+def test_without_the_gguf_package_the_export_names_the_extra(models, tmp_path, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else find_spec(name, *a))
+    with pytest.raises(ValueError, match=r"GGUF export needs llama.cpp's gguf package, .*pip install -e '.\[gguf\]'"):
+        zoo.export(models["qwen2"], tmp_path / "m.gguf", format="gguf")
+    assert not any(tmp_path.iterdir())

@@ -33,9 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from zoo.checkpoints import huggingface, registry
+from zoo.files import atomic_path
 from zoo.models.tensor_names import CheckpointError, check_vocabulary, tensors_of, tokenizer_size, write_text
 
 OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q8_0": "MOSTLY_Q8_0", "q4_0": "MOSTLY_Q4_0"}
 # transformers' model_type -> llama.cpp's architecture.
 ARCHITECTURES = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 # llama.cpp's architecture -> the transformers class the import reads it as.
@@ -90,16 +92,26 @@ class GGUFError(CheckpointError):
     """A GGUF file, or a model, that this driver cannot write or read, said in one line."""
 
 
+def require_gguf(error, what):
+    """Refuses, in one line, when llama.cpp's `gguf` package is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None:
+        raise error(f"{what} needs llama.cpp's gguf package, which is not installed; expected the gguf extra: "
+                    "pip install -e '.[gguf]'.")
+
+
 # --- Export -------------------------------------------------------------------------------
 
 
 def export(model, path, tokenizer, outtype="f16"):
     """Writes `model` as one GGUF file at `path` (see `zoo.export`). Every
     refusal comes before anything is written."""
-    import gguf
-
     if outtype not in OUTTYPES:
         raise ValueError(f"outtype={outtype!r}; expected one of {', '.join(map(repr, OUTTYPES))}.")
+    require_gguf(ValueError, "GGUF export")
+    import gguf
+
     try:
         family = registry.for_model(model)
     except ValueError as error:
@@ -130,9 +142,6 @@ def export(model, path, tokenizer, outtype="f16"):
     tensors = gguf_tensors(arch, config, tensors_of(names))
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    from zoo.files import atomic_path
-
     with atomic_path(path) as temporary:
         writer = gguf.GGUFWriter(str(temporary), arch)
         writer.add_type(gguf.GGUFType.MODEL)
@@ -149,9 +158,6 @@ def export(model, path, tokenizer, outtype="f16"):
         writer.write_tensors_to_file()
         writer.close()
     return path
-
-
-FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q8_0": "MOSTLY_Q8_0", "q4_0": "MOSTLY_Q4_0"}
 
 
 def write_hyperparameters(writer, arch, config):
@@ -725,6 +731,7 @@ def llama3_scaling(factors, theta, dim, path):
 def load(path, task="auto", num_classes=None, dtype=None):
     """A zoo model with the weights and tokenizer of a GGUF file (see `zoo.from_pretrained`)."""
     path = Path(path)
+    require_gguf(GGUFError, str(path))
     reader = open_reader(path)
     fields = read_fields(reader)
     arch, config = huggingface_config(fields, reader, path)
