@@ -461,6 +461,18 @@ def test_zoo_export_command_writes_a_gguf(models, tmp_path, capsys):
     assert again.backbone.vocabulary_size == models["gpt2"].backbone.vocabulary_size
 
 
+def test_zoo_export_converts_a_gguf_to_a_hugging_face_folder(models, tmp_path, capsys):
+    from recipes.cli import main
+
+    model = models["llama"]
+    path = zoo.export(model, tmp_path / "m.gguf", format="gguf", outtype="f32")
+    assert main(["export", str(path), str(tmp_path / "hf"), "--format", "huggingface"]) == 0
+    again = zoo.from_pretrained(tmp_path / "hf")
+    x = inputs(model.backbone.vocabulary_size)
+    np.testing.assert_allclose(_np(again(x)), _np(model(x)), rtol=0, atol=1e-6)
+    assert again.backbone.get_config()["rope_scaling"] == model.backbone.get_config()["rope_scaling"]
+
+
 # --- Against llama.cpp -------------------------------------------------------------------------
 
 
