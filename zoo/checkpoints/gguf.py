@@ -39,10 +39,12 @@ from zoo.models.tensor_names import CheckpointError, check_vocabulary, tensors_o
 OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q8_0": "MOSTLY_Q8_0", "q4_0": "MOSTLY_Q4_0"}
 # transformers' model_type -> llama.cpp's architecture.
-ARCHITECTURES = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+ARCHITECTURES = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
+                 "gemma3_text": "gemma3"}
 # llama.cpp's architecture -> the transformers class the import reads it as.
 HF_CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-              "qwen3": "Qwen3ForCausalLM"}
+              "qwen3": "Qwen3ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+HF_MODEL_TYPES = {"gpt2": "gpt2", "llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text"}
 
 # GGUF tensor name <-> transformers' (without .weight / .bias), as llama.cpp's gguf-py tensor_mapping pairs them;
 # {i} is the layer.
@@ -74,7 +76,14 @@ LLAMA_NAMES = {
     "output_norm": "model.norm",
     "output": "lm_head",
 }
-TENSOR_NAMES = {"gpt2": GPT2_NAMES, "llama": LLAMA_NAMES, "qwen2": LLAMA_NAMES, "qwen3": LLAMA_NAMES}
+GEMMA3_NAMES = {
+    **{k: v for k, v in LLAMA_NAMES.items() if k != "output"},
+    "blk.{i}.post_attention_norm": "model.layers.{i}.post_attention_layernorm",
+    "blk.{i}.ffn_norm": "model.layers.{i}.pre_feedforward_layernorm",
+    "blk.{i}.post_ffw_norm": "model.layers.{i}.post_feedforward_layernorm",
+}
+TENSOR_NAMES = {"gpt2": GPT2_NAMES, "llama": LLAMA_NAMES, "qwen2": LLAMA_NAMES, "qwen3": LLAMA_NAMES,
+                "gemma3": GEMMA3_NAMES}
 # GPT-2's Conv1D weights are (in, out); GGUF keeps every matrix as (out, in), as nn.Linear.
 CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
 
@@ -131,6 +140,11 @@ def export(model, path, tokenizer, outtype="f16"):
             f"GGUF export: llama.cpp's gpt2 computes the tanh GELU, and this GPT's activation is "
             f"{config['activation_function']!r}; expected 'gelu_approximate'."
         )
+    if arch == "gemma3" and config["query_pre_attn_scalar"] != config["head_dim"]:
+        raise ValueError(
+            f"GGUF export: llama.cpp's gemma3 scales attention by 1/sqrt(head_dim), and this model's "
+            f"query_pre_attention_scalar is {config['query_pre_attn_scalar']}; expected the head width {config['head_dim']}."
+        )
     problem = family.tokenizer_problem(tokenizer, "huggingface", backbone)
     if problem is not None:
         raise ValueError(f"GGUF export: a GGUF file carries its tokenizer, and {problem}.")
@@ -170,6 +184,10 @@ def write_hyperparameters(writer, arch, config):
         writer.add_head_count(config["n_head"])
         writer.add_layer_norm_eps(config["layer_norm_epsilon"])
         return
+    if arch == "gemma3":
+        writer.add_rope_freq_base_swa(config["rope_local_base_freq"])
+        writer.add_sliding_window(config["sliding_window"])
+        writer.add_sliding_window_pattern([kind == "sliding_attention" for kind in config["layer_types"]])
     writer.add_block_count(config["num_hidden_layers"])
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
@@ -181,7 +199,7 @@ def write_hyperparameters(writer, arch, config):
     writer.add_vocab_size(config["vocab_size"])
     head_dim = config["head_dim"]
     writer.add_rope_dimension_count(head_dim)
-    if head_dim != config["hidden_size"] // config["num_attention_heads"] or arch == "qwen3":
+    if head_dim != config["hidden_size"] // config["num_attention_heads"] or arch in ("qwen3", "gemma3"):
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
 
@@ -240,6 +258,8 @@ def gguf_tensors(arch, config, tensors):
             value = permute_rows(value, config["num_attention_heads"])
         if arch == "llama" and ".self_attn.k_proj." in full:
             value = permute_rows(value, config["num_key_value_heads"])
+        if arch == "gemma3" and full.endswith("norm.weight"):
+            value = value + 1.0  # Gemma scales by (1 + w); llama.cpp's RMSNorm by w, as its converter writes
         out[table[full]] = np.ascontiguousarray(value, dtype=np.float32)
     scaling = config.get("rope_scaling")
     if scaling is not None:
@@ -280,8 +300,8 @@ def read_huggingface_vocabulary(folder, vocabulary_size):
         data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
         model = data.get("model") or {}
         kind = "gpt2" if model.get("type") == "BPE" and _has_byte_level(data) else None
-        if model.get("type") == "BPE" and model.get("byte_fallback") and not _has_byte_level(data):
-            kind = "llama"  # SentencePiece's BPE as transformers converts it (Llama 2, TinyLlama, Mistral)
+        if model.get("type") == "BPE" and not _has_byte_level(data) and _is_sentence_piece(data):
+            kind = "llama"  # SentencePiece's BPE as transformers converts it (Llama 2, TinyLlama, Mistral, Gemma)
         if kind is None:
             raise ValueError(
                 "GGUF export: the tokenizer.json is neither a byte-level BPE nor SentencePiece's BPE with byte "
@@ -384,6 +404,15 @@ def sentence_piece_scores(tokens, merges):
     for r, merge in enumerate(merges):
         rank.setdefault(merge.replace(" ", "", 1), r)
     return [-(rank[t] + 1.0) if t in rank else 0.0 for t in tokens]
+
+
+def _is_sentence_piece(data):
+    """Whether a BPE tokenizer.json is SentencePiece's: bytes as <0xXX> fallback tokens, or spaces as "▁"."""
+    normalizer = data.get("normalizer") or {}
+    parts = normalizer.get("normalizers", [normalizer]) if normalizer.get("type") == "Sequence" else [normalizer]
+    marks = any(p.get("type") == "Prepend" or (p.get("type") == "Replace" and p.get("content") == "▁") for p in parts)
+    metaspace = any(p.get("type") == "Metaspace" for p in _parts(data.get("pre_tokenizer")))
+    return bool(data["model"].get("byte_fallback")) or marks or metaspace
 
 
 def _adds_space_prefix(data):
@@ -522,7 +551,7 @@ def sentence_piece_backend(vocabulary, merges, fields, tokens):
 
     unk = fields.get("tokenizer.ggml.unknown_token_id")
     backend = Tokenizer(models.BPE(vocab=vocabulary, merges=merges, unk_token=tokens[unk] if unk is not None else None,
-                                   byte_fallback=True, fuse_unk=True))
+                                   byte_fallback=True, fuse_unk=False))
     prefix = bool(fields.get("tokenizer.ggml.add_space_prefix", True))
     steps = ([normalizers.Prepend("▁")] if prefix else []) + [normalizers.Replace(" ", "▁")]
     backend.normalizer = normalizers.Sequence(steps)
@@ -603,6 +632,8 @@ class Tensors:
             value = unpermute_rows(value, self.config["num_attention_heads"])
         if self.arch == "llama" and ".self_attn.k_proj." in name:
             value = unpermute_rows(value, self.config["num_key_value_heads"])
+        if self.arch == "gemma3" and name.endswith("norm.weight"):
+            value = value - 1.0
         return np.ascontiguousarray(value)
 
 
@@ -675,7 +706,7 @@ def huggingface_config(fields, reader, path):
     if get("attention.value_length", head_dim) != head_dim:
         raise GGUFError(f"{path}: {arch}.attention.value_length differs from key_length; expected one head width.")
     config = {
-        "architectures": [HF_CLASSES[arch]], "model_type": arch, "vocab_size": vocabulary_size,
+        "architectures": [HF_CLASSES[arch]], "model_type": HF_MODEL_TYPES[arch], "vocab_size": vocabulary_size,
         "hidden_size": width, "intermediate_size": get("feed_forward_length"),
         "num_hidden_layers": get("block_count"), "num_attention_heads": heads,
         "num_key_value_heads": get("attention.head_count_kv", heads), "head_dim": head_dim,
@@ -688,6 +719,20 @@ def huggingface_config(fields, reader, path):
         config["rope_scaling"] = llama3_scaling(np.asarray(factors.data, np.float64), config["rope_theta"], head_dim, path)
     if arch == "qwen2":
         config.update(use_sliding_window=False)
+    if arch == "gemma3":
+        layers = config["num_hidden_layers"]
+        pattern = get("attention.sliding_window_pattern", 6)
+        local = list(pattern) if isinstance(pattern, list) else [(i + 1) % pattern != 0 for i in range(layers)]
+        if f"{arch}.attention.sliding_window" not in fields:
+            local = [False] * layers
+        config.update(
+            hidden_activation="gelu_pytorch_tanh", layer_types=["sliding_attention" if s else "full_attention" for s in local],
+            sliding_window=get("attention.sliding_window", 4096), rope_local_base_freq=decimal(get("rope.freq_base_swa", 10000.0)),
+            query_pre_attn_scalar=head_dim, tie_word_embeddings=True, final_logit_softcapping=None,
+        )
+        if get("final_logit_softcapping", None):
+            raise GGUFError(f"{path}: gemma3.final_logit_softcapping is set; expected none, as Gemma 3.")
+        del config["hidden_act"]
     return arch, config
 
 
