@@ -92,7 +92,7 @@ def export(model, path, format="huggingface", overwrite=False, outtype="f16", ol
             "gguf": one GGUF file for llama.cpp, Ollama and LM Studio, as
             llama.cpp's `convert_hf_to_gguf.py` writes it (architecture
             "gpt2" for GPT-2; "llama", "qwen2" or "qwen3" for the Llama
-            family), tokenizer and chat template inside; `path` is the file
+            family; "gemma3" for Gemma 3), tokenizer and chat template inside; `path` is the file
             (`*.gguf`) or a folder that gets `model.gguf`. A model whose
             tokenizer llama.cpp cannot hold (a character or word tokenizer,
             none) is refused. Needs the `gguf` extra.

@@ -15,7 +15,7 @@ One driver per format, one file per family:
   backbone's `registered_name`, `model.weights.h5`, `tokenizer.json` and
   `assets/tokenizer/...`, optionally `task.json`);
 * `gguf`: one GGUF file of llama.cpp, Ollama and LM Studio (architectures
-  `gpt2`, `llama`, `qwen2`, `qwen3`), read and written through the
+  `gpt2`, `llama`, `qwen2`, `qwen3`, `gemma3`), read and written through the
   Hugging Face layout (`ollama` writes a Modelfile beside it);
 * each family's weight map, in its folder beside its models
   (`zoo.models.gpt.weight_map` for GPT-2, `bert`, `llama` for Llama,
@@ -103,7 +103,7 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
             `zoo.tokenizers.MarianTokenizer`s), or BART's (`model_type` "bart":
             facebook/bart-base, bart-large-cnn; an `EncoderDecoder` carrying
             one `zoo.tokenizers.HuggingFaceTokenizer`); or a GGUF file
-            (`*.gguf`: llama.cpp's `gpt2`, `llama`, `qwen2` and `qwen3`
+            (`*.gguf`: llama.cpp's `gpt2`, `llama`, `qwen2`, `qwen3` and `gemma3`
             architectures, any weight type `gguf` dequantizes, the
             tokenizer and chat template rebuilt from its metadata; the
             `gguf` extra); or a handle of

@@ -11,6 +11,7 @@ model through the same checks as a Hugging Face folder.
     Llama, Mistral, SmolLM2, TinyLlama  -> "llama": `attn_q` / `attn_k` rows permuted for llama.cpp's rotary layout
     Qwen2 (q, k, v biases)              -> "qwen2"
     Qwen3 (q / k norms)                 -> "qwen3"
+    Gemma 3 (gemma3_text)               -> "gemma3": norms as 1 + w, the sliding-window pattern per layer
 
 The tokenizer travels as llama.cpp keeps it: a byte-level BPE as
 `tokenizer.ggml.model` "gpt2" (tokens, token types, merges and `pre`, the
