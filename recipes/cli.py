@@ -51,7 +51,7 @@ RECIPES = {
     "demo": "a tiny encoder-decoder learns a toy English -> German grammar (a minute)",
 }
 # zoo.export's formats: for runtimes (exported on TensorFlow), then checkpoints.
-EXPORT_FORMATS = ("tf_saved_model", "onnx", "litert", "huggingface", "keras-hub")
+EXPORT_FORMATS = ("tf_saved_model", "onnx", "litert", "huggingface", "keras-hub", "gguf")
 # What each recipe's model does with text, for `zoo sample/translate/classify`.
 # An encoder-decoder samples an answer to its prompt too (`zoo sample`).
 USES = {"gpt_char": ("sample",), "gpt_finetune": ("sample",), "sft": ("sample",), "translate": ("translate", "sample"),
@@ -169,13 +169,17 @@ def parser():
         "export", help="write a model for TF Serving, onnxruntime or LiteRT, or as a checkpoint folder",
         description="Writes TARGET's model to the folder PATH: a SavedModel, model.onnx or model.tflite "
         "(exported on the TensorFlow backend, which this command uses), with the tokenizer's files beside "
-        "it; or a Hugging Face or keras-hub checkpoint. See docs/deploying.md.",
+        "it; or a Hugging Face or keras-hub checkpoint; or a GGUF file for llama.cpp, Ollama and LM Studio "
+        "(PATH.gguf, or PATH/model.gguf). See docs/deploying.md.",
     )
     export.add_argument("target", metavar="TARGET",
                         help="a run folder, a .keras file, or a checkpoint folder or handle (hf://ORG/NAME[@REVISION])")
-    export.add_argument("path", metavar="PATH", help="the folder to write")
+    export.add_argument("path", metavar="PATH", help="the folder to write (for gguf: a .gguf file or a folder)")
     export.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
     export.add_argument("--overwrite", action="store_true", help="replace the files of an existing folder")
+    export.add_argument("--outtype", default="f16", choices=("f32", "f16", "bf16", "q8_0", "q4_0"),
+                        help="gguf: the weight matrices' type (default f16)")
+    export.add_argument("--ollama", action="store_true", help="gguf: also write an Ollama Modelfile beside the file")
     _add_quantize(export)
 
     presets = commands.add_parser("presets", help="list the presets")
@@ -336,6 +340,8 @@ def is_checkpoint(target):
     from recipes.run_folder import RUN
 
     if zoo.checkpoints.is_handle(target):
+        return True
+    if zoo.checkpoints.gguf.is_gguf_file(target):
         return True
     return zoo.checkpoints.is_checkpoint_folder(target) and not (Path(target) / RUN).is_file()
 
@@ -505,8 +511,10 @@ def _export(args):
         model = zoo.from_pretrained(args.target, quantize=args.quantize)
     else:
         model = open_run(args.target, quantize=args.quantize)[2]
-    folder = zoo.export(model, args.path, format=args.format, overwrite=args.overwrite)
-    print(f"{args.format}: {folder}")
+    options = dict(outtype=args.outtype, ollama=args.ollama) if args.format == "gguf" else {}
+    written = zoo.export(model, args.path, format=args.format, overwrite=args.overwrite, **options)
+    print(f"{args.format}: {written}")
+    folder = written.parent if written.is_file() else written
     for path in sorted(folder.rglob("*")):
         if path.is_file():
             print(f"  {path.relative_to(folder)}  {path.stat().st_size:,} bytes")
