@@ -80,10 +80,8 @@ def machine():
 
 def folder(backend):
     """Where `backend`'s compiled programs are kept on this machine (not created here)."""
-    from zoo import __version__
-
     libraries = {"jax": ("jax", "jaxlib"), "tensorflow": ("tensorflow",)}.get(backend, (backend,))
-    versions = [f"{name}={_version(name)}" for name in (*libraries, "keras")] + [f"zoo={__version__}"]
+    versions = [f"{name}={_version(name)}" for name in (*libraries, "keras", "zoo")]
     flags = [f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}", f"TF_XLA_FLAGS={_without_cache(_tf_flags())}"]
     flags += [f"{name}={os.environ.get(name, '')}" for name in ("TF_ENABLE_ONEDNN_OPTS", "JAX_ENABLE_X64")]
     key = hashlib.sha256("\n".join(versions + flags + [machine()]).encode()).hexdigest()[:16]
