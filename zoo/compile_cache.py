@@ -31,10 +31,10 @@ length buckets (`zoo.generation.Decoding`). JAX's key is the program's
 text alone.
 
 A corrupt or foreign entry is ignored and rebuilt: JAX warns, compiles and
-goes on (`repair_jax` removes the entry, so that the next process writes
-it again); TensorFlow fails the call, so `repair_tensorflow` removes the
-entries that do not read back and the caller traces the function again,
-under a new name.
+goes on (`repair_jax` removes the entry, which JAX would not overwrite);
+TensorFlow fails the call, so `repair_tensorflow` removes the entries that
+do not read back and the caller traces the function again, under a new
+name. Either way the next process writes the entry again.
 """
 
 import hashlib
