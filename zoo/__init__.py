@@ -5,7 +5,7 @@
 
 `import zoo` registers everything a file written by the zoo holds with
 Keras' serialization (layers, models, losses, metrics, learning-rate
-schedules, the char, word and Hugging Face tokenizers), so that
+schedules, the tokenizers of `zoo.tokenizers`), so that
 `zoo.load` and `keras.saving.load_model` find them in a new process; they
 need only Keras (and `tokenizers` to read a tokenizer.json), so `zoo`'s
 core imports on a backend without TensorFlow. The rest (data
@@ -25,9 +25,7 @@ import importlib
 __version__ = "0.1.0"
 
 from zoo import compile_cache as _compile_cache  # noqa: E402
-from zoo import layers, models, training  # noqa: E402,F401  (registers serializable classes)
-from zoo.data import huggingface_tokenizer as _huggingface_tokenizer  # noqa: E402,F401  (registers HuggingFaceTokenizer)
-from zoo.data import tokenizers as _tokenizers  # noqa: E402,F401  (registers CharTokenizer, WordTokenizer)
+from zoo import layers, models, tokenizers, training  # noqa: E402,F401  (registers serializable classes)
 
 if _compile_cache.keras_backend() == "tensorflow":  # TensorFlow reads its XLA flags once, at its first tf.function
     _compile_cache.configure("tensorflow")
@@ -62,6 +60,7 @@ _SUBMODULES = (
     "presets",
     "saving",
     "text",
+    "tokenizers",
     "training",
 )
 

@@ -40,7 +40,7 @@ def make_run(folder):
     """A run folder holding a SmolLM2-135M-shaped random Llama with a word tokenizer."""
     script = f"""
 import json, keras, zoo
-from zoo.data import WordTokenizer
+from zoo.tokenizers import WordTokenizer
 keras.utils.set_random_seed(0)
 tokenizer = WordTokenizer.from_texts([" ".join(f"w{{i}}" for i in range({VOCABULARY} - 2))])
 model = zoo.build("smollm2-135m", task="causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
