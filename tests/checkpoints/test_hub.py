@@ -3,7 +3,9 @@ Hugging Face Hub endpoint on 127.0.0.1 (tests/checkpoints/hub_server.py),
 with an empty Hugging Face cache per test. A handle loads the same model
 as its local folder, from the cache when offline, at a pinned revision;
 what cannot be fetched is refused in one line naming the handle; and the
-`zoo` commands and recipes that take a checkpoint take a handle."""
+`zoo` commands and recipes that take a checkpoint take a handle. A handle
+of one GGUF file (`hf://ORG/NAME/FILE.gguf`) downloads that file only and
+loads as the local file does."""
 
 import os
 import shutil
@@ -185,11 +187,13 @@ def test_a_gated_repository_loads_with_hf_token(hub, folders, monkeypatch):
 
 
 @pytest.mark.parametrize("handle", ["hf://", "hf://org", "hf://org/", "hf:///name", "hf://org/name/extra",
-                                    "hf://org/name@", "hf://org name/x", "hf://../name"])
+                                    "hf://org/name@", "hf://org name/x", "hf://../name", "hf://org/name/model.bin",
+                                    "hf://org/name/../m.gguf", "hf://org/name//m.gguf", "hf://org/name/m.gguf@",
+                                    "hf://org/name/m.gguf/x.safetensors"])
 def test_a_malformed_handle_is_refused_before_any_request(hub, handle):
     with pytest.raises(CheckpointError) as error:
         zoo.from_pretrained(handle)
-    assert_one_line(error, handle, "not a Hugging Face handle", "hf://ORG/NAME")
+    assert_one_line(error, handle, "not a Hugging Face handle", "hf://ORG/NAME", "hf://ORG/NAME/FILE.gguf")
     assert hub.requests == []
 
 
@@ -307,3 +311,107 @@ def test_a_new_process_reads_hf_endpoint_and_hf_home_from_the_environment(hub, t
         hub.repositories["org/tiny-gpt2"].refs["main"]
     assert (folder / "model.safetensors").is_file()
     assert ("GET", "/org/tiny-gpt2/resolve/" + folder.name + "/model.safetensors") in hub.requests
+
+
+# --- One GGUF file by handle ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gguf_files(folders, tmp_path_factory):
+    """A repository of GGUF files as the hub keeps them, one per quantization: "v1" (an older
+    f32 export of other weights) and "main" (the f32 and q8_0 exports of `folders["llama"]`, an f32
+    copy in a sub-folder and a README); and the files, to load locally."""
+    pytest.importorskip("gguf")
+    root = tmp_path_factory.mktemp("gguf_repositories")
+    older = zoo.from_pretrained(lc.hf_folder(root / "llama_v1", "llama", seed=7))
+    zoo.export(older, root / "v1" / "tiny-llama-f32.gguf", format="gguf", outtype="f32")
+    model = zoo.from_pretrained(folders["llama"])
+    main = root / "main"
+    zoo.export(model, main / "tiny-llama-f32.gguf", format="gguf", outtype="f32")
+    zoo.export(model, main / "tiny-llama-q8_0.gguf", format="gguf", outtype="q8_0")
+    (main / "f32").mkdir()
+    shutil.copy(main / "tiny-llama-f32.gguf", main / "f32" / "tiny-llama-f32.gguf")
+    (main / "README.md").write_text("A tiny random Llama in GGUF.\n")
+    return {"v1": root / "v1", "main": main}
+
+
+@pytest.fixture
+def gguf_hub(hub, gguf_files):
+    hub.commit("org/tiny-llama-GGUF", gguf_files["v1"], tags=("v1",))
+    hub.commit("org/tiny-llama-GGUF", gguf_files["main"])
+    return hub
+
+
+GGUF_REPO = "hf://org/tiny-llama-GGUF"
+
+
+@pytest.mark.parametrize("filename", ["tiny-llama-q8_0.gguf", "tiny-llama-f32.gguf", "f32/tiny-llama-f32.gguf"])
+def test_a_gguf_handle_loads_the_model_its_local_file_loads(gguf_hub, gguf_files, tmp_path, filename):
+    handle = f"{GGUF_REPO}/{filename}"
+    assert_same_model(zoo.from_pretrained(handle), zoo.from_pretrained(gguf_files["main"] / filename))
+    path = zoo.checkpoints.checkpoint_folder(handle)  # now from the cache: that one file, nothing else
+    snapshot = tmp_path / "hf_home" / "hub" / "models--org--tiny-llama-GGUF" / "snapshots" / \
+        gguf_hub.repositories["org/tiny-llama-GGUF"].refs["main"]
+    assert path == snapshot / filename and path.read_bytes() == (gguf_files["main"] / filename).read_bytes()
+    assert [p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file()] == [filename]
+
+
+def test_a_gguf_handle_at_a_pinned_revision_loads_the_older_file(gguf_hub, gguf_files):
+    older = zoo.from_pretrained(gguf_files["v1"] / "tiny-llama-f32.gguf")
+    main = zoo.from_pretrained(f"{GGUF_REPO}/tiny-llama-f32.gguf")
+    x = {"token_ids": np.array([[1, 2, 3, 4]], "int32"), "padding_mask": np.ones((1, 4), "int32")}
+    assert not np.allclose(_np(older(x)), _np(main(x)))
+    commit = gguf_hub.repositories["org/tiny-llama-GGUF"].refs["v1"]
+    for handle, revision in ((f"{GGUF_REPO}/tiny-llama-f32.gguf", "v1"), (f"{GGUF_REPO}/tiny-llama-f32.gguf@v1", None),
+                             (f"{GGUF_REPO}/tiny-llama-f32.gguf@{commit}", None)):
+        assert_same_model(zoo.from_pretrained(handle, revision=revision), older)
+    with pytest.raises(CheckpointError) as error:  # v1 had no q8_0 file
+        zoo.from_pretrained(f"{GGUF_REPO}/tiny-llama-q8_0.gguf@v1")
+    assert_one_line(error, f"{GGUF_REPO}/tiny-llama-q8_0.gguf@v1", "no file tiny-llama-q8_0.gguf in "
+                    "org/tiny-llama-GGUF at revision 'v1'")
+
+
+@pytest.mark.parametrize("handle, revision, words", [
+    (f"{GGUF_REPO}/tiny-llama-Q4_K_M.gguf", None,
+     ["no file tiny-llama-Q4_K_M.gguf in org/tiny-llama-GGUF at revision 'main'", "GGUF files"]),
+    ("hf://org/missing-GGUF/model-q8_0.gguf", None, ["no repository org/missing-GGUF", "HF_TOKEN"]),
+    (f"{GGUF_REPO}/tiny-llama-f32.gguf", "no-such-tag", ["no revision 'no-such-tag'"]),
+])
+def test_what_the_hub_refuses_of_a_gguf_handle_is_one_line_naming_it(gguf_hub, handle, revision, words):
+    with pytest.raises(CheckpointError) as error:
+        zoo.from_pretrained(handle, revision=revision)
+    assert_one_line(error, handle, gguf_hub.endpoint, *words)
+
+
+def test_a_repository_of_gguf_files_without_a_file_named_says_how_to_name_one(gguf_hub):
+    with pytest.raises(CheckpointError) as error:
+        zoo.from_pretrained(GGUF_REPO)
+    assert_one_line(error, GGUF_REPO, "no config.json", f"{GGUF_REPO}/FILE.gguf")
+
+
+def test_offline_a_gguf_handle_loads_from_the_cache(gguf_hub, gguf_files, tmp_path, monkeypatch):
+    handle = f"{GGUF_REPO}/tiny-llama-q8_0.gguf"
+    zoo.checkpoints.checkpoint_folder(handle)
+    gguf_hub.stop()
+    point_huggingface_hub(monkeypatch, gguf_hub.endpoint, tmp_path / "hf_home", offline=True)
+    served = len(gguf_hub.requests)
+    assert_same_model(zoo.from_pretrained(handle), zoo.from_pretrained(gguf_files["main"] / "tiny-llama-q8_0.gguf"))
+    assert len(gguf_hub.requests) == served
+    for never in (f"{GGUF_REPO}/tiny-llama-f32.gguf", f"{GGUF_REPO}/tiny-llama-q8_0.gguf@v1"):
+        with pytest.raises(CheckpointError) as error:
+            zoo.from_pretrained(never)
+        assert_one_line(error, never, "HF_HUB_OFFLINE is set", str(tmp_path / "hf_home" / "hub"))
+
+
+def test_zoo_sample_and_export_take_a_gguf_handle(gguf_hub, gguf_files, tmp_path, capsys):
+    handle = f"{GGUF_REPO}/tiny-llama-q8_0.gguf"
+    local = zoo.from_pretrained(gguf_files["main"] / "tiny-llama-q8_0.gguf")
+    assert cli.main(["sample", handle, *SAMPLE]) == 0
+    expected = zoo.generate(local, "hello", max_length=8, temperature=0.8, seed=1, sampler="temperature")
+    assert capsys.readouterr().out == expected + "\n"
+    assert cli.main(["export", handle, str(tmp_path / "hf"), "--format", "huggingface"]) == 0
+    assert_same_model(zoo.from_pretrained(tmp_path / "hf"), local)
+    assert_same_model(engine.open_target(handle), local)
+    assert cli.main(["sample", f"{GGUF_REPO}/missing.gguf", "x"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"zoo sample: error: {GGUF_REPO}/missing.gguf: no file missing.gguf")

@@ -25,7 +25,8 @@ One driver per format, one file per family:
   model.
 
 A handle (`hf://ORG/NAME[@REVISION]`, a keras-hub preset name, `kaggle://...`)
-is fetched into its hub's cache first (`hub`), then read as a folder.
+is fetched into its hub's cache first (`hub`), then read as a folder;
+`hf://ORG/NAME/FILE.gguf[@REVISION]` fetches that one GGUF file.
 
 Every file is checked before any weight is placed: a missing file, another
 architecture, a tensor missing or of the wrong shape, an unreadable
@@ -108,7 +109,8 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
             tokenizer and chat template rebuilt from its metadata; the
             `gguf` extra); or a handle of
             one: `hf://ORG/NAME` (the Hugging Face Hub, optionally pinned
-            as `hf://ORG/NAME@REVISION`), a keras-hub preset name
+            as `hf://ORG/NAME@REVISION`), `hf://ORG/NAME/FILE.gguf[@REVISION]`
+            (one GGUF file of a repository), a keras-hub preset name
             (`gpt2_base_en`) or a `kaggle://` handle, downloaded into the
             hub's cache first (see `zoo.checkpoints.hub`; a local folder of
             the same name wins).
@@ -156,14 +158,12 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
 
     if quantize is not None:
         check_quantization_mode(quantize)
-    if gguf.is_gguf_file(path):
-        model = gguf.load(Path(path), task, num_classes, dtype)
-        if quantize is not None:
-            model.quantize(quantize)
-        return model
-    folder = checkpoint_folder(path, revision)
-    driver = keras_hub if checkpoint_format(folder) == "keras-hub" else huggingface
-    model = driver.load(folder, task, num_classes, dtype)
+    local = checkpoint_folder(path, revision)  # a GGUF handle's is the downloaded file
+    if gguf.is_gguf_file(local):
+        model = gguf.load(local, task, num_classes, dtype)
+    else:
+        driver = keras_hub if checkpoint_format(local) == "keras-hub" else huggingface
+        model = driver.load(local, task, num_classes, dtype)
     if quantize is not None:
         model.quantize(quantize)
     return model

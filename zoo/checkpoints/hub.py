@@ -2,6 +2,7 @@
 
     checkpoint_folder("hf://HuggingFaceTB/SmolLM2-135M")        # the Hugging Face Hub, default branch
     checkpoint_folder("hf://HuggingFaceTB/SmolLM2-135M@v1.0")   # a branch, tag or commit
+    checkpoint_folder("hf://Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf")  # one GGUF file
     checkpoint_folder("gpt2_base_en")                            # a keras-hub preset name (Kaggle)
     checkpoint_folder("kaggle://keras/gpt2/keras/gpt2_base_en/3")
 
@@ -18,6 +19,11 @@ wins over a preset of the same name.
 A handle that cannot be fetched (malformed, no such repository or
 revision, gated, offline with nothing cached, the hub unreachable) raises
 one `CheckpointError` naming the handle.
+
+An `hf://ORG/NAME/FILE.gguf` handle is `huggingface_hub.hf_hub_download`
+of that one file (a repository of GGUF files usually holds one per
+quantization), under the same conventions; the result is the cached file,
+which `from_pretrained` reads as a local GGUF file.
 """
 
 import json
@@ -58,7 +64,13 @@ HF_FILES = (
 )
 # ORG and NAME as the Hub spells them: letters, digits, `-`, `_`, `.`.
 REPO_PART = re.compile(r"[A-Za-z0-9][\w.-]*")
-HANDLE_FORM = "expected hf://ORG/NAME or hf://ORG/NAME@REVISION, e.g. hf://HuggingFaceTB/SmolLM2-135M"
+# A folder or file name in a repository; no leading dot, so neither `.` nor `..`.
+FILE_PART = re.compile(r"[\w+-][\w.+-]*")
+GGUF_SUFFIX = ".gguf"
+HANDLE_FORM = (
+    "expected hf://ORG/NAME or hf://ORG/NAME/FILE.gguf, either optionally @REVISION, e.g. "
+    "hf://HuggingFaceTB/SmolLM2-135M"
+)
 
 
 def is_handle(target):
@@ -73,12 +85,13 @@ def is_handle(target):
 
 
 def checkpoint_folder(target, revision=None):
-    """The local checkpoint folder of a path or a handle, fetched first for a handle.
+    """The local checkpoint folder (or GGUF file) of a path or a handle, fetched first for a handle.
 
     Args:
         target: a local folder (returned as it is, unchecked: the drivers
             check it); an `hf://ORG/NAME` handle, optionally pinned as
-            `hf://ORG/NAME@REVISION`; a keras-hub preset name
+            `hf://ORG/NAME@REVISION`; an `hf://ORG/NAME/FILE.gguf[@REVISION]`
+            handle of one GGUF file in a repository; a keras-hub preset name
             (`gpt2_base_en`) with no local folder of that name; or a
             `kaggle://OWNER/MODEL/keras/VARIANT[/VERSION]` handle.
         revision: for an `hf://` handle, a branch, tag or commit; the
@@ -86,17 +99,22 @@ def checkpoint_folder(target, revision=None):
 
     Returns:
         A `pathlib.Path`: the folder itself, a snapshot in the Hugging Face
-        cache, or keras-hub's download of the preset.
+        cache (for a GGUF handle, the file in that snapshot), or
+        keras-hub's download of the preset.
 
     Raises:
         CheckpointError: one line naming the handle: a malformed handle
             (before any network access), a revision given twice or for
             another kind of target, a missing repository or revision, a
             gated one without access, offline with nothing cached, the
-            hub unreachable, or a repository without a `config.json`.
+            hub unreachable, a repository without a `config.json`, or
+            without the GGUF file a handle names.
     """
     if isinstance(target, str) and target.startswith(HF_PREFIX):
-        return hugging_face_folder(target, revision)
+        repo_id, filename, revision = parse_handle(target, revision)
+        if filename is not None:
+            return hugging_face_file(target, repo_id, filename, revision)
+        return hugging_face_folder(target, repo_id, revision)
     if revision is not None:
         raise CheckpointError(f"{target}: revision={revision!r} applies to hf:// handles only; {HANDLE_FORM}.")
     if is_handle(target):
@@ -105,20 +123,33 @@ def checkpoint_folder(target, revision=None):
 
 
 def parse_handle(handle, revision=None):
-    """(repo_id, revision) of `hf://ORG/NAME[@REVISION]`; a CheckpointError for any other form."""
+    """(repo_id, filename, revision) of `hf://ORG/NAME[/FILE.gguf][@REVISION]`: filename None for a
+    whole checkpoint; a CheckpointError for any other form."""
     body = handle[len(HF_PREFIX) :]
-    repo_id, at, pinned = body.partition("@")
-    parts = repo_id.split("/")
-    if len(parts) != 2 or not all(REPO_PART.fullmatch(part) for part in parts) or (at and not pinned):
+    path, at, pinned = body.partition("@")
+    parts = path.split("/")
+    repo_parts, file_parts = parts[:2], parts[2:]
+    if (len(repo_parts) != 2 or not all(REPO_PART.fullmatch(part) for part in repo_parts)
+            or not all(FILE_PART.fullmatch(part) for part in file_parts)
+            or (file_parts and not file_parts[-1].lower().endswith(GGUF_SUFFIX)) or (at and not pinned)):
         raise CheckpointError(f"{handle}: not a Hugging Face handle; {HANDLE_FORM}.")
     if pinned and revision is not None and pinned != revision:
         raise CheckpointError(f"{handle}: pins revision {pinned!r} but revision={revision!r}; give one of them.")
-    return repo_id, pinned or revision
+    return "/".join(repo_parts), "/".join(file_parts) or None, pinned or revision
 
 
-def hugging_face_folder(handle, revision=None):
-    """The snapshot folder of an `hf://` handle in the Hugging Face cache (see `checkpoint_folder`)."""
-    repo_id, revision = parse_handle(handle, revision)
+def hugging_face_file(handle, repo_id, filename, revision):
+    """The cached copy of one file of a repository, downloaded first if need be (see `checkpoint_folder`)."""
+    import huggingface_hub
+
+    try:
+        return Path(huggingface_hub.hf_hub_download(repo_id, filename, revision=revision))
+    except (OSError, ValueError) as error:  # huggingface_hub's errors, whose messages span many lines
+        raise CheckpointError(f"{handle}: {download_problem(error, repo_id, revision or 'main', filename)}.") from None
+
+
+def hugging_face_folder(handle, repo_id, revision):
+    """The snapshot folder of an `hf://ORG/NAME` handle in the Hugging Face cache (see `checkpoint_folder`)."""
     import huggingface_hub
     from huggingface_hub import constants
 
@@ -129,14 +160,17 @@ def hugging_face_folder(handle, revision=None):
     if not (folder / "config.json").is_file():
         raise CheckpointError(
             f"{handle}: the repository has no config.json at revision {revision or 'main'}; expected a transformers "
-            f"checkpoint (config.json, model.safetensors) or a keras-hub preset ({constants.HF_HUB_CACHE})."
+            f"checkpoint (config.json, model.safetensors), a keras-hub preset, or for a repository of GGUF files "
+            f"one of them named: hf://{repo_id}/FILE.gguf ({constants.HF_HUB_CACHE})."
         )
     return folder
 
 
-def download_problem(error, repo_id, revision):
-    """What went wrong, in words, for one of `snapshot_download`'s errors."""
+def download_problem(error, repo_id, revision, filename=None):
+    """What went wrong, in words, for one of the errors of `snapshot_download`, or of
+    `hf_hub_download` of `filename`."""
     from huggingface_hub import constants
+    from huggingface_hub.errors import RemoteEntryNotFoundError
     from huggingface_hub.utils import (
         GatedRepoError,
         HfHubHTTPError,
@@ -162,15 +196,21 @@ def download_problem(error, repo_id, revision):
         return (
             f"no revision {revision!r} in {repo_id} on {endpoint}; expected a branch, tag or commit of the repository"
         )
+    if isinstance(error, RemoteEntryNotFoundError):
+        return (
+            f"no file {filename} in {repo_id} at revision {revision!r} on {endpoint}; expected the path of one of the "
+            "repository's GGUF files, as its page on the Hub lists them"
+        )
     if isinstance(error, LocalEntryNotFoundError):
+        copy = f"a copy of {filename} at" if filename else "a complete copy of"
         if constants.HF_HUB_OFFLINE:
             return (
-                f"HF_HUB_OFFLINE is set and the Hugging Face cache ({cache}) has no complete copy of revision "
+                f"HF_HUB_OFFLINE is set and the Hugging Face cache ({cache}) has no {copy} revision "
                 f"{revision!r}; download it once with HF_HUB_OFFLINE unset"
             )
         return (
-            f"cannot reach the Hugging Face Hub at {endpoint} (HF_ENDPOINT) and the cache ({cache}) has no complete "
-            f"copy of revision {revision!r}; check the connection, or HF_ENDPOINT"
+            f"cannot reach the Hugging Face Hub at {endpoint} (HF_ENDPOINT) and the cache ({cache}) has no {copy} "
+            f"revision {revision!r}; check the connection, or HF_ENDPOINT"
         )
     first = (str(error).strip().splitlines() or [""])[0]
     return f"the download from {endpoint} (HF_ENDPOINT) failed: {type(error).__name__}: {first}"
