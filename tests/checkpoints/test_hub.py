@@ -383,6 +383,16 @@ def test_what_the_hub_refuses_of_a_gguf_handle_is_one_line_naming_it(gguf_hub, h
     assert_one_line(error, handle, gguf_hub.endpoint, *words)
 
 
+def test_a_gated_gguf_file_loads_with_hf_token_only(gguf_hub, gguf_files, monkeypatch):
+    gguf_hub.commit("org/gated-GGUF", gguf_files["main"], token=TOKEN)
+    handle = "hf://org/gated-GGUF/tiny-llama-q8_0.gguf"
+    with pytest.raises(CheckpointError) as error:
+        zoo.from_pretrained(handle)
+    assert_one_line(error, handle, "org/gated-GGUF", "gated", "set HF_TOKEN")
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert_same_model(zoo.from_pretrained(handle), zoo.from_pretrained(gguf_files["main"] / "tiny-llama-q8_0.gguf"))
+
+
 def test_a_repository_of_gguf_files_without_a_file_named_says_how_to_name_one(gguf_hub):
     with pytest.raises(CheckpointError) as error:
         zoo.from_pretrained(GGUF_REPO)
