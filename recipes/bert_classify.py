@@ -311,7 +311,8 @@ def read_data(args):
     steps, dev, dev_steps."""
     import numpy as np
 
-    from zoo.data import DataError, divisor_batch_size, read_labelled, token_id_lists, train_word_piece
+    from zoo.data import DataError, divisor_batch_size, read_labelled
+    from zoo.tokenizers import token_id_lists, train_word_piece
 
     names = None
     if args.text_pair_column is not None and not _own_file(args):
@@ -394,7 +395,7 @@ def overrides_of(args):
 
 def open_folder(args, data):
     """The run folder, with the vocabulary in it."""
-    from zoo.data import save_vocabulary
+    from zoo.tokenizers import save_vocabulary
 
     from recipes.recipe import open_run_folder
 

@@ -178,7 +178,8 @@ def evaluate(folder, data=None, split="val", model=None):
     Returns:
         `{"val_loss": float}` on the validation split, `{"<split>_loss": float}` on another.
     """
-    from zoo.data import DataError, read_labelled, token_id_lists
+    from zoo.data import DataError, read_labelled
+    from zoo.tokenizers import token_id_lists
 
     from recipes.lm_data import mean_cross_entropy
     from recipes.run_folder import figure_name, load_model, read_run
@@ -201,7 +202,7 @@ def read_data(args):
     """The tokenizer and the train and held-out pipelines, read before the
     output folder is touched: a dict of tokenizer, train, steps, val,
     val_steps."""
-    from zoo.data import token_id_lists, train_word_piece
+    from zoo.tokenizers import token_id_lists, train_word_piece
 
     train_text, val_text = split_sentences(read_sentences(vars(args)), args.held_out, args.seed)
     tokenizer = train_word_piece(train_text, args.vocabulary_size)
@@ -222,7 +223,7 @@ def read_data(args):
 
 def open_folder(args, data):
     """The run folder, with the vocabulary in it."""
-    from zoo.data import save_vocabulary
+    from zoo.tokenizers import save_vocabulary
 
     from recipes.flags import size_overrides
     from recipes.recipe import open_run_folder

@@ -113,7 +113,7 @@ def with_chatml(target, folder):
     """`target`'s model as `zoo train sft` starts from it when it has no
     chat template: ChatML's markers added to a character tokenizer, ChatML
     its template; saved as folder/model.keras, whose path is returned."""
-    from zoo.data import CHATML, CHATML_TOKENS
+    from zoo.tokenizers import CHATML, CHATML_TOKENS
 
     from recipes.lm_data import pretrained_model, with_special_tokens
 

@@ -116,7 +116,8 @@ def translate(model, sentences, length):
 def read_data(args):
     """The grammar's vocabulary and pipelines: a dict of vocabulary, train,
     val (the held-out pipeline), val_en and val_de (the held-out sentences)."""
-    from zoo.data import WordVocabulary, int32_masks, seq2seq_dataset
+    from zoo.data import int32_masks, seq2seq_dataset
+    from zoo.tokenizers import WordVocabulary
 
     (train_en, train_de), (val_en, val_de) = pairs(vars(args), "train"), pairs(vars(args), "val")
     vocabulary = v = WordVocabulary.from_texts(train_en + train_de)
@@ -156,7 +157,7 @@ def make_model(args, data):
     import keras
 
     import zoo
-    from zoo.data import WordTokenizer
+    from zoo.tokenizers import WordTokenizer
     from zoo.models.sharding import get_layout_map
     from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, distribution_scope
 

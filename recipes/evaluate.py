@@ -117,7 +117,7 @@ class ZooLM(LM):
         return [result.logprob for result in zoo.score_rolling(self.model, texts, batch_size=self.batch_size)]
 
     def generate_until(self, requests, disable_tqdm=False):
-        from zoo.data import token_id_lists
+        from zoo.tokenizers import token_id_lists
         from zoo.models import EncoderDecoder
         from zoo.text import TextGeneration
 

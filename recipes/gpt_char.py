@@ -111,7 +111,8 @@ def split_text(text, source, train_fraction, sequence_length, vocabulary=None):
     """Encode (with `vocabulary`, or a new one of the text's characters),
     split 90/10, and refuse a text too short for one block in each part.
     Returns (vocabulary, train ids, validation ids)."""
-    from zoo.data import CharVocabulary, DataError
+    from zoo.data import DataError
+    from zoo.tokenizers import CharVocabulary
 
     vocabulary = vocabulary or CharVocabulary.from_text(text)
     try:
@@ -239,7 +240,7 @@ def steps_per_call(args):
 
 def make_model(args, data):
     """The compiled causal LM, carrying its `CharTokenizer`."""
-    from zoo.data import CharTokenizer
+    from zoo.tokenizers import CharTokenizer
     from zoo.models.sharding import get_layout_map
     from zoo.training import distribution_scope
 

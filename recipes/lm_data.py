@@ -189,13 +189,14 @@ def check_memory_flags(parser, args):
         parser.error(f"--lora-targets {','.join(args.lora_targets)}: names the projections of LoRA; add --lora RANK")
 
 
-def load_checkpoint(args, parser, special_tokens=()):
+def load_checkpoint(args, parser, special_tokens=(), default_sequence_length=None):
     """(model, the checkpoint's parameter count): --pretrained with its
     tokenizer (`special_tokens` appended to a tokenizer the zoo trained from
     scratch, `with_special_tokens`), built under Keras' RematScope with
     --remat, quantized with --quantize, LoRA adapters added with --lora on
     --lora-targets; a --sequence-length past the checkpoint's context is
-    `parser`'s error."""
+    `parser`'s error, and one not given becomes `default_sequence_length`
+    or the context, whichever is shorter."""
     import contextlib
 
     import keras
@@ -217,6 +218,8 @@ def load_checkpoint(args, parser, special_tokens=()):
         if args.lora:
             model.enable_lora(args.lora, target_names=getattr(args, "lora_targets", None) or LORA_TARGETS)
     window = model.backbone.max_sequence_length
+    if args.sequence_length is None:
+        args.sequence_length = min(default_sequence_length or window, window)
     if args.sequence_length > window:
         parser.error(f"--sequence-length {args.sequence_length}: the checkpoint's context is {window} tokens")
     return model, parameters
@@ -250,7 +253,7 @@ def with_special_tokens(model, tokens, seed=0):
 
     Args:
         model: a causal LM carrying a tokenizer with `with_special_tokens`.
-        tokens: a sequence of str, e.g. `zoo.data.CHATML_TOKENS`.
+        tokens: a sequence of str, e.g. `zoo.tokenizers.CHATML_TOKENS`.
         seed: int, the new rows' draw.
 
     Returns:

@@ -64,7 +64,7 @@ DEFAULTS = dict(
     lora=0,  # LoRA rank; 0 fine-tunes every weight
     steps=300,
     batch_size=8,
-    sequence_length=512,  # tokens of a conversation (longer ones are cut)
+    sequence_length=None,  # tokens of a conversation (longer ones are cut); None: min(512, the context)
     learning_rate=2e-5,  # peak
     min_learning_rate_fraction=0.1,
     warmup_steps=30,
@@ -80,7 +80,8 @@ DEFAULTS = dict(
     output="runs/sft",
     seed=1337,
 )
-CHATML_NAME = "chatml"  # --chat-template chatml: zoo.data.CHATML
+LONGEST_DEFAULT = 512  # the --sequence-length of a checkpoint whose context is longer
+CHATML_NAME = "chatml"  # --chat-template chatml: zoo.tokenizers.CHATML
 
 
 def make_parser():
@@ -101,7 +102,8 @@ def make_parser():
     parser.add_argument("--validation-fraction", type=Number(float, above=0, below=1),
                         default=DEFAULTS["validation_fraction"], help="the share of --data held out to validate")
     parser.add_argument("--sequence-length", type=Number(int, minimum=2), default=DEFAULTS["sequence_length"],
-                        help="the most tokens of a conversation; longer ones are cut (and counted)")
+                        help="the most tokens of a conversation; longer ones are cut (and counted); default: "
+                        f"{LONGEST_DEFAULT} or the checkpoint's context, whichever is shorter")
     add_language_model_flags(parser, DEFAULTS, "new tokens")
     lm_data.add_fine_tuning_flags(parser, DEFAULTS)
     parser.add_argument("--prompt", default=DEFAULTS["prompt"], help="the user message the sample answers")
@@ -141,7 +143,8 @@ def read_template(args):
     model, or None where only the model holds it (a run folder, a keras-hub
     preset); a DataError when neither has one."""
     import zoo
-    from zoo.data import CHATML, DataError, HuggingFaceTokenizer
+    from zoo.data import DataError
+    from zoo.tokenizers import CHATML, HuggingFaceTokenizer
 
     if args.chat_template == CHATML_NAME:
         return CHATML
@@ -206,14 +209,16 @@ def read_data(args):
     (`zoo.data.ChatExamples`)."""
     import numpy as np
 
-    from zoo.data import CHATML, CHATML_TOKENS, CharTokenizer, DataError, chat_examples
+    from zoo.data import DataError, chat_examples
+    from zoo.tokenizers import CHATML, CHATML_TOKENS, CharTokenizer
 
     from recipes.lm_data import load_checkpoint
 
     train, val = split_conversations(args)
     template = read_template(args)
     # A model trained from scratch gets ChatML's markers as tokens of its own.
-    model, parameters = load_checkpoint(args, make_parser(), special_tokens=CHATML_TOKENS)
+    model, parameters = load_checkpoint(args, make_parser(), special_tokens=CHATML_TOKENS,
+                                        default_sequence_length=LONGEST_DEFAULT)
     tokenizer = model.tokenizer
     if not hasattr(tokenizer, "tokenize_chat"):
         raise DataError(f"{args.pretrained}: its tokenizer is a {type(tokenizer).__name__}, which cannot carry a chat "
@@ -364,10 +369,21 @@ def evaluate(folder, data=None, split="val", model=None):
 
 
 def answer(model, prompt, length, temperature=0.8, seed=None):
-    """The model's answer to one user message, rendered by its chat template."""
+    """The model's answer to one user message, rendered by its chat template: at most `length`
+    new tokens, fewer where the context ends first; None, with a line saying why, where the
+    rendered message leaves the context no room."""
     import zoo
 
     ids = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+    window = model.backbone.max_sequence_length
+    if len(ids) >= window:
+        print(f"sample skipped: --prompt renders as {len(ids)} tokens and the context is {window}; "
+              "expected a shorter --prompt", flush=True)
+        return None
+    if len(ids) + length > window:
+        print(f"sample: {window - len(ids)} new tokens, not --sample-length {length}: the context is {window} "
+              f"and the prompt {len(ids)}", flush=True)
+        length = window - len(ids)
     new = zoo.generate(model, [ids], length, temperature=temperature, seed=seed,
                        stop_token_ids=model.tokenizer.end_token_ids).sequences[0]
     return model.tokenizer.detokenize([t for t in new if t not in model.tokenizer.end_token_ids])
@@ -379,7 +395,8 @@ def report(model, args, folder, data):
     figures = evaluate(folder.path, model=model)
     if args.sample_length > 0:
         text = answer(model, args.prompt, args.sample_length, seed=args.seed)
-        save_sample(f"user: {args.prompt}\nassistant: {text}", folder)
+        if text is not None:
+            save_sample(f"user: {args.prompt}\nassistant: {text}", folder)
     return figures
 
 

@@ -274,7 +274,7 @@ def evaluate(folder, data=None, split="val", model=None, outputs=None):
         (sacrebleu's default, cased BLEU) on the validation split;
         `test_...` on the test split.
     """
-    from zoo.data import WordTokenizer
+    from zoo.tokenizers import WordTokenizer
     from zoo.training.bleu import detokenize, translation_scores
 
     from recipes.flags import require
@@ -336,7 +336,8 @@ def read_data(args):
     of tokenizer, source_tokenizer, special (the decoder's start, end and
     pad ids), val_src_ids, train, steps, val, val_steps, and model with
     --pretrained."""
-    from zoo.data import DataError, token_id_lists
+    from zoo.data import DataError
+    from zoo.tokenizers import token_id_lists
 
     train_src, train_tgt = pairs(vars(args), "train")
     val_src, val_tgt = pairs(vars(args), "val")
@@ -367,7 +368,7 @@ def trained_tokenizer(args, texts):
     """From scratch: one subword vocabulary of both sides, trained once per
     data and settings and then read from the cache (the same command, the
     same vocabulary), or a resumed run's own tokenizer.json."""
-    from zoo.data import HuggingFaceTokenizer, train_sentence_piece
+    from zoo.tokenizers import HuggingFaceTokenizer, train_sentence_piece
     from zoo.data.registry import zoo_home
 
     saved = Path(args.output) / TOKENIZER
@@ -504,7 +505,7 @@ def report(model, args, folder, data):
 def draw_attention(model, args, folder, data, translation):
     """attention.png: the last decoder block's cross-attention over the
     first validation sentence and its translation."""
-    from zoo.data import token_id_lists
+    from zoo.tokenizers import token_id_lists
 
     from recipes.plots import plot_attention
 

@@ -53,7 +53,7 @@ def lay_out_checkpoints(folder):
 def lay_out_runs(folder):
     """Run folders with the file layout and model kinds of the recipes."""
     import zoo
-    from zoo.data import CharTokenizer, WordTokenizer, train_word_piece
+    from zoo.tokenizers import CharTokenizer, WordTokenizer, train_word_piece
 
     text = string.ascii_letters + " \n!$&',-.3:;?"  # Tiny Shakespeare's 65 characters
     runs = folder / "runs"

@@ -5,7 +5,7 @@
 
 `import zoo` registers everything a file written by the zoo holds with
 Keras' serialization (layers, models, losses, metrics, learning-rate
-schedules, the char, word and Hugging Face tokenizers), so that
+schedules, the tokenizers of `zoo.tokenizers`), so that
 `zoo.load` and `keras.saving.load_model` find them in a new process; they
 need only Keras (and `tokenizers` to read a tokenizer.json), so `zoo`'s
 core imports on a backend without TensorFlow. The rest (data
@@ -21,9 +21,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-from zoo import layers, models, training  # noqa: E402,F401  (registers serializable classes)
-from zoo.data import huggingface_tokenizer as _huggingface_tokenizer  # noqa: E402,F401  (registers HuggingFaceTokenizer)
-from zoo.data import tokenizers as _tokenizers  # noqa: E402,F401  (registers CharTokenizer, WordTokenizer)
+from zoo import layers, models, tokenizers, training  # noqa: E402,F401  (registers serializable classes)
 
 _EXPORTS = {
     "build": "zoo.factory",
@@ -55,6 +53,7 @@ _SUBMODULES = (
     "presets",
     "saving",
     "text",
+    "tokenizers",
     "training",
 )
 

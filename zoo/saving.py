@@ -164,7 +164,7 @@ def model_vocabulary_size(model):
 
 def vocabulary_size_of(path):
     """The number of tokens in a vocabulary file the recipes write."""
-    from zoo.data import CharVocabulary, WordVocabulary
+    from zoo.tokenizers import CharVocabulary, WordVocabulary
 
     path = Path(path)
     if path.name.endswith(".txt"):

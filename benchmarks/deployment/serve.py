@@ -40,7 +40,7 @@ import httpx  # noqa: E402
 import keras  # noqa: E402
 
 import zoo  # noqa: E402
-from zoo.data import HuggingFaceTokenizer  # noqa: E402
+from zoo.tokenizers import HuggingFaceTokenizer  # noqa: E402
 
 
 def byte_level_tokenizer(vocabulary_size):

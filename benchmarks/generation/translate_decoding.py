@@ -30,7 +30,8 @@ def main(argv=None):
     options = parser.parse_args(argv)
 
     import zoo
-    from zoo.data import HuggingFaceTokenizer, read_parallel
+    from zoo.data import read_parallel
+    from zoo.tokenizers import HuggingFaceTokenizer
     from zoo.training.bleu import detokenize, translation_scores
 
     from recipes.run_folder import load_model, read_run

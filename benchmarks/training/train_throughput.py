@@ -154,7 +154,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     from recipes import gpt_char
-    from zoo.data import CharVocabulary, read_text
+    from zoo.data import read_text
+    from zoo.tokenizers import CharVocabulary
 
     if args.steps_per_execution is None:
         args.steps_per_execution = gpt_char.DEFAULTS["steps_per_execution"]

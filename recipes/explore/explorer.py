@@ -335,7 +335,7 @@ class Explorer:
     def encode(self, text, tokenizer=None, field="text"):
         """The ids of `text`; a tokenizer's refusal (a character it never
         saw) is the request's error, named by `field`."""
-        from zoo.data import token_id_lists
+        from zoo.tokenizers import token_id_lists
 
         if len(text) > MAX_CHARACTERS:
             raise RequestError(f"{field}: {len(text)} characters; expected at most {MAX_CHARACTERS}")

@@ -354,7 +354,7 @@ def write_stand_ins(folder="."):
 def chat_folder(folder):
     """A tiny random Qwen2 checkpoint with Qwen's ChatML chat template, as an instruction-tuned one ships."""
     from tests.checkpoints.llama_checkpoints import hf_folder
-    from zoo.data import CHATML
+    from zoo.tokenizers import CHATML
 
     folder = hf_folder(folder, "qwen2")
     settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))

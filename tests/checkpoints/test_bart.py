@@ -22,7 +22,7 @@ from tests.checkpoints import bart_checkpoints as bc
 from tests.checkpoints import transformers_generation as tg
 from tests.checkpoints.hub_server import HubServer, point_huggingface_hub
 from zoo.checkpoints import CheckpointError
-from zoo.data import HuggingFaceTokenizer
+from zoo.tokenizers import HuggingFaceTokenizer
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 PROMPT = [2, 0]  # decoder_start_token_id `</s>`, then forced_bos_token_id `<s>`

@@ -22,7 +22,7 @@ from tests.checkpoints import marian_checkpoints as mc
 from tests.checkpoints import transformers_generation as tg
 from tests.checkpoints.hub_server import HubServer, point_huggingface_hub
 from zoo.checkpoints import CheckpointError
-from zoo.data import MarianTokenizer
+from zoo.tokenizers import MarianTokenizer
 
 TOLERANCE = dict(rtol=1e-5, atol=2e-5)
 

@@ -214,7 +214,7 @@ def spiece_folder(tmp_path_factory):
 
 
 def test_tokenizer_json_alone_gives_t5tokenizers_ids_and_the_same_model(json_folder, spiece_folder):
-    from zoo.data import HuggingFaceTokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer
 
     model, reference = zoo.from_pretrained(json_folder), zoo.from_pretrained(spiece_folder)
     tokenizer = model.tokenizer
@@ -245,7 +245,7 @@ def test_a_tokenizer_json_model_exports_and_reloads(json_folder, tmp_path):
 
 
 def test_the_non_legacy_mode_is_read_from_tokenizer_json_or_refused(json_folder, spiece_folder, tmp_path):
-    from zoo.data import HuggingFaceTokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer
 
     both = shutil.copytree(spiece_folder, tmp_path / "both")
     shutil.copy(json_folder / "tokenizer.json", both / "tokenizer.json")

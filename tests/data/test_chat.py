@@ -15,7 +15,8 @@ import pytest
 
 import zoo
 from tests.checkpoints.llama_checkpoints import BEGIN, END, EOT, IM_END, QWEN_END, tokenizer_json
-from zoo.data import CHATML, DataError, HuggingFaceTokenizer, chat_examples, read_chat
+from zoo.data import DataError, chat_examples, read_chat
+from zoo.tokenizers import CHATML, HuggingFaceTokenizer
 
 # Meta's Llama 3 Instruct template, as its tokenizer_config.json has it.
 LLAMA3 = (
@@ -132,10 +133,10 @@ def test_an_explicit_template_renders_where_the_tokenizer_has_none(qwen):
         chat_examples(bare, [{"messages": TALK[:3]}], 64)
     np.testing.assert_array_equal(chat_examples(bare, [{"messages": TALK[:3]}], 64, chat_template=CHATML).loss_mask,
                                   chat_examples(qwen, [{"messages": TALK[:3]}], 64).loss_mask)
-    characters = zoo.data.CharTokenizer(zoo.data.CharVocabulary("abc"))  # without ChatML's markers
+    characters = zoo.tokenizers.CharTokenizer(zoo.tokenizers.CharVocabulary("abc"))  # without ChatML's markers
     with pytest.raises(ValueError, match="no chat template"):
         chat_examples(characters, [{"messages": TALK[:3]}], 64)
-    with pytest.raises(DataError, match=r"character '<' at position 0 .*with_special_tokens\(zoo.data.CHATML_TOKENS\)"):
+    with pytest.raises(DataError, match=r"character '<' at position 0 .*with_special_tokens\(zoo.tokenizers.CHATML_TOKENS\)"):
         chat_examples(characters, [{"messages": TALK[:3]}], 64, chat_template=CHATML)
 
 

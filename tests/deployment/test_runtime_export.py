@@ -139,7 +139,7 @@ def test_greedy_decoding_on_onnxruntime_gives_zoo_generate_tokens(preset, tmp_pa
 
 
 def _word_piece_classifier():
-    from zoo.data import train_word_piece
+    from zoo.tokenizers import train_word_piece
 
     texts = ["a gripping film", "a dull film", "what a wonderful movie", "boring and slow", "gripping and wonderful"]
     tokenizer = train_word_piece(texts, vocabulary_size=60)

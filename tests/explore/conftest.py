@@ -19,7 +19,7 @@ def models():
     import keras
 
     import zoo
-    from zoo.data import CharTokenizer, train_sentence_piece, train_word_piece
+    from zoo.tokenizers import CharTokenizer, train_sentence_piece, train_word_piece
 
     chars = CharTokenizer.from_text(string.ascii_letters + " \n!$&',-.3:;?")
     word_piece = train_word_piece(SENTENCES * 8, vocabulary_size=120)

@@ -141,7 +141,7 @@ def lm():
     import keras
 
     import zoo
-    from zoo.data import CharTokenizer
+    from zoo.tokenizers import CharTokenizer
 
     keras.utils.set_random_seed(1)
     tokenizer = CharTokenizer.from_text("abcdefghij ROMEO:\n")

@@ -145,7 +145,7 @@ ROWS = dict(sampler=["top_p", "temperature", "greedy", "top_k"], temperature=[0.
 def lm():
     import keras
 
-    from zoo.data import CharTokenizer
+    from zoo.tokenizers import CharTokenizer
 
     keras.utils.set_random_seed(1)
     tokenizer = CharTokenizer.from_text("abcdefghij ROMEO:\n")

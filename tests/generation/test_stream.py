@@ -12,7 +12,7 @@ import keras
 import pytest
 
 import zoo
-from zoo.data import CharTokenizer, WordTokenizer
+from zoo.tokenizers import CharTokenizer, WordTokenizer
 from zoo.generation import compiled
 
 TEXT = "ROMEO: But soft, what light through yonder window breaks?\nJULIET: Ay me!\n"
@@ -93,7 +93,7 @@ def test_a_piece_holds_back_what_may_begin_a_stop_string():
 
 def test_a_piece_is_never_half_a_utf8_character():
     from tests.checkpoints.llama_checkpoints import tokenizer_json
-    from zoo.data import HuggingFaceTokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer
     from zoo.text.text_generation import TextRow
 
     tokenizer = HuggingFaceTokenizer(tokenizer_json("qwen2"))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.data import CharTokenizer
+from zoo.tokenizers import CharTokenizer
 from zoo.layers import FeedForward, MultiHeadAttention, RMSNorm, RotaryEmbedding
 from zoo.models import LlamaBackbone, LlamaCausalLM
 

@@ -15,7 +15,7 @@ import pytest
 import zoo
 from tests.models.conftest import bert_inputs, gpt_inputs, seq2seq_inputs
 from tests.checkpoints import stand_ins
-from zoo.data import CharTokenizer, train_word_piece
+from zoo.tokenizers import CharTokenizer, train_word_piece
 from zoo import generate
 from zoo.models import QUANTIZATION_MODES, quantization_mode
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.data import CharTokenizer, CharVocabulary, WordTokenizer, WordVocabulary, train_byte_pair, train_word_piece
-from zoo.data.tokenizers import token_id_lists
+from zoo.tokenizers import CharTokenizer, CharVocabulary, WordTokenizer, WordVocabulary, train_byte_pair, train_word_piece
+from zoo.tokenizers import token_id_lists
 
 SENTENCES = [
     "the cat sat on the mat",

@@ -19,7 +19,8 @@ import pytest
 
 from recipes import chat_exact_match, cli, gpt_char, make_chat_task, sft
 from tests.shared_data import needs
-from zoo.data import CHATML, CHATML_TOKENS, CharTokenizer, read_chat
+from zoo.data import read_chat
+from zoo.tokenizers import CHATML, CHATML_TOKENS, CharTokenizer
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "fine-tuning.md"
 BEFORE_AT_MOST, AFTER_AT_LEAST = 0.05, 0.90

@@ -10,7 +10,7 @@ import pytest
 
 import zoo
 from recipes import cli, gpt_char
-from zoo.data import CharTokenizer, train_word_piece
+from zoo.tokenizers import CharTokenizer, train_word_piece
 
 SENTENCES = ["a gripping film", "a dull plot", "the acting is superb"]
 TEXT = "Tester:\nA small text the test writes for itself, with enough characters.\n\nAll:\nAgain, again.\n\n" * 30

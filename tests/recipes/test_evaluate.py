@@ -24,7 +24,7 @@ pytest.importorskip("lm_eval")
 import zoo  # noqa: E402
 from recipes import cli  # noqa: E402
 from recipes.evaluate import ZooLM  # noqa: E402
-from zoo.data import CharTokenizer  # noqa: E402
+from zoo.tokenizers import CharTokenizer  # noqa: E402
 
 QUESTIONS = [
     {"question": "the cat sat on the", "choices": ["mat", "hat", "sea"], "label": 0},

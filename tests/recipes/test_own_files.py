@@ -136,7 +136,8 @@ def test_an_empty_file_and_one_class_are_refused(tmp_path, capsys):
 
 
 def test_sentence_pairs_train_through_segment_ids_and_classify_as_packed(tmp_path, capsys):
-    from zoo.data import pack_sentences, token_id_lists
+    from zoo.data import pack_sentences
+    from zoo.tokenizers import token_id_lists
 
     rng = random.Random(0)
     rows = []

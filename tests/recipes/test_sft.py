@@ -18,7 +18,7 @@ import zoo
 from recipes import cli, sft
 from tests.checkpoints import stand_ins
 from tests.checkpoints.llama_checkpoints import hf_folder
-from zoo.data import CHATML
+from zoo.tokenizers import CHATML
 
 WORDS = "the quick brown fox jumps over lazy dog naïve café façade crème".split()
 FLAGS = ["--steps", "4", "--batch-size", "4", "--sequence-length", "64", "--steps-per-epoch", "2",
@@ -172,3 +172,33 @@ def test_zoo_train_help_lists_sft(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "-h"])
     assert "sft" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_a_short_context_sets_the_default_sequence_length_and_the_sample_fits_it(chat_folder, tmp_path):
+    """Without --sequence-length, a checkpoint whose context is under 512 trains at its context;
+    a --sample-length past the context ends the run with a shorter sample, not a traceback."""
+    window = zoo.from_pretrained(chat_folder, task="causal_lm").backbone.max_sequence_length
+    assert window < sft.LONGEST_DEFAULT
+    data = write_jsonl(tmp_path / "chat.jsonl", conversations(11, 1))
+    flags = [flag for flag in FLAGS]
+    del flags[flags.index("--sequence-length"):flags.index("--sequence-length") + 2]
+    flags[flags.index("--sample-length") + 1] = str(window + 10)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sft.main(["--pretrained", str(chat_folder), "--data", str(data), "--output", str(tmp_path / "run"),
+                  "--steps", "2", *flags[2:]])
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["finished"] and record["args"]["sequence_length"] == window
+    assert f"not --sample-length {window + 10}: the context is {window}" in out.getvalue()
+    assert (tmp_path / "run" / "samples.txt").is_file()
+
+
+def test_the_closing_sample_fits_the_context_or_is_skipped_with_a_line(chat_folder, capsys):
+    model = zoo.from_pretrained(chat_folder, task="causal_lm")
+    window = model.backbone.max_sequence_length
+    ids = model.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    assert isinstance(sft.answer(model, "hi", window, seed=0), str)
+    assert f"sample: {window - len(ids)} new tokens, not --sample-length {window}" in capsys.readouterr().out
+    assert sft.answer(model, "word " * window, 4, seed=0) is None
+    assert "sample skipped: --prompt renders as" in capsys.readouterr().out

@@ -17,7 +17,7 @@ import zoo
 from recipes import cli, sft
 from tests.checkpoints import stand_ins
 from tests.recipes.test_sft import conversations, write_jsonl
-from zoo.data import CHATML
+from zoo.tokenizers import CHATML
 
 FLAGS = ["--steps", "2", "--batch-size", "4", "--sequence-length", "32", "--steps-per-epoch", "2",
          "--learning-rate", "1e-2", "--warmup-steps", "0", "--eval-batches", "1", "--sample-length", "0",

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.data import CharVocabulary
+from zoo.tokenizers import CharVocabulary
 from zoo.saving import ModelFileError, load, load_weights, save, save_weights
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.data import CharTokenizer, WordTokenizer, train_word_piece
-from zoo.data.tokenizers import token_id_lists
+from zoo.tokenizers import CharTokenizer, WordTokenizer, train_word_piece
+from zoo.tokenizers import token_id_lists
 from zoo.training import MaskedAccuracy, MaskedSparseCrossentropy, TransformerSchedule, WarmupCosineDecay, adamw
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import keras
 import pytest
 
 import zoo
-from zoo.data import CharTokenizer
+from zoo.tokenizers import CharTokenizer
 
 TEXT = "ROMEO: But soft, what light through yonder window breaks?\nJULIET: Ay me!\n\n"
 CONTEXT = 32

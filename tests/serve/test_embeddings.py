@@ -20,7 +20,7 @@ SENTENCES = ["a dog runs in the park", "a dog is running", "the stock market fel
 
 @pytest.fixture(scope="module")
 def encoder():
-    from zoo.data import train_word_piece
+    from zoo.tokenizers import train_word_piece
 
     tokenizer = train_word_piece(SENTENCES * 4, vocabulary_size=60)
     return zoo.build("bert-tiny", "sentence_encoder", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)

@@ -9,7 +9,7 @@ import pytest
 
 import zoo
 from tests.serve.conftest import Server
-from zoo.data import WordTokenizer
+from zoo.tokenizers import WordTokenizer
 
 ENGLISH = ["a dog runs in the park", "two dogs run", "the cat sat on the mat", "a man sleeps"]
 GERMAN = ["ein hund läuft im park", "zwei hunde laufen", "die katze sitzt", "ein mann schläft"]

@@ -229,7 +229,7 @@ def evaluated_model():
     import keras
 
     from tests.recipes.test_evaluate import QUESTIONS, TEXTS
-    from zoo.data import CharTokenizer
+    from zoo.tokenizers import CharTokenizer
 
     everything = " ".join(q["question"] + " " + " ".join(q["choices"]) for q in QUESTIONS) + " ".join(
         t["text"] for t in TEXTS)

@@ -314,7 +314,7 @@ def test_zoo_serve_in_a_process_of_its_own_warns_without_a_key_and_serves(tmp_pa
 
 def test_zoo_serve_refuses_a_model_that_does_not_generate_in_one_line(tmp_path, capsys):
     from recipes import cli
-    from zoo.data import train_word_piece
+    from zoo.tokenizers import train_word_piece
 
     tokenizer = train_word_piece(["a gripping film", "a dull film"], vocabulary_size=50)
     classifier = zoo.build("bert-tiny", "classifier", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)

@@ -14,8 +14,8 @@ import pytest
 
 import zoo
 from zoo import generation
-from zoo.data import CharTokenizer, WordTokenizer
-from zoo.data.tokenizers import token_id_lists
+from zoo.tokenizers import CharTokenizer, WordTokenizer
+from zoo.tokenizers import token_id_lists
 
 TEXT = "ROMEO: But soft, what light through yonder window breaks?\nJULIET: Ay me!\n"
 WINDOW = 16

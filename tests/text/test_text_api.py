@@ -9,8 +9,9 @@ import pytest
 
 import zoo
 from zoo import generation
-from zoo.data import CharTokenizer, WordTokenizer, classification_dataset, train_word_piece
-from zoo.data.tokenizers import token_id_lists
+from zoo.data import classification_dataset
+from zoo.tokenizers import CharTokenizer, WordTokenizer, train_word_piece
+from zoo.tokenizers import token_id_lists
 
 TEXT = "ROMEO: But soft, what light through yonder window breaks?\nJULIET: Ay me!\n"
 CONTEXT = 8

@@ -97,9 +97,9 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
             models (`model_type` "gemma3_text": 270M, 1B), or Marian's
             opus-mt translation models (`model_type` "marian": an
             `EncoderDecoder` carrying `tokenizer` and `source_tokenizer`,
-            `zoo.data.MarianTokenizer`s), or BART's (`model_type` "bart":
+            `zoo.tokenizers.MarianTokenizer`s), or BART's (`model_type` "bart":
             facebook/bart-base, bart-large-cnn; an `EncoderDecoder` carrying
-            one `zoo.data.HuggingFaceTokenizer`); or a handle of
+            one `zoo.tokenizers.HuggingFaceTokenizer`); or a handle of
             one: `hf://ORG/NAME` (the Hugging Face Hub, optionally pinned
             as `hf://ORG/NAME@REVISION`), a keras-hub preset name
             (`gpt2_base_en`) or a `kaggle://` handle, downloaded into the
@@ -128,7 +128,7 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
         `BertSentenceEncoder`, `LlamaCausalLM`, or a backbone) with the
         checkpoint's weights, and its tokenizer as `model.tokenizer`:
         keras-hub's `GPT2Tokenizer` / `BertTokenizer`, a
-        `zoo.data.HuggingFaceTokenizer` of a Llama-family folder's
+        `zoo.tokenizers.HuggingFaceTokenizer` of a Llama-family folder's
         `tokenizer.json`, or a keras-hub preset's own tokenizer.
 
     Raises:

@@ -1,19 +1,15 @@
-"""Data for the zoo: data sets by name, readers, tokenizers, tf.data
+"""Data for the zoo: data sets by name, readers, chat data, tf.data
 pipelines, synthetic tasks.
 
-Stands alone: nothing here imports `zoo.layers` or `zoo.models`.
-TensorFlow Datasets, keras-hub and `tokenizers` are imported only by the
-functions that need them.
+Nothing here imports `zoo.layers` or `zoo.models`; the tokenizers are
+`zoo.tokenizers`'. TensorFlow and TensorFlow Datasets are imported only by
+the functions that need them.
 """
 
 from zoo.data.columns import Columns, hold_out, is_pair_source, is_table, label_ids, label_names, read_columns, read_pairs
 from zoo.data.packing import pack_sentences
 from zoo.data.buckets import bucketed_batches, divisor_batch_size, int32_masks, interleave, length_buckets
-from zoo.data.chat import CHATML, CHATML_TOKENS, ChatExamples, chat_examples, read_chat
-from zoo.data.errors import DataError
-from zoo.data.huggingface_tokenizer import HuggingFaceTokenizer, train_sentence_piece
-from zoo.data.marian_tokenizer import MarianTokenizer
-from zoo.data.t5_tokenizer import T5Tokenizer
+from zoo.data.chat import ChatExamples, chat_examples, read_chat
 from zoo.data.registry import DataSet, dataset_info, fetch_dataset, is_cached, list_datasets
 from zoo.data.sources import read_labelled, read_parallel, read_text
 from zoo.data.synthetic import (
@@ -26,37 +22,14 @@ from zoo.data.synthetic import (
     toy_translation_pairs,
     word_order_chat,
 )
-from zoo.data.tokenizers import (
-    BYTE_PAIR_RESERVED_TOKENS,
-    WORD_PIECE_RESERVED_TOKENS,
-    CharTokenizer,
-    CharVocabulary,
-    WordTokenizer,
-    WordVocabulary,
-    load_word_piece,
-    save_vocabulary,
-    token_id_lists,
-    train_byte_pair,
-    train_word_piece,
-)
+from zoo.errors import DataError
 
 __all__ = [
-    "BYTE_PAIR_RESERVED_TOKENS",
-    "CHATML",
-    "CHATML_TOKENS",
-    "WORD_PIECE_RESERVED_TOKENS",
-    "CharTokenizer",
-    "CharVocabulary",
     "ChatExamples",
     "Columns",
     "DataError",
     "DataSet",
-    "HuggingFaceTokenizer",
-    "MarianTokenizer",
-    "T5Tokenizer",
     "Task",
-    "WordTokenizer",
-    "WordVocabulary",
     "chat_examples",
     "check_token_ids",
     "bucketed_batches",
@@ -78,7 +51,6 @@ __all__ = [
     "is_table",
     "label_ids",
     "label_names",
-    "load_word_piece",
     "masked_lm_dataset",
     "pack_sentences",
     "read_columns",
@@ -88,20 +60,15 @@ __all__ = [
     "read_parallel",
     "read_text",
     "reverse_task",
-    "save_vocabulary",
-    "token_id_lists",
     "seq2seq_dataset",
     "sort_task",
     "toy_translation",
     "toy_translation_pairs",
-    "train_byte_pair",
-    "train_sentence_piece",
-    "train_word_piece",
     "word_order_chat",
 ]
 
 # The tf.data pipelines load TensorFlow: imported on first use, so that
-# `import zoo` (which registers the tokenizers above) does not.
+# `import zoo.data` does not.
 _PIPELINES = (
     "check_token_ids",
     "classification_dataset",

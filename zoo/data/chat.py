@@ -24,7 +24,7 @@ Shapes: N conversations, L = `sequence_length` tokens.
 
 Example:
 ```python
-tokenizer.chat_template = zoo.data.CHATML  # a tokenizer without a template of its own
+tokenizer.chat_template = zoo.tokenizers.CHATML  # a tokenizer without a template of its own
 examples = chat_examples(tokenizer, [{"messages": [{"role": "user", "content": "Hi"},
                                                    {"role": "assistant", "content": "Hello!"}]}], 64)
 examples.token_ids, examples.loss_mask  # (1, 64) each: the ids, 1 on "Hello!<|im_end|>"
@@ -37,20 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.data.errors import DataError, at
+from zoo.errors import DataError, at
 
 ROLES = ("system", "user", "assistant")
-
-# ChatML (OpenAI; Qwen's and SmolLM2-Instruct's template): the template of
-# choice for a model trained from scratch, whose tokenizer has none.
-CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
-    "'\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-# ChatML's markers: a tokenizer trained from scratch (`CharTokenizer.with_special_tokens`) holds each as
-# one token of its own; the second ends an assistant turn, and so a served answer.
-CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
-
 
 @dataclass(frozen=True)
 class ChatExamples:
@@ -167,43 +156,6 @@ def conversation_messages(record, where):
     return checked
 
 
-def render_template(template, messages, add_generation_prompt, **special_tokens):
-    """A conversation rendered by a Jinja chat template as transformers'
-    `render_jinja_template` renders it: an immutable sandbox, Jinja's loop
-    controls, `raise_exception`, `strftime_now` and its `tojson`; `special_tokens`
-    are the template's variables `bos_token` and `eos_token`."""
-    try:
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError:
-        raise ValueError("a chat template needs jinja2; expected the serve extra: pip install -e .[serve]") from None
-    import datetime
-
-    if not isinstance(messages, list) or not all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, type(None)))
-        for m in messages
-    ):
-        raise ValueError('messages: expected a list of {"role": str, "content": str} objects')
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                extensions=["jinja2.ext.loopcontrols"])
-    environment.filters["tojson"] = tojson
-    environment.globals["raise_exception"] = raise_exception
-    environment.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
-    try:
-        return environment.from_string(template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt, **special_tokens
-        )
-    except jinja2.exceptions.TemplateError as error:
-        raise ValueError(f"the chat template refused the messages: {error}") from None
-
-
 def chat_examples(model_or_tokenizer, conversations, sequence_length, train_on_prompt=False, chat_template=None):
     """Conversations as padded token ids and the loss mask of fine-tuning.
 
@@ -222,7 +174,7 @@ def chat_examples(model_or_tokenizer, conversations, sequence_length, train_on_p
         train_on_prompt: bool; True counts every token, the system and user
             turns and the template's text too.
         chat_template: a Jinja template (str) to render with, e.g.
-            `zoo.data.CHATML`; None uses the tokenizer's own.
+            `zoo.tokenizers.CHATML`; None uses the tokenizer's own.
 
     Returns:
         A `ChatExamples`.
@@ -236,10 +188,10 @@ def chat_examples(model_or_tokenizer, conversations, sequence_length, train_on_p
     tokenizer = getattr(model_or_tokenizer, "tokenizer", None) or model_or_tokenizer
     if not hasattr(tokenizer, "tokenize_chat"):
         raise ValueError(f"chat_examples: a {type(tokenizer).__name__} cannot render a chat template; expected a "
-                         "zoo.data.HuggingFaceTokenizer (a tokenizer.json) or CharTokenizer, or a model carrying one")
+                         "zoo.tokenizers.HuggingFaceTokenizer (a tokenizer.json) or CharTokenizer, or a model carrying one")
     if (chat_template or tokenizer.chat_template) is None:
         raise ValueError("chat_examples: the tokenizer has no chat template; expected chat_template=... "
-                         "(zoo.data.CHATML for a model trained from scratch)")
+                         "(zoo.tokenizers.CHATML for a model trained from scratch)")
     if not isinstance(sequence_length, int) or sequence_length < 2:
         raise ValueError(f"sequence_length: expected an int >= 2; got {sequence_length!r}")
     shape = (len(conversations), sequence_length)

@@ -16,7 +16,7 @@ import csv
 import json
 from pathlib import Path
 
-from zoo.data.errors import DataError, at
+from zoo.errors import DataError, at
 
 FORMATS = {".csv": ",", ".tsv": "\t", ".jsonl": None, ".json": None}
 

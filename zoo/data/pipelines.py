@@ -24,8 +24,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from zoo.data.errors import DataError
 from zoo.data.packing import pack_sentences
+from zoo.errors import DataError
 
 
 def language_model_windows(ids, batch_size, sequence_length, seed=None):

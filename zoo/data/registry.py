@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from zoo.data.errors import DataError
+from zoo.errors import DataError
 
 
 @dataclasses.dataclass(frozen=True)

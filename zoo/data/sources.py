@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.data.errors import DataError, at
 from zoo.data.registry import dataset_path
+from zoo.errors import DataError, at
 
 TFDS_PREFIX = "tfds:"
 

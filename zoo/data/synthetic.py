@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from zoo.data.tokenizers import WordVocabulary
+from zoo.tokenizers.word_vocabulary import WordVocabulary
 
 DIGITS = tuple(str(d) for d in range(10))
 

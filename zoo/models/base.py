@@ -67,7 +67,7 @@ class ZooModel(keras.Model):
     def tokenizer(self):
         """The tokenizer the model carries, or None: a keras-hub tokenizer
         (`WordPieceTokenizer`, `BytePairTokenizer` and their subclasses) or
-        `zoo.data.CharTokenizer` / `zoo.data.WordTokenizer`."""
+        `zoo.tokenizers.CharTokenizer` / `zoo.tokenizers.WordTokenizer`."""
         return getattr(self, "_tokenizer", None)
 
     @tokenizer.setter
@@ -536,7 +536,7 @@ def check_tokenizer(tokenizer, model=None, name="tokenizer"):
     if missing or not isinstance(tokenizer, keras.layers.Layer):
         raise TypeError(
             f"{name}: expected a keras-hub tokenizer (e.g. keras_hub.tokenizers.WordPieceTokenizer) or "
-            f"zoo.data.CharTokenizer / WordTokenizer / HuggingFaceTokenizer, a Keras layer with tokenize, "
+            f"zoo.tokenizers.CharTokenizer / WordTokenizer / HuggingFaceTokenizer, a Keras layer with tokenize, "
             f"detokenize and vocabulary_size; got {type(tokenizer).__name__}."
         )
     if name == "source_tokenizer" and not hasattr(model, "source_vocabulary_size"):

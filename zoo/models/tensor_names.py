@@ -39,6 +39,14 @@ def tokenizer_settings(folder):
     return read_json(path) if path.is_file() else {}
 
 
+def generation_settings(folder, keys):
+    """The `keys` a checkpoint folder sets for generation, as transformers reads them: from
+    generation_config.json alone when the folder has one, else from config.json."""
+    path = folder / "generation_config.json"
+    values = read_json(path if path.is_file() else folder / "config.json")
+    return {key: values[key] for key in keys if values.get(key) is not None}
+
+
 def special_token(settings, key, default):
     """The token tokenizer_config.json names for `key` (a str, or a dict with "content"), else `default`."""
     value = settings.get(key) or default

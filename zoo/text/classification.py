@@ -48,7 +48,7 @@ def classify(model, sentences, label_names=None, batch_size=32):
 
     ```python
     import zoo
-    from zoo.data import train_word_piece
+    from zoo.tokenizers import train_word_piece
 
     tokenizer = train_word_piece(["a gripping film", "a dull film"], vocabulary_size=50)
     classifier = zoo.build("bert-tiny", "classifier", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)

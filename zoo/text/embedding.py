@@ -24,7 +24,7 @@ def embed(model, sentences, batch_size=32):
 
     ```python
     import zoo
-    from zoo.data import train_word_piece
+    from zoo.tokenizers import train_word_piece
 
     tokenizer = train_word_piece(["a dog runs", "a dog is running"], vocabulary_size=50)
     encoder = zoo.build("bert-tiny", "sentence_encoder", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)

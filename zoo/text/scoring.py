@@ -31,7 +31,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from zoo.data.tokenizers import token_id_lists
+from zoo.tokenizers import token_id_lists
 from zoo.generation import compiled, prompts
 from zoo.models import CausalLM, EncoderDecoder
 from zoo.text.tokens import decode, special_id, tokenizer_of
@@ -133,7 +133,7 @@ def score(model, contexts, continuations, batch_size=8, top_logprobs=0):
 
     ```python
     import zoo
-    from zoo.data import CharTokenizer
+    from zoo.tokenizers import CharTokenizer
 
     tokenizer = CharTokenizer.from_text("the cat sat on a mat.")
     lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
@@ -198,7 +198,7 @@ def score_rolling(model, texts, stride=None, prefix_token_id="auto", batch_size=
 
     ```python
     import zoo
-    from zoo.data import CharTokenizer
+    from zoo.tokenizers import CharTokenizer
 
     text = "the cat sat on a mat. " * 10
     tokenizer = CharTokenizer.from_text(text)

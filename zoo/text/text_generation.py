@@ -17,7 +17,7 @@ import inspect
 
 import numpy as np
 
-from zoo.data.tokenizers import token_id_lists
+from zoo.tokenizers import token_id_lists
 from zoo.generation import samplers
 from zoo.generation.controls import NAMES as CONTROLS
 from zoo.generation.api import generate_ids
@@ -125,7 +125,7 @@ def generate(
 
     ```python
     import zoo
-    from zoo.data import CharTokenizer
+    from zoo.tokenizers import CharTokenizer
 
     tokenizer = CharTokenizer.from_text("ROMEO: JULIET: abcdefghijklmnopqrstuvwxyz\\n")
     lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
@@ -194,7 +194,7 @@ def stream(model, prompt, *args, skip_prompt=False, **kwargs):
 
     ```python
     import zoo
-    from zoo.data import CharTokenizer
+    from zoo.tokenizers import CharTokenizer
 
     tokenizer = CharTokenizer.from_text("ROMEO: JULIET: abcdefghijklmnopqrstuvwxyz\\n")
     lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)
@@ -317,7 +317,7 @@ class TextGeneration:
     Example:
 
     ```python
-    prompt_ids = zoo.data.token_id_lists(lm.tokenizer, ["ROMEO:"])
+    prompt_ids = zoo.tokenizers.token_id_lists(lm.tokenizer, ["ROMEO:"])
     generation = TextGeneration(lm, prompt_ids, 20, sampler="top_k", top_k=5, seed=0)
     for pieces in generation.steps():  # after each token: [(row, piece), ...]
         ids, probabilities = generation.decoding.new_tokens[0], generation.decoding.probabilities[0]

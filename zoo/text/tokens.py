@@ -9,7 +9,7 @@ Shape letters: N sentences, W the model's window (its
 import keras
 import numpy as np
 
-from zoo.data.tokenizers import token_id_lists
+from zoo.tokenizers import token_id_lists
 
 # The default of `stop_token_ids`: the tokenizer's end token for text (as
 # keras-hub's CausalLM), none for token ids.
@@ -55,7 +55,7 @@ def tokenizer_of(model, what):
             return tokenizer
     raise ValueError(
         f"{what}: the {type(model).__name__} carries no tokenizer; pass token ids or attach one with "
-        "model.tokenizer = ... (a keras-hub tokenizer, zoo.data.CharTokenizer, WordTokenizer or HuggingFaceTokenizer)."
+        "model.tokenizer = ... (a keras-hub tokenizer, zoo.tokenizers.CharTokenizer, WordTokenizer or HuggingFaceTokenizer)."
     )
 
 

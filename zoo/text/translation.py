@@ -4,7 +4,7 @@ encoder-decoder that carries its tokenizer.
 Shape letters: N sentences, W the model's window (its `max_sequence_length`).
 """
 
-from zoo.data.tokenizers import token_id_lists
+from zoo.tokenizers import token_id_lists
 from zoo.generation.api import beam_search, generate_ids
 from zoo.models import EncoderDecoder
 from zoo.text.tokens import check_not_empty, decode, decoder_prompt, sentence_list, special_id, tokenizer_of
@@ -54,7 +54,7 @@ def translate(model, sentences, max_length=None, num_beams=None, length_penalty=
 
     ```python
     import zoo
-    from zoo.data import WordTokenizer
+    from zoo.tokenizers import WordTokenizer
 
     tokenizer = WordTokenizer.from_texts(["a dog runs", "ein hund läuft"])
     model = zoo.build("transformer-tiny", vocabulary_size=tokenizer.vocabulary_size(), tokenizer=tokenizer)

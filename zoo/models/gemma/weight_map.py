@@ -3,7 +3,7 @@ transformers' `gemma3_text` (`Gemma3ForCausalLM`, `Gemma3TextModel`: the
 270M and 1B models).
 
 Config in and out, the tensor-name table and the tokenizer (the folder's
-`tokenizer.json` as a `zoo.data.HuggingFaceTokenizer`). transformers'
+`tokenizer.json` as a `zoo.tokenizers.HuggingFaceTokenizer`). transformers'
 `q_proj`, `k_proj` and `v_proj` (out, in) weights are the transposed
 column blocks [q | k | v] of the zoo's fused kernel, and its four norms per
 layer are the two `AddNorm`s' input and output norms; the (1 + w) scale is
@@ -105,7 +105,7 @@ def check_huggingface_export(backbone):
 
 def to_huggingface_config(model):
     from zoo.models.llama.weight_map import special_ids
-    from zoo.data import HuggingFaceTokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer
 
     backbone = getattr(model, "backbone", model)
     config = backbone.get_config()
@@ -160,14 +160,14 @@ def tied_copies(model, checkpoint_names):
 
 def tokenizer_problem(tokenizer, format, backbone):
     """Why `tokenizer` cannot be written as the checkpoint's tokenizer in `format`; None when it can."""
-    from zoo.data import HuggingFaceTokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer
 
     if format == "keras-hub":
         return "keras-hub's Gemma 3 presets are not written by the zoo"
     if tokenizer is None:
         return "the model has no tokenizer (set model.tokenizer)"
     if not isinstance(tokenizer, HuggingFaceTokenizer):
-        return f"model.tokenizer is a {type(tokenizer).__name__}; expected a zoo.data.HuggingFaceTokenizer"
+        return f"model.tokenizer is a {type(tokenizer).__name__}; expected a zoo.tokenizers.HuggingFaceTokenizer"
     return None
 
 

@@ -4,7 +4,7 @@ and keras-hub's `LlamaBackbone`, `Llama3Backbone`, `MistralBackbone`,
 `QwenBackbone` and `Qwen3Backbone`.
 
 Config in and out, the tensor-name table, the tokenizer (the folder's
-`tokenizer.json` as a `zoo.data.HuggingFaceTokenizer`; keras-hub's
+`tokenizer.json` as a `zoo.tokenizers.HuggingFaceTokenizer`; keras-hub's
 byte-pair tokenizers in a preset) and the keras-hub weight copy.
 
 transformers' `q_proj`, `k_proj` and `v_proj` (out, in) weights are the
@@ -165,7 +165,7 @@ def check_huggingface_export(backbone):
 
 
 def to_huggingface_config(model):
-    from zoo.data import HuggingFaceTokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer
 
     backbone = getattr(model, "backbone", model)
     config = backbone.get_config()
@@ -240,7 +240,8 @@ def tied_copies(model, checkpoint_names):
 
 
 def read_huggingface_tokenizer(folder, vocabulary_size, weights_file):
-    from zoo.data import DataError, HuggingFaceTokenizer
+    from zoo.data import DataError
+    from zoo.tokenizers import HuggingFaceTokenizer
 
     require_files(folder, "tokenizer.json", why="the checkpoint's tokenizer (tokenizer.json)")
     try:
@@ -264,14 +265,14 @@ def tokenizer_problem(tokenizer, format, backbone):
     """Why `tokenizer` cannot be written as the checkpoint's tokenizer in `format`; None when it can."""
     import keras_hub
 
-    from zoo.data import HuggingFaceTokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer
 
     if tokenizer is None:
         return "the model has no tokenizer (set model.tokenizer)"
     if format == "keras-hub" and isinstance(tokenizer, keras_hub.tokenizers.Tokenizer):
         return None  # a keras-hub preset's own tokenizer goes back as it is
     if not isinstance(tokenizer, HuggingFaceTokenizer):
-        return f"model.tokenizer is a {type(tokenizer).__name__}; expected a zoo.data.HuggingFaceTokenizer"
+        return f"model.tokenizer is a {type(tokenizer).__name__}; expected a zoo.tokenizers.HuggingFaceTokenizer"
     if format == "huggingface":
         return None
     if not _is_byte_level_bpe(tokenizer.tokenizer_json()):

@@ -1,5 +1,5 @@
 """keras-hub's `BartBackbone` -> the zoo's `EncoderDecoder`, and its
-`BartTokenizer` -> `zoo.data.HuggingFaceTokenizer`.
+`BartTokenizer` -> `zoo.tokenizers.HuggingFaceTokenizer`.
 
 keras-hub's BART is transformers' post-LN BART with exact GELU, LayerNorms
 of epsilon 1e-5 on the embeddings, one token table for both stacks and the
@@ -81,7 +81,7 @@ def copy_weights(model, backbone, where):
 def tokenizer(hub_tokenizer):
     """keras-hub's BartTokenizer as the zoo's byte-level BPE with its ids; the decoder starts
     from `</s>` then `<s>`, as keras-hub's BartSeq2SeqLMPreprocessor and transformers' BART."""
-    from zoo.data import HuggingFaceTokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer
 
     vocabulary = dict(hub_tokenizer.vocabulary)
     generation = {"decoder_start_token_id": vocabulary["</s>"], "forced_bos_token_id": vocabulary["<s>"]}

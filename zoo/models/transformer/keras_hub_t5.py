@@ -1,5 +1,5 @@
 """keras-hub's `T5Backbone` (T5 v1.0, and Flan-T5 with `use_gated_activation`)
--> the zoo's `EncoderDecoder`, and its `T5Tokenizer` -> `zoo.data.T5Tokenizer`.
+-> the zoo's `EncoderDecoder`, and its `T5Tokenizer` -> `zoo.tokenizers.T5Tokenizer`.
 
 keras-hub's T5 is transformers' with fixed relative-position settings (32
 buckets, distance 128, the table in the first layer of each stack),
@@ -106,8 +106,8 @@ def copy_weights(model, backbone, where):
 def tokenizer(hub_tokenizer):
     """keras-hub's T5Tokenizer as the zoo's, with keras-hub's ids (the
     SentencePiece model's, no sentinels); the decoder starts from `<pad>`."""
-    from zoo.data import T5Tokenizer
-    from zoo.data.t5_tokenizer import t5_vocabulary
+    from zoo.tokenizers import T5Tokenizer
+    from zoo.tokenizers.t5_tokenizer import t5_vocabulary
 
     proto = bytes(hub_tokenizer.proto)
     vocabulary = t5_vocabulary(proto, extra_ids=0)

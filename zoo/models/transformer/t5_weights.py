@@ -10,15 +10,17 @@ blocks with a final norm of each stack (`normalization="rms_norm"`,
 (`feed_forward_proj="relu"`) ties the output layer to the shared embedding
 and rescales the decoder output by d_model**-0.5 before it
 (`scale_tied_output`); v1.1 and Flan-T5 (`"gated-gelu"`: GELU's tanh form
-gating `wi_0`, times `wi_1`) have an untied `lm_head`.
+gating `wi_0`, times `wi_1`) do not rescale, and have an untied `lm_head`
+in the published folders; transformers >= 5 ties it and writes
+`"scale_decoder_outputs": false`, which the zoo reads as it does.
 
 The tokenizer is `spiece.model` with transformers' `T5Tokenizer` ids
-(`zoo.data.T5Tokenizer`): the SentencePiece model's own (`<pad>` 0, `</s>`
+(`zoo.tokenizers.T5Tokenizer`): the SentencePiece model's own (`<pad>` 0, `</s>`
 1, `<unk>` 2), then the 100 sentinels, `<extra_id_0>` last; `</s>` appended
 to each text. A folder without `spiece.model` reads its `tokenizer.json`
 (`T5TokenizerFast`'s file: a Unigram model, the sentinels as added tokens,
 `</s>` appended by its post-processor) through the `tokenizers` package as
-a `zoo.data.HuggingFaceTokenizer`. An encoder and a decoder
+a `zoo.tokenizers.HuggingFaceTokenizer`. An encoder and a decoder
 of different depths are refused with one line, as is a feed-forward
 projection the zoo does not compute.
 """
@@ -30,6 +32,7 @@ from zoo.models.tensor_names import (
     TensorName,
     check_vocabulary,
     fused_linear,
+    generation_settings,
     linear,
     read_architecture,
     read_json,
@@ -62,6 +65,9 @@ def from_huggingface_config(config, config_file):
         refuse_config_value(config, config_file, "feed_forward_proj", f"expected one of {', '.join(FEED_FORWARD)}")
     activation, gated = FEED_FORWARD[projection]
     tied = bool(get("tie_word_embeddings", True))
+    # transformers >= 5 writes whether the decoder output is rescaled as `scale_decoder_outputs`
+    # (v1.0 yes, v1.1 no) and ties every head; before, `tie_word_embeddings` said both.
+    scaled = bool(get("scale_decoder_outputs", tied))
     zoo_config = dict(
         vocabulary_size=get("vocab_size"),
         source_vocabulary_size=get("vocab_size"),
@@ -84,7 +90,7 @@ def from_huggingface_config(config, config_file):
         layer_norm_epsilon=float(get("layer_norm_epsilon", 1e-6)),
         scale_embeddings=False,
         tie_output=tied,
-        scale_tied_output=tied,
+        scale_tied_output=scaled,
     )
     return architecture, ARCHITECTURES[architecture], zoo_config
 
@@ -96,8 +102,6 @@ def check_huggingface_export(backbone):
         (config["use_bias"], "use_bias=True; T5 has no biases"),
         (not config["norm_first"], "norm_first=False; T5 is pre-norm"),
         (config["attention_scale"] != 1.0, "attention_scale is not 1.0; T5's logits are unscaled"),
-        (config["tie_output"] != config["scale_tied_output"],
-         "T5 rescales the decoder output exactly when its output layer is tied"),
         (config["final_logits_bias"] or config["layernorm_embedding"] or config["scale_embeddings"],
          "T5 has no final logits bias, embedding LayerNorm or embedding scale"),
         ((config["activation"], config["gated_feed_forward"]) not in FEED_FORWARD.values(),
@@ -132,6 +136,7 @@ def to_huggingface_config(model):
         "feed_forward_proj": projection,
         "is_gated_act": config["gated_feed_forward"],
         "tie_word_embeddings": config["tie_output"],
+        "scale_decoder_outputs": config["scale_tied_output"],
         "n_positions": config["max_sequence_length"],
         "is_encoder_decoder": True,
         "pad_token_id": 0 if pad is None else pad,
@@ -199,22 +204,14 @@ def tied_copies(model):
     return copies + ([("lm_head.weight", "shared.weight")] if model.output_projection is None else [])
 
 
-def _generation_settings(folder):
-    settings = {}
-    for name in ("config.json", "generation_config.json"):
-        if (folder / name).is_file():
-            values = read_json(folder / name)
-            settings.update({key: values[key] for key in GENERATION_KEYS if values.get(key) is not None})
-    return settings
-
-
 def read_tokenizer(folder, vocabulary_size, weights_file):
     """`spiece.model` with T5Tokenizer's ids (its legacy mode, the default), else `tokenizer.json`
     (T5TokenizerFast's, which also holds the non-legacy mode of `"legacy": false`); the decoder
     starts from `decoder_start_token_id` (`<pad>`)."""
-    from zoo.data import DataError, T5Tokenizer
+    from zoo.data import DataError
+    from zoo.tokenizers import T5Tokenizer
 
-    generation = _generation_settings(folder)
+    generation = generation_settings(folder, GENERATION_KEYS)
     settings = tokenizer_settings(folder)
     has_json = (folder / "tokenizer.json").is_file()
     if has_json and (settings.get("legacy") is False or not (folder / "spiece.model").is_file()):
@@ -236,7 +233,8 @@ def read_tokenizer(folder, vocabulary_size, weights_file):
 def _read_tokenizer_json(folder, settings, vocabulary_size, weights_file, generation):
     """tokenizer.json as a HuggingFaceTokenizer: a Unigram model whose `</s>` and `<pad>` (or the
     tokens tokenizer_config.json names) are config.json's `eos_token_id` and `pad_token_id`."""
-    from zoo.data import DataError, HuggingFaceTokenizer
+    from zoo.data import DataError
+    from zoo.tokenizers import HuggingFaceTokenizer
 
     where = folder / "tokenizer.json"
     end, pad = special_token(settings, "eos_token", "</s>"), special_token(settings, "pad_token", "<pad>")
@@ -260,7 +258,7 @@ def _read_tokenizer_json(folder, settings, vocabulary_size, weights_file, genera
 
 
 def tokenizer_problem(tokenizer, format):
-    from zoo.data import HuggingFaceTokenizer, T5Tokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer, T5Tokenizer
 
     if format != "huggingface":
         return "keras-hub has no T5 tokenizer"
@@ -268,14 +266,14 @@ def tokenizer_problem(tokenizer, format):
         model = (tokenizer.tokenizer_json().get("model") or {}).get("type")
         return None if model == "Unigram" else f"the tokenizer.json's model is {model!r}; T5 needs a 'Unigram'"
     if not isinstance(tokenizer, T5Tokenizer):
-        return (f"model.tokenizer is a {type(tokenizer).__name__}; T5 needs a zoo.data.T5Tokenizer (spiece.model) "
-                "or a zoo.data.HuggingFaceTokenizer (tokenizer.json)")
+        return (f"model.tokenizer is a {type(tokenizer).__name__}; T5 needs a zoo.tokenizers.T5Tokenizer (spiece.model) "
+                "or a zoo.tokenizers.HuggingFaceTokenizer (tokenizer.json)")
     return None
 
 
 def write_tokenizer(tokenizer, folder, model):
     """spiece.model (or the tokenizer.json it came as), tokenizer_config.json and generation_config.json."""
-    from zoo.data import HuggingFaceTokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer
     from zoo.files import atomic_path
 
     if isinstance(tokenizer, HuggingFaceTokenizer):

@@ -26,10 +26,10 @@ the tied output layer.
 
 Config in and out, the tensor-name tables, the tokenizers and the
 generation settings of `generation_config.json`. Marian's `source.spm`,
-`target.spm` and `vocab.json` are two `zoo.data.MarianTokenizer`s (the
+`target.spm` and `vocab.json` are two `zoo.tokenizers.MarianTokenizer`s (the
 model's `source_tokenizer` and `tokenizer`); BART's byte-level BPE
 (`tokenizer.json`, or `vocab.json` and `merges.txt` as transformers'
-`RobertaConverter` reads them) is one `zoo.data.HuggingFaceTokenizer` for
+`RobertaConverter` reads them) is one `zoo.tokenizers.HuggingFaceTokenizer` for
 both sides. transformers' `q_proj`, `k_proj` and `v_proj` (out, in)
 weights are the transposed column blocks [q | k | v] of the zoo's fused
 (d, 3d) self-attention kernel; in the cross-attention, `k_proj` and
@@ -57,6 +57,7 @@ from zoo.models.tensor_names import (
     TensorName,
     check_vocabulary,
     fused_linear,
+    generation_settings,
     linear,
     read_architecture,
     read_json,
@@ -410,29 +411,20 @@ def tied_copies(model, checkpoint_names):
 # --- Hugging Face: tokenizers and generation settings -------------------------------------
 
 
-def _generation_settings(folder):
-    """generation_config.json's settings (config.json's where it has none), as transformers reads them."""
-    settings = {}
-    for name in ("config.json", "generation_config.json"):
-        if (folder / name).is_file():
-            values = read_json(folder / name)
-            settings.update({key: values[key] for key in GENERATION_KEYS if values.get(key) is not None})
-    return settings
-
-
 def _folder_model_type(folder):
     return read_json(folder / "config.json").get("model_type")
 
 
 def _read_side(folder, side, vocabulary_size, weights_file):
-    from zoo.data import DataError, MarianTokenizer
+    from zoo.data import DataError
+    from zoo.tokenizers import MarianTokenizer
 
     settings = tokenizer_settings(folder)
     if settings.get("separate_vocabs"):
         raise CheckpointError(
             f"{folder / 'tokenizer_config.json'}: separate_vocabs=True is not supported; expected one vocab.json."
         )
-    generation = _generation_settings(folder)
+    generation = generation_settings(folder, GENERATION_KEYS)
     try:
         tokenizer = MarianTokenizer.from_folder(folder, side, generation.get("decoder_start_token_id"), generation)
     except (DataError, ValueError) as error:
@@ -483,9 +475,10 @@ def _read_bart_tokenizer(folder, vocabulary_size, weights_file):
     """`tokenizer.json` (what transformers' BartTokenizerFast reads), else `vocab.json` and `merges.txt`
     (BartTokenizer's) turned into the same tokenizer; its `<s>`, `</s>` and `<pad>` (or the tokens
     tokenizer_config.json names) checked against config.json's ids, the other file and the embedding."""
-    from zoo.data import DataError, HuggingFaceTokenizer
+    from zoo.data import DataError
+    from zoo.tokenizers import HuggingFaceTokenizer
 
-    generation = _generation_settings(folder)
+    generation = generation_settings(folder, GENERATION_KEYS)
     from_json = (folder / "tokenizer.json").is_file()
     if not from_json:
         require_files(folder, "vocab.json", "merges.txt",
@@ -531,7 +524,7 @@ def _read_bart_tokenizer(folder, vocabulary_size, weights_file):
 
 
 def tokenizer_problem(tokenizer, format, backbone):
-    from zoo.data import HuggingFaceTokenizer, MarianTokenizer
+    from zoo.tokenizers import HuggingFaceTokenizer, MarianTokenizer
 
     kind = model_type(backbone)
     if kind == "t5":

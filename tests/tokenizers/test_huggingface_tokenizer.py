@@ -26,8 +26,9 @@ import tokenizers
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 import zoo
-from zoo.data import DataError, HuggingFaceTokenizer
-from zoo.data.tokenizers import token_id_lists
+from zoo.data import DataError
+from zoo.tokenizers import HuggingFaceTokenizer
+from zoo.tokenizers import token_id_lists
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = [

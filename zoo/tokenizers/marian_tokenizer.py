@@ -35,8 +35,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from zoo.data.errors import DataError
-from zoo.data.text_tokenizer import TextTokenizer
+from zoo.errors import DataError
+from zoo.tokenizers.text_tokenizer import TextTokenizer
 from zoo.files import write_text
 
 MODEL_ASSET, VOCABULARY_ASSET = "sentencepiece.model", "vocab.json"

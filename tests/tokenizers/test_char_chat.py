@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.data import CHATML, CHATML_TOKENS, CharTokenizer, CharVocabulary, DataError, chat_examples
+from zoo.data import DataError, chat_examples
+from zoo.tokenizers import CHATML, CHATML_TOKENS, CharTokenizer, CharVocabulary
 
 START, END = CHATML_TOKENS
 ALPHABET = "abcdefghijklmnopqrstuvwxyz ,.:?!\n"

@@ -7,15 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zoo.data import (
-    CharVocabulary,
-    DataError,
-    WordVocabulary,
-    load_word_piece,
-    save_vocabulary,
-    train_byte_pair,
-    train_word_piece,
-)
+from zoo.data import DataError
+from zoo.tokenizers import CharVocabulary, WordVocabulary, load_word_piece, save_vocabulary, train_byte_pair, train_word_piece
 
 CORPUS = [
     "The cat danced on the mat.",

@@ -94,3 +94,11 @@ def id_rows(inputs):
     if len(inputs) and not np.isscalar(inputs[0]):
         return [np.asarray(row, dtype=np.int64).reshape(-1).tolist() for row in inputs], False
     return [np.asarray(inputs, dtype=np.int64).reshape(-1).tolist()], True
+
+
+def token_id_lists(tokenizer, texts):
+    """A keras-hub tokenizer's ids for each text, as Python lists of ints
+    (its output is a tf.RaggedTensor on TensorFlow)."""
+    rows = tokenizer(texts)
+    rows = rows.to_list() if hasattr(rows, "to_list") else rows
+    return [list(map(int, row)) for row in rows]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import keras
 
-from zoo.data.marian_tokenizer import UNKNOWN, MarianTokenizer
+from zoo.tokenizers.marian_tokenizer import UNKNOWN, MarianTokenizer
 
 EXTRA_IDS = 100
 SENTINEL = re.compile(r"<extra_id_\d+>")

@@ -11,7 +11,7 @@ import json
 import pytest
 
 import zoo
-from zoo.data import HuggingFaceTokenizer, train_sentence_piece
+from zoo.tokenizers import HuggingFaceTokenizer, train_sentence_piece
 
 CORPUS = [
     "Ein Mann fährt Fahrrad.",
