@@ -18,8 +18,9 @@ loads that folder its own way:
 - llama.cpp (llama-cpp-python): a GGUF written by llama.cpp's own
   `convert_hf_to_gguf.py` (f32 and q8_0; q4_0 by `llama_model_quantize`
   from the f32 file); the converter is looked for at `--llama-cpp` (an
-  unpacked llama.cpp or llama-cpp-python source tree:
-  `pip download --no-deps --no-binary :all: llama-cpp-python`).
+  unpacked llama.cpp or llama-cpp-python source tree; by default the one
+  `pip download --no-deps --no-binary :all: llama-cpp-python -d /tmp/lcpp`
+  and `tar xf` unpack under /tmp/lcpp).
   Batch 1 only: llama-cpp-python's `Llama` decodes one sequence.
 - ctranslate2: `TransformersConverter` (float32; int8 weights with
   int8 activations, its CPU int8), `Generator.generate_batch` greedy.
@@ -68,6 +69,7 @@ SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, n
                     num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5,
                     rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
                     initializer_range=0.041666666666666664)
+DOWNLOADS = "/tmp/lcpp"  # where `pip download ... -d /tmp/lcpp` and tar unpack llama-cpp-python's source
 TINY_SHAKESPEARE = Path(os.environ.get("ZOO_DATA", "data")) / "tinyshakespeare" / "input.txt"
 
 
@@ -152,7 +154,7 @@ def ct2_folder(work, compute_type):
 def find_llama_cpp(given):
     """An unpacked llama.cpp source tree holding convert_hf_to_gguf.py, or None."""
     candidates = [Path(given)] if given else []
-    candidates += sorted(Path("/tmp/lcpp").glob("llama_cpp_python-*/vendor/llama.cpp")) if Path("/tmp/lcpp").exists() else []
+    candidates += sorted(Path(DOWNLOADS).glob("llama_cpp_python-*/vendor/llama.cpp"))
     for candidate in candidates:
         if (candidate / "convert_hf_to_gguf.py").exists():
             return candidate
@@ -307,7 +309,8 @@ def main():
     parser.add_argument("--batches", default="1", help="comma-separated batch sizes (default %(default)s; full: 1,8)")
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens (default %(default)s)")
     parser.add_argument("--new-tokens", type=int, default=32, help="new tokens a call (default %(default)s; full: 128)")
-    parser.add_argument("--rounds", type=int, default=2, help="timed calls per engine after the first (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="timed calls per engine after the first (default %(default)s)")
     parser.add_argument("--threads", type=int, default=2, help="threads of every engine (default %(default)s)")
     parser.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "zoo_cpu_engines",
                         help="where the checkpoint and its conversions are kept (default %(default)s)")
@@ -348,8 +351,8 @@ def main():
         workers = {}
         for engine in runnable:
             parent, child = context.Pipe()
-            process = context.Process(target=worker, args=(child, engine, args.work, precision, args.threads, llama_cpp),
-                                      daemon=True)
+            process = context.Process(
+                target=worker, args=(child, engine, args.work, precision, args.threads, llama_cpp), daemon=True)
             process.start()
             workers[engine] = (parent, process)
         status = {e: workers[e][0].recv() for e in runnable}  # loading, all engines at once

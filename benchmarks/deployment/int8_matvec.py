@@ -22,6 +22,10 @@ with a scale per output unit; int4 two a byte along d_out, with a scale
   int8 idea). XLA's CPU backend converts both operands to int32 first.
 - int8 fused: sum_i x_i float(Wq_ij), de-scaled: a multiply and a reduction,
   which XLA fuses into one loop that reads the int8 kernel itself.
+- int8 fused rows, int8 x int8 fused rows: the same with the kernel
+  stored transposed, (d_out, d_in), so that each sum runs along a
+  contiguous row (the second in integers, the activation quantized).
+- int4 convert+dot: the nibbles unpacked and converted, a dot per group.
 - int4 fused: the nibbles unpacked (shifts) inside the same fused loop;
   per group the partial sums times the group's scale, minus its zero
   point times the group's input sum.
@@ -33,7 +37,6 @@ matvec in NumPy; each variant's fraction is that time over its own.
 
 import argparse
 import os
-import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
