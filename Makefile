@@ -9,14 +9,14 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 # repository where it is there (a user's own machine fetches and caches them).
 export ZOO_DATA ?= $(abspath ../shared/data)
 
-.PHONY: install browser test test-integration test-tf test-jax test-torch test-slow mutate demo bench clean
+.PHONY: install browser test test-quick test-jax test-integration test-tf test-jax test-torch test-slow mutate demo bench clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,jax,eval,serve,export]"
+	$(PY) -m pip install -q -e ".[test,jax,eval,serve,export,gguf]"
 	touch $(STAMP)
 
 # The explorer's browser test drives Debian's chromium through its driver;
@@ -27,25 +27,38 @@ browser:
 		  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || \
 		  echo "chromium not installed: the explorer's browser test will skip"; }
 
-# The quick suite: the layer, generation, training-mode, Llama-family, Gemma,
-# fine-tuning (LoRA reload), loss-precision and error-message tests and the
-# export from JAX on the JAX backend, then everything but the end-to-end runs
-# on TensorFlow, gpt_char's and bert_classify's smallest commands run twice
-# (equal weights) included. Offline. Two pytest workers (pytest-xdist; a test file stays on
-# one worker, so its module fixtures are built once): most tests keep one core
-# busy with Python, so two of them use both cores of a small machine;
-# WORKERS=N for a larger one.
+# The quick suite, offline, with two pytest workers (pytest-xdist; a test file stays on one
+# worker, so its module fixtures are built once; WORKERS=N for a larger machine): the layer
+# tests, the export from JAX and the error messages on JAX, then everything but the end-to-end
+# runs on TensorFlow (gpt_char's and bert_classify's smallest commands run twice, equal
+# weights, included).
 WORKERS ?= 2
+JAX_QUICK := tests/layers tests/deployment/test_other_backends.py tests/test_error_messages.py
 test: $(STAMP) browser
-	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests/layers tests/generation tests/models/test_training_mode.py tests/models/test_llama.py tests/models/test_gemma.py tests/models/test_finetune.py \
-		tests/training/test_loss_dtype.py tests/deployment/test_other_backends.py tests/test_error_messages.py --ignore=tests/layers/test_docstrings.py
+	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(WORKERS) --dist loadfile $(JAX_QUICK) --ignore=tests/layers/test_docstrings.py
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
+
+# A contributor's inner loop, about two minutes: one fast file of each package, on TensorFlow.
+QUICK := tests/layers/test_layer_normalization.py tests/generation/test_interface.py \
+	tests/tokenizers/test_tokenizers.py tests/data/test_columns.py tests/models/test_config.py \
+	tests/checkpoints/test_errors.py tests/training/test_schedules.py tests/text/test_text_api.py \
+	tests/serve/test_protocol.py tests/explore/test_app.py tests/recipes/test_flags.py \
+	tests/test_layering.py
+test-quick: $(STAMP)
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n $(WORKERS) --dist loadfile $(QUICK)
+
+# The model, generation, training-mode, Llama-family, Gemma, fine-tuning (LoRA reload) and
+# loss-precision tests on JAX (`make test` runs the layer tests on JAX); `make test-integration` runs them.
+JAX_MODELS := tests/generation tests/models/test_training_mode.py tests/models/test_llama.py \
+	tests/models/test_gemma.py tests/models/test_finetune.py tests/training/test_loss_dtype.py
+test-jax: $(STAMP)
+	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(WORKERS) --dist loadfile $(JAX_MODELS) --ignore=tests/layers/test_docstrings.py
 
 # The end-to-end runs (`integration` in pyproject.toml): every recipe's
 # smallest run, reloaded and used, on TensorFlow and on JAX, training across
 # devices and processes, a fresh clone's first run, a killed run resumed,
 # the exports for runtimes. Offline; .ci/run runs it after `make test`.
-test-integration: $(STAMP)
+test-integration: $(STAMP) test-jax
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m integration
 
 # The same layer, model and generation tests on torch, Keras' third backend,

@@ -32,7 +32,6 @@ a translate run) samples its answer to the prompt (Flan-T5:
 """
 
 import argparse
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -41,18 +40,18 @@ from recipes.errors import REFUSED, error_line
 from recipes.flags import COUNT, PORT, POSITIVE, POSITIVE_INT, Number
 from recipes.startup import load_keras
 
-# name -> (module, one line)
+# name -> one line
 RECIPES = {
-    "gpt_char": ("recipes.gpt_char", "character-level GPT on Tiny Shakespeare (nanoGPT's baby GPT)"),
-    "gpt_finetune": ("recipes.gpt_finetune", "fine-tune a pretrained GPT-2 (keras-hub or Hugging Face folder) on a text"),
-    "sft": ("recipes.sft", "chat / instruction fine-tuning of a causal LM on conversations (JSONL), its template kept"),
-    "translate": ("recipes.translate", "encoder-decoder Transformer on Multi30k, German -> English (BLEU)"),
-    "bert_pretrain": ("recipes.bert_pretrain", "pretrain a small BERT with the masked language model"),
-    "bert_classify": ("recipes.bert_classify", "fine-tune BERT on SST-2 sentiment (from a pretrained run or scratch)"),
-    "demo": ("recipes.demo", "a tiny encoder-decoder learns a toy English -> German grammar (a minute)"),
+    "gpt_char": "character-level GPT on Tiny Shakespeare (nanoGPT's baby GPT)",
+    "gpt_finetune": "fine-tune a pretrained GPT-2 (keras-hub or Hugging Face folder) on a text",
+    "sft": "chat / instruction fine-tuning of a causal LM on conversations (JSONL), its template kept",
+    "translate": "encoder-decoder Transformer on Multi30k, German -> English (BLEU)",
+    "bert_pretrain": "pretrain a small BERT with the masked language model",
+    "bert_classify": "fine-tune BERT on SST-2 sentiment (from a pretrained run or scratch)",
+    "demo": "a tiny encoder-decoder learns a toy English -> German grammar (a minute)",
 }
 # zoo.export's formats: for runtimes (exported on TensorFlow), then checkpoints.
-EXPORT_FORMATS = ("tf_saved_model", "onnx", "litert", "huggingface", "keras-hub")
+EXPORT_FORMATS = ("tf_saved_model", "onnx", "litert", "huggingface", "keras-hub", "gguf")
 # What each recipe's model does with text, for `zoo sample/translate/classify`.
 # An encoder-decoder samples an answer to its prompt too (`zoo sample`).
 USES = {"gpt_char": ("sample",), "gpt_finetune": ("sample",), "sft": ("sample",), "translate": ("translate", "sample"),
@@ -66,7 +65,7 @@ def recipe_name(name):
 
 
 def _recipe_list():
-    return "recipes:\n" + "\n".join(f"  {name:15s}{line}" for name, (_, line) in RECIPES.items())
+    return "recipes:\n" + "\n".join(f"  {name:15s}{line}" for name, line in RECIPES.items())
 
 
 def parser():
@@ -170,13 +169,17 @@ def parser():
         "export", help="write a model for TF Serving, onnxruntime or LiteRT, or as a checkpoint folder",
         description="Writes TARGET's model to the folder PATH: a SavedModel, model.onnx or model.tflite "
         "(exported on the TensorFlow backend, which this command uses), with the tokenizer's files beside "
-        "it; or a Hugging Face or keras-hub checkpoint. See docs/deploying.md.",
+        "it; or a Hugging Face or keras-hub checkpoint; or a GGUF file for llama.cpp, Ollama and LM Studio "
+        "(PATH.gguf, or PATH/model.gguf). See docs/deploying.md.",
     )
     export.add_argument("target", metavar="TARGET",
                         help="a run folder, a .keras file, or a checkpoint folder or handle (hf://ORG/NAME[@REVISION])")
-    export.add_argument("path", metavar="PATH", help="the folder to write")
+    export.add_argument("path", metavar="PATH", help="the folder to write (for gguf: a .gguf file or a folder)")
     export.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
     export.add_argument("--overwrite", action="store_true", help="replace the files of an existing folder")
+    export.add_argument("--outtype", default="f16", choices=("f32", "f16", "bf16", "q8_0", "q4_0"),
+                        help="gguf: the weight matrices' type (default f16)")
+    export.add_argument("--ollama", action="store_true", help="gguf: also write an Ollama Modelfile beside the file")
     _add_quantize(export)
 
     presets = commands.add_parser("presets", help="list the presets")
@@ -273,8 +276,30 @@ def main(argv=None):
         return REFUSED
 
 
+def recipe_module(name):
+    """The module of recipe `name` (a key of `RECIPES`), imported on first use:
+    each recipe imports what its training needs."""
+    if name == "gpt_char":
+        from recipes import gpt_char as recipe
+    elif name == "gpt_finetune":
+        from recipes import gpt_finetune as recipe
+    elif name == "sft":
+        from recipes import sft as recipe
+    elif name == "translate":
+        from recipes import translate as recipe
+    elif name == "bert_pretrain":
+        from recipes import bert_pretrain as recipe
+    elif name == "bert_classify":
+        from recipes import bert_classify as recipe
+    elif name == "demo":
+        from recipes import demo as recipe
+    else:
+        raise KeyError(f"{name}: unknown recipe; expected one of {', '.join(RECIPES)}")
+    return recipe
+
+
 def _train(name, recipe_argv):
-    recipe = importlib.import_module(RECIPES[name][0])
+    recipe = recipe_module(name)
     try:
         recipe.main(recipe_argv)
     except Exception as error:
@@ -304,7 +329,7 @@ def open_run(folder, use=None, quantize=None):
     model = load_model(folder)
     if quantize is not None:
         model.quantize(quantize)
-    return name, importlib.import_module(RECIPES[name][0]), model
+    return name, recipe_module(name), model
 
 
 def is_checkpoint(target):
@@ -315,6 +340,8 @@ def is_checkpoint(target):
     from recipes.run_folder import RUN
 
     if zoo.checkpoints.is_handle(target):
+        return True
+    if zoo.checkpoints.gguf.is_gguf_file(target):
         return True
     return zoo.checkpoints.is_checkpoint_folder(target) and not (Path(target) / RUN).is_file()
 
@@ -427,7 +454,7 @@ def _eval(args):
 
 def _evaluate(args):
     try:
-        evaluate = importlib.import_module("recipes.evaluate")
+        from recipes import evaluate
     except ImportError as error:
         raise ValueError(f"{error.name} is not installed; expected the eval extra: pip install -e .[eval]") from None
     tasks = [name.strip() for name in args.tasks.split(",") if name.strip()]
@@ -484,8 +511,10 @@ def _export(args):
         model = zoo.from_pretrained(args.target, quantize=args.quantize)
     else:
         model = open_run(args.target, quantize=args.quantize)[2]
-    folder = zoo.export(model, args.path, format=args.format, overwrite=args.overwrite)
-    print(f"{args.format}: {folder}")
+    options = dict(outtype=args.outtype, ollama=args.ollama) if args.format == "gguf" else {}
+    written = zoo.export(model, args.path, format=args.format, overwrite=args.overwrite, **options)
+    print(f"{args.format}: {written}")
+    folder = written.parent if written.is_file() else written
     for path in sorted(folder.rglob("*")):
         if path.is_file():
             print(f"  {path.relative_to(folder)}  {path.stat().st_size:,} bytes")
@@ -506,8 +535,10 @@ def _describe(args):
 
 def _explore(args):
     try:
-        serve = importlib.import_module(SERVERS["explore"]).serve
+        import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
+
+        from zoo.explore import serve
     except ImportError as error:
         raise ValueError(f"{error.name} is not installed; expected the explore extra: pip install -e .[explore]") from None
     labels = args.labels.split(",") if args.labels else None
@@ -517,20 +548,16 @@ def _explore(args):
 
 def _serve(args):
     try:
-        import starlette  # noqa: F401
+        import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
 
-        serve = importlib.import_module(SERVERS["serve"]).serve
+        from zoo.serve import serve
     except ImportError as error:
         raise ValueError(f"{error.name} is not installed; expected the serve extra: pip install -e .[serve]") from None
     return serve(args.target, host=args.host, port=args.port, api_key=args.api_key, name=args.name,
                  max_batch=args.max_batch, quantize=args.quantize, max_request_bytes=args.max_request_bytes,
                  read_timeout=args.read_timeout, max_queue=args.max_queue)
 
-
-# The servers sit above the command line: it starts them by module name, as
-# the `zoo` script starts it, and imports nothing of theirs.
-SERVERS = {"explore": "recipes.explore", "serve": "recipes.serve"}
 
 COMMANDS = {
     "sample": _sample,

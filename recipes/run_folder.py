@@ -35,11 +35,12 @@ import shutil
 import sys
 from pathlib import Path
 
-MODEL = "model.keras"
+# The reading side of a run folder is the zoo's: the applications open runs too.
+from zoo.targets import MODEL, RUN, is_run_folder, load_model, open_target, read_run  # noqa: F401
+
 HISTORY = "history.csv"
 CURVES = "curves.png"
 LOGS = "logs"
-RUN = "run.json"
 BACKUP = "backup"
 
 
@@ -221,61 +222,3 @@ def record_figures(path, split, figures, data=None):
         entry["data"] = str(data)
     record.setdefault("figures", {})[split] = entry
     write_text(Path(path) / RUN, json.dumps(record, indent=2, default=str))
-
-
-def is_run_folder(path):
-    """Whether `path` is a finished zoo run folder (run.json and model.keras)."""
-    path = Path(path)
-    return (path / RUN).is_file() and (path / MODEL).is_file()
-
-
-def load_model(folder):
-    """The run's model.keras, for use and evaluation (no optimizer state)."""
-    import zoo
-
-    return zoo.load(Path(getattr(folder, "path", folder)) / MODEL, compile=False)
-
-
-def read_run(path):
-    """A run folder's run.json, or a `DataError` saying what is missing."""
-    from zoo.data import DataError
-
-    path = Path(path)
-    if not (path / RUN).is_file():
-        raise DataError(f"{path}: no {RUN}; expected a run folder written by a recipe (`zoo train NAME --output DIR`)")
-    record = json.loads((path / RUN).read_text(encoding="utf-8"))
-    if not (path / MODEL).is_file():
-        state = "finished" if record.get("finished") else "unfinished"
-        raise DataError(f"{path}: the {state} run has no {MODEL}; expected a run that trained at least one epoch")
-    return record
-
-
-def open_target(target):
-    """The model of a run folder, a `.keras` file, or a checkpoint folder or handle.
-
-    Args:
-        target: a run folder holding `model.keras` (as the recipes write),
-            a `.keras` file, or a checkpoint that `zoo.from_pretrained`
-            reads: a folder or a handle (`hf://ORG/NAME[@REVISION]`, a
-            keras-hub preset name).
-    """
-    import zoo
-
-    if zoo.checkpoints.is_handle(target):  # before Path(), which folds the `//` of `hf://`
-        return zoo.from_pretrained(target)
-    path = Path(target)
-    if path.is_dir() and (path / RUN).is_file():
-        read_run(path)  # says what is missing from a run folder
-        return load_model(path)
-    if path.is_dir() and (path / MODEL).is_file():
-        return zoo.load(path / MODEL, compile=False)
-    if path.suffix == ".keras":
-        if not path.is_file():
-            raise ValueError(f"{path}: no such file; expected a .keras file written by zoo.save")
-        return zoo.load(path, compile=False)
-    if path.is_dir():
-        return zoo.from_pretrained(path)
-    raise ValueError(
-        f"{path}: not found; expected a run folder (holding model.keras), a .keras file, a checkpoint folder "
-        "or a handle (hf://ORG/NAME)"
-    )

@@ -9,7 +9,10 @@ schedules, the tokenizers of `zoo.tokenizers`), so that
 `zoo.load` and `keras.saving.load_model` find them in a new process; they
 need only Keras (and `tokenizers` to read a tokenizer.json), so `zoo`'s
 core imports on a backend without TensorFlow. The rest (data
-pipelines, generation, conversion) loads on first use.
+pipelines, generation, conversion) loads on first use. On TensorFlow,
+`import zoo` also points XLA's persistent cache at the zoo's cache folder
+(`TF_XLA_FLAGS`, see `zoo.compile_cache`; `ZOO_COMPILE_CACHE=0` turns it
+off).
 
 A model that carries a tokenizer works on text:
 
@@ -21,7 +24,11 @@ import importlib
 
 __version__ = "0.1.0"
 
+from zoo import compile_cache as _compile_cache  # noqa: E402
 from zoo import layers, models, tokenizers, training  # noqa: E402,F401  (registers serializable classes)
+
+if _compile_cache.keras_backend() == "tensorflow":  # TensorFlow reads its XLA flags once, at its first tf.function
+    _compile_cache.configure("tensorflow")
 
 _EXPORTS = {
     "build": "zoo.factory",

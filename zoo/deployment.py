@@ -46,7 +46,7 @@ class ExportError(ValueError):
     """A model or format that cannot be exported, said in one line."""
 
 
-def export(model, path, format="huggingface", overwrite=False):
+def export(model, path, format="huggingface", overwrite=False, outtype="f16", ollama=False):
     """Write a zoo model as a checkpoint folder others load, or for a runtime.
 
     Args:
@@ -89,7 +89,20 @@ def export(model, path, format="huggingface", overwrite=False):
             An int8 model exports to all three; a float8 one to
             "tf_saved_model" only. These need the `export` extra.
             See docs/deploying.md.
-        overwrite: replace the files of an existing folder.
+            "gguf": one GGUF file for llama.cpp, Ollama and LM Studio, as
+            llama.cpp's `convert_hf_to_gguf.py` writes it (architecture
+            "gpt2" for GPT-2; "llama", "qwen2" or "qwen3" for the Llama
+            family; "gemma3" for Gemma 3), tokenizer and chat template inside; `path` is the file
+            (`*.gguf`) or a folder that gets `model.gguf`. A model whose
+            tokenizer llama.cpp cannot hold (a character or word tokenizer,
+            none) is refused. Needs the `gguf` extra.
+        overwrite: replace the files of an existing folder (or GGUF file).
+        outtype: for "gguf": "f32", "f16" (the default), "bf16", "q8_0" or
+            "q4_0", the type of the weight matrices (norms and biases stay
+            f32).
+        ollama: for "gguf": also write an Ollama `Modelfile` beside the file
+            (`FROM`, the chat template as Ollama's Go template where it is a
+            known format, stop tokens and sampling parameters).
 
     A quantized model (`model.quantize`) is refused by the two checkpoint
     formats: both hold float weights, and a dequantized copy would pass the quantization
@@ -118,15 +131,36 @@ def export(model, path, format="huggingface", overwrite=False):
             f"export writes float weights, and this {type(model).__name__} is quantized ({mode}); expected a "
             "float model: export it before quantizing (or load its float file), and quantize after loading."
         )
+    tokenizer = getattr(model, "tokenizer", None)
+    if format == "gguf":
+        return _export_gguf(model, Path(path), tokenizer, outtype, ollama, overwrite)
     folder = Path(path)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())) and not overwrite:
         raise FileExistsError(f"{folder}: exists and is not empty; pass overwrite=True to replace its files.")
-    tokenizer = getattr(model, "tokenizer", None)
     if isinstance(model, BertSentenceEncoder):  # its pooling has no weights: the backbone is the checkpoint
         model = model.backbone
     driver = keras_hub if format == "keras-hub" else huggingface
     driver.export(model, folder, tokenizer)
     return folder
+
+
+def _export_gguf(model, path, tokenizer, outtype, ollama, overwrite):
+    """`path` (a `.gguf` file, or a folder that gets `model.gguf`) and, with
+    `ollama`, its `Modelfile`; see `zoo.export`."""
+    from zoo.checkpoints import gguf
+    from zoo.models import BertSentenceEncoder
+
+    if isinstance(model, BertSentenceEncoder):
+        model = model.backbone
+    file = path if path.suffix.lower() == ".gguf" else path / "model.gguf"
+    if file.exists() and not overwrite:
+        raise FileExistsError(f"{file}: exists; pass overwrite=True (zoo export: --overwrite) to replace it.")
+    gguf.export(model, file, tokenizer, outtype)
+    if ollama:
+        from zoo.checkpoints import ollama as modelfile
+
+        modelfile.write_modelfile(file, tokenizer)
+    return file
 
 
 def export_for_runtime(model, path, format, overwrite=False):

@@ -74,3 +74,9 @@ def remove_stale_temporaries(folder):
     for tmp in Path(folder).rglob(pattern):
         if tmp.is_file():
             tmp.unlink()
+
+
+def zoo_home():
+    """The zoo's own cache folder: `$ZOO_HOME`, else `~/.cache/zoo`
+    (data sets, vocabularies, compiled programs)."""
+    return Path(os.environ.get("ZOO_HOME") or Path.home() / ".cache" / "zoo")

@@ -7,7 +7,7 @@ clients against one, on the same model and server.
 The model has gpt2-small's shape (12 layers, width 768, 12 heads, a
 50,257-token vocabulary, context 1024) with random weights, and a byte-level
 tokenizer of the same vocabulary size (every id decodes to text). The
-server is `zoo serve`'s app (`recipes.serve`) on 127.0.0.1 in this process;
+server is `zoo serve`'s app (`zoo.serve`) on 127.0.0.1 in this process;
 each client is a thread with its own open connection (httpx, the
 transport of the `openai` client), streaming one completion of exactly `--new-tokens` tokens from a
 `--prompt-tokens`-token prompt.
@@ -70,9 +70,10 @@ def byte_level_tokenizer(vocabulary_size):
 def start_server(model, max_batch):
     import uvicorn
 
-    from recipes.serve import web as server
-    from recipes.serve.app import Service, create_app
-    from recipes.serve.scheduler import Scheduler
+    from zoo.serve import web as server
+    from zoo.serve.app import create_app
+    from zoo.serve.scheduler import Scheduler
+    from zoo.serve.service import Service
 
     service = Service(model, "bench", Scheduler(model, max_batch=max_batch))
     start_server.scheduler = service.scheduler

@@ -16,7 +16,7 @@ import pytest
 
 import zoo
 from recipes import bert_classify, cli, gpt_finetune
-from recipes.explore import explorer as engine
+from zoo.explore import explorer as engine
 from tests.checkpoints import stand_ins as ck
 from tests.checkpoints import llama_checkpoints as lc
 from tests.checkpoints import t5_checkpoints as tc

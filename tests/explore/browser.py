@@ -37,7 +37,7 @@ def serving(explorer):
     thread; yields its URL and stops the server on exit."""
     import uvicorn
 
-    from recipes.explore.app import create_app
+    from zoo.explore.app import create_app
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -127,7 +127,7 @@ def screenshot(run, png, prompt="ROMEO:\nWhat", length=80):
     """The page over the language model of run folder `run`, after a top-k
     sample (seed 0), one token inspected and one head enlarged, saved as
     `png`."""
-    from recipes.explore.explorer import Explorer, open_target, run_record
+    from zoo.explore.explorer import Explorer, open_target, run_record
 
     explorer = Explorer(open_target(run), name=str(run), run=run_record(run))
     driver = start_browser()

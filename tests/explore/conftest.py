@@ -39,7 +39,7 @@ def models():
 
 @pytest.fixture(scope="session")
 def explorers(models):
-    from recipes.explore.explorer import Explorer
+    from zoo.explore.explorer import Explorer
 
     return {
         "language_model": Explorer(models["language_model"], "runs/gpt_char", run=RUN),
@@ -52,6 +52,6 @@ def explorers(models):
 def clients(explorers):
     from starlette.testclient import TestClient
 
-    from recipes.explore.app import create_app
+    from zoo.explore.app import create_app
 
     return {kind: TestClient(create_app(explorer)) for kind, explorer in explorers.items()}

@@ -13,7 +13,7 @@ pytest.importorskip("starlette", reason="zoo explore needs the explore extra: pi
 pytest.importorskip("httpx", reason="Starlette's TestClient needs httpx")
 
 import zoo  # noqa: E402
-from recipes.explore import explorer as engine  # noqa: E402
+from zoo.explore import explorer as engine  # noqa: E402
 
 PROMPT = "ROMEO: my"
 
@@ -249,7 +249,7 @@ def test_bad_input_is_refused_with_400_and_a_line_naming_the_field_and_the_expec
 ):
     response = clients[kind].post(path, json=body)
     assert response.status_code == 400, response.text
-    message = response.json()["error"]
+    message = response.json()["error"]["message"]
     assert message.startswith(field) and expected in message and "\n" not in message, message
 
 
@@ -257,7 +257,7 @@ def test_bad_input_is_refused_with_400_and_a_line_naming_the_field_and_the_expec
 def test_a_body_that_is_not_a_json_object_is_refused(clients, body):
     response = clients["language_model"].post("/api/generate", content=body)
     assert response.status_code == 400
-    assert "expected a JSON object" in response.json()["error"]
+    assert "expected a JSON object" in response.json()["error"]["message"]
 
 
 def test_a_get_of_a_post_endpoint_is_refused(clients):

@@ -90,7 +90,7 @@ def test_explore_help_names_its_flags(capsys):
 def test_quantize_serves_the_model_quantized_and_leaves_the_run_as_it_was(run_folder, monkeypatch, capsys):
     import uvicorn
 
-    from recipes.explore import explorer as engine
+    from zoo.explore import explorer as engine
     from zoo.models import quantization_mode
 
     served, original = {}, engine.Explorer

@@ -4,7 +4,6 @@ a run folder that is not one, a run of the wrong kind, a size flag with
 --pretrained) before any work starts. Training, reloading and using runs:
 tests/recipes/test_runs.py."""
 
-import importlib
 import json
 import re
 import tomllib
@@ -27,8 +26,8 @@ def test_the_console_script_is_recipes_cli_main_and_the_library_never_imports_re
 
 
 def test_every_recipe_has_main_and_evaluate_and_uses_only_public_zoo_names():
-    for name, (module, _) in cli.RECIPES.items():
-        recipe = importlib.import_module(module)
+    for name in cli.RECIPES:
+        recipe = cli.recipe_module(name)
         assert callable(recipe.main) and callable(recipe.evaluate), name
         source = Path(recipe.__file__).read_text(encoding="utf-8")
         for private in ("zoo.training.run", "zoo.data.buckets", "zoo.presets", "zoo.cli", "zoo.training.callbacks"):
@@ -41,7 +40,7 @@ def test_train_help_lists_each_recipe_with_one_line(capsys):
         cli.main(["train", "-h"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for name, (_, line) in cli.RECIPES.items():
+    for name, line in cli.RECIPES.items():
         assert f"{name} " in out and line in out
 
 
@@ -67,7 +66,7 @@ def test_every_flag_of_every_command_and_recipe_has_help():
 
     check(cli.parser(), "zoo")
     for name in ("gpt_char", "translate", "bert_pretrain", "bert_classify", "demo"):
-        check(importlib.import_module(f"recipes.{name}").make_parser(), f"zoo train {name}")
+        check(cli.recipe_module(name).make_parser(), f"zoo train {name}")
 
 
 def test_presets_lists_each_family(capsys):

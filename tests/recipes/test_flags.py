@@ -5,7 +5,6 @@ folder exists; so are size overrides that do not fit the preset's other
 sizes. Every numeric flag of every recipe has such a check."""
 
 import argparse
-import importlib
 import math
 
 import pytest
@@ -44,7 +43,7 @@ def test_a_number_type_keeps_its_range_and_names_it(kind, good, bad, expected):
 
 def recipe_parsers():
     """{recipe name: its module's argparse parser}."""
-    return {name: importlib.import_module(module).make_parser() for name, (module, _) in cli.RECIPES.items()}
+    return {name: cli.recipe_module(name).make_parser() for name in cli.RECIPES}
 
 
 def test_every_numeric_flag_of_every_recipe_checks_its_range():

@@ -68,7 +68,7 @@ def test_the_classes_are_the_training_files_labels_and_travel_in_the_saved_model
     result = zoo.classify(model, ["my password is locked today"])
     assert result.labels[0] in model.label_names
     assert 0.0 <= figure <= 1.0
-    from recipes.explore.explorer import Explorer
+    from zoo.explore.explorer import Explorer
 
     page = Explorer(model).classify({"text": "my password is locked today"})
     assert page["labels"] == model.label_names and page["label"] == result.labels[0]

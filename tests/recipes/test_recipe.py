@@ -4,7 +4,6 @@ figures (the recipe's own last) and marks the run finished; every recipe
 module fills in the same parts."""
 
 import argparse
-import importlib
 import json
 import types
 
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 from recipes import recipe
-from recipes.cli import RECIPES
+from recipes.cli import RECIPES, recipe_module
 
 PARTS = ("parse", "read_data", "open_folder", "make_model", "fit", "evaluate")
 
@@ -101,7 +100,7 @@ def test_a_bad_flag_stops_the_run_before_anything_is_read_or_written(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_every_recipe_fills_in_the_skeleton(name):
-    module = importlib.import_module(RECIPES[name][0])
+    module = recipe_module(name)
     missing = [part for part in PARTS if not callable(getattr(module, part, None))]
     assert not missing, f"{name} lacks {missing}"
     assert recipe.validation_split(module) in ("val", "dev")

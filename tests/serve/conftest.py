@@ -19,9 +19,10 @@ class Server:
     def __init__(self, model, name="lm", api_key=None, max_batch=8, port=0, limits=None, **scheduling):
         import uvicorn
 
-        from recipes.serve import web
-        from recipes.serve.app import Service, create_app
-        from recipes.serve.scheduler import Scheduler
+        from zoo.serve import web
+        from zoo.serve.app import create_app
+        from zoo.serve.scheduler import Scheduler
+        from zoo.serve.service import Service
 
         scheduler = Scheduler(model, max_batch=max_batch, **scheduling)
         self.service = Service(model, name, scheduler, limits or web.Limits())

@@ -73,7 +73,7 @@ def test_an_encoder_answers_no_completions_and_a_language_model_no_embeddings(em
 
 
 def test_zoo_serve_takes_a_sentence_encoder(encoder, tmp_path):
-    from recipes.serve import check_language_model
+    from zoo.serve import check_language_model
 
     zoo.save(encoder, tmp_path / "encoder.keras")
     check_language_model(zoo.load(tmp_path / "encoder.keras"), "encoder.keras")  # no refusal

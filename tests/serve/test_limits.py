@@ -31,7 +31,7 @@ def ordinary(server, lm, max_tokens=5):
 
 @pytest.fixture(scope="module")
 def bounded(lm):
-    from recipes.serve.web import Limits
+    from zoo.serve.web import Limits
 
     server = Server(lm, limits=Limits(max_request_bytes=64 * KIB, read_timeout=1.0))
     yield server
@@ -96,7 +96,7 @@ class Recording:
 
 
 def test_a_prompt_of_ten_million_characters_is_refused_without_being_tokenized_whole(lm):
-    from recipes.serve.web import Limits
+    from zoo.serve.web import Limits
 
     server = Server(lm, limits=Limits(max_request_bytes=32 * 2**20))
     try:
@@ -115,7 +115,7 @@ def test_a_prompt_of_ten_million_characters_is_refused_without_being_tokenized_w
 
 
 def test_a_prompt_cut_into_pieces_counts_as_the_whole_and_one_that_fits_is_answered(served, lm, monkeypatch):
-    from recipes.serve import app
+    from zoo.serve import service as app
 
     monkeypatch.setattr(app, "PIECE_CHARACTERS", 8)  # the 15 characters of PROMPT in two pieces
     assert served.service.prompt_ids(PROMPT, "prompt") == [int(t) for t in lm.tokenizer(PROMPT)]
@@ -126,7 +126,8 @@ def test_a_prompt_cut_into_pieces_counts_as_the_whole_and_one_that_fits_is_answe
 
 
 @pytest.mark.parametrize("messages, expected", [
-    ([{"role": "user", "content": "hi"}] * 1025, "messages: 1025 messages; expected at most 1024"),
+    ([{"role": "user", "content": "hi"}] * 1025, 'messages: expected a non-empty list of at most 1024 {"role": str, '
+     '"content": str} objects; got 1025 items'),
     ([{"role": "user", "content": "a" * 3000}], "messages: 3004 characters in all; a context of 32 tokens holds at "
                                                 "most 2048"),
 ])
@@ -186,7 +187,7 @@ def test_health_states_the_limits_without_a_key(lm):
 
 
 def test_a_waiting_job_whose_client_leaves_frees_its_place(lm):
-    from recipes.serve.scheduler import Job, QueueFull, Scheduler
+    from zoo.serve.scheduler import Job, QueueFull, Scheduler
 
     ids = lm.tokenizer(PROMPT).tolist()
     scheduler = Scheduler(lm, max_batch=1, max_queue=1, max_batches=1, gather_seconds=0)
@@ -240,7 +241,7 @@ def test_zoo_serve_refuses_bad_limits_in_one_line_before_loading(tmp_path, capsy
 def test_the_explorer_bounds_its_bodies_too(clients_of_explorer):
     client = clients_of_explorer
     too_large = client.post("/api/generate", content=b" " * (2 * 2**20))
-    assert too_large.status_code == 413 and "at most 1048576 bytes" in too_large.json()["error"]
+    assert too_large.status_code == 413 and "at most 1048576 bytes" in too_large.json()["error"]["message"]
     assert client.post("/api/generate", json={"prompt": "ROMEO"}).status_code == 200
 
 
@@ -248,7 +249,7 @@ def test_the_explorer_bounds_its_bodies_too(clients_of_explorer):
 def clients_of_explorer(lm):
     from starlette.testclient import TestClient
 
-    from recipes.explore.app import create_app
-    from recipes.explore.explorer import Explorer
+    from zoo.explore.app import create_app
+    from zoo.explore.explorer import Explorer
 
     return TestClient(create_app(Explorer(lm, "lm")))

@@ -95,7 +95,7 @@ def test_zoo_explore_survives_huge_bodies(model_file):
     try:
         before = server.resident
         for chunked in (False, True):
-            assert "at most 1048576 bytes" in refused_fast(server.url, "/api/generate", chunked).json()["error"]
+            assert "at most 1048576 bytes" in refused_fast(server.url, "/api/generate", chunked).json()["error"]["message"]
             response = httpx.post(server.url + "/api/inspect", json={"ids": [1, 2, 3], "position": 2}, timeout=60)
             assert response.status_code == 200 and len(response.json()["top"]) == 10
         assert server.resident - before < 200 * MB

@@ -193,7 +193,7 @@ def test_concurrent_greedy_requests_are_batched_and_each_equals_zoo_generate(lm)
 
 
 def test_a_client_that_leaves_stops_its_decoding(lm):
-    from recipes.serve.scheduler import PIECE, Job, Scheduler
+    from zoo.serve.scheduler import PIECE, Job, Scheduler
 
     scheduler = Scheduler(lm)
     job = scheduler.submit(Job(lm.tokenizer(PROMPT).tolist(), 25, (), "greedy", 1.0, 1.0, None))
@@ -274,7 +274,7 @@ def test_zoo_serve_warns_when_another_address_has_no_key_and_serves(tmp_path, lm
     from starlette.testclient import TestClient
 
     from recipes import cli
-    from recipes.serve import web
+    from zoo.serve import web
 
     answers = {}
 

@@ -1,7 +1,7 @@
 """Tokenizers saved by an earlier version of the zoo still load, with the
-same ids: `tests/tokenizers/saved/` was written by zoo 0.1.0, when the
-tokenizers lived in `zoo.data` and `train_byte_pair` ran a merge loop of
-its own. `gpt-NAME.keras`, `marian-tiny.keras` and `t5-tiny.keras` are
+same ids: `tests/tokenizers/saved/` was written by zoo 0.1.0 with its
+tokenizers in `zoo.data` and a byte-pair trainer of its own, not the
+`tokenizers` package's. `gpt-NAME.keras`, `marian-tiny.keras` and `t5-tiny.keras` are
 tiny models carrying each kind of tokenizer the zoo registers (Keras
 finds them by their registered names, `zoo>CharTokenizer`, ...);
 `byte_pair/` is a vocabulary and merges that `train_byte_pair` trained and

@@ -130,7 +130,7 @@ def test_load_word_piece_bad_file(tmp_path):
         load_word_piece(path)
 
 
-# Byte-pair (our trainer, keras-hub's tokenizer)
+# Byte-pair (the `tokenizers` package's trainer, keras-hub's tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +142,11 @@ def test_byte_pair_vocabulary_layout(byte_pair):
     vocabulary = byte_pair.vocabulary
     assert [byte_pair.id_to_token(i) for i in range(3)] == ["[PAD]", "[START]", "[END]"]
     assert sorted(vocabulary.values()) == list(range(300))
-    assert len(vocabulary) == 300  # 3 reserved + 256 bytes + 41 merges
-    assert len(byte_pair.merges) == 41
+    assert len(vocabulary) == 300
+    assert len(byte_pair.merges) == 300 - 3 - 256  # after the reserved tokens and the bytes, one token per merge
+    byte_characters = [byte_pair.id_to_token(i) for i in range(3, 259)]
+    assert byte_characters == sorted(byte_characters) and all(len(c) == 1 for c in byte_characters)
+    assert [byte_pair.id_to_token(259 + i) for i in range(41)] == [m.replace(" ", "") for m in byte_pair.merges]
 
 
 def test_byte_pair_round_trip_any_text(byte_pair):
@@ -179,6 +182,44 @@ def test_byte_pair_is_deterministic_and_reloads(byte_pair, tmp_path):
     np.testing.assert_array_equal(np.asarray(loaded(text)), np.asarray(byte_pair(text)))
 
 
+# Words counted by hand (each text one word, so no space marks): "a b" is
+# in 5 + 3 words, then "ab c" in 3, and "b c" in 1 only.
+BY_HAND = ["ab"] * 5 + ["abc"] * 3 + ["bc"]
+
+
+def _learned(tokenizer):
+    return [tokenizer.id_to_token(i) for i in range(259, tokenizer.vocabulary_size())]
+
+
+def test_byte_pair_learns_the_merges_counted_by_hand():
+    tokenizer = train_byte_pair(BY_HAND, vocabulary_size=1000)
+    assert tokenizer.merges == ["a b", "ab c"]  # "b c" is rarer than min_frequency=2
+    assert _learned(tokenizer) == ["ab", "abc"]
+    assert np.asarray(tokenizer("abc ab")).tolist() == [260, tokenizer.token_to_id("Ġ"), 259]
+    everything = train_byte_pair(BY_HAND, vocabulary_size=1000, min_frequency=1)
+    assert everything.merges == ["a b", "ab c", "b c"]
+
+
+def test_byte_pair_stops_at_the_vocabulary_size():
+    for size in (260, 261):
+        tokenizer = train_byte_pair(BY_HAND, vocabulary_size=size)
+        assert tokenizer.vocabulary_size() == size
+        assert tokenizer.merges == ["a b", "ab c"][:size - 259]
+
+
+def test_byte_pair_never_merges_into_reserved_tokens():
+    # "[END]" written in the texts is kept whole, not counted: the same merges as without it.
+    tokenizer = train_byte_pair([text + "[END]" for text in BY_HAND] * 4, vocabulary_size=1000)
+    assert tokenizer.merges == train_byte_pair(BY_HAND * 4, vocabulary_size=1000).merges
+    assert not any("[" in token or "]" in token for token in _learned(tokenizer))
+
+
 def test_byte_pair_vocabulary_too_small():
-    with pytest.raises(ValueError, match="at least 259"):
-        train_byte_pair(CORPUS, vocabulary_size=100)
+    for size in (100, 259):
+        with pytest.raises(ValueError, match=r"at least 260 \(the reserved tokens, 256 bytes and one merge\), got"):
+            train_byte_pair(CORPUS, vocabulary_size=size)
+
+
+def test_byte_pair_without_a_frequent_pair_is_one_line():
+    with pytest.raises(ValueError, match="no pair of symbols occurs 2 times in the 1 texts; expected more text"):
+        train_byte_pair(["ab"], vocabulary_size=300)

@@ -14,6 +14,9 @@ One driver per format, one file per family:
 * `keras_hub`: a keras-hub preset (`save_to_preset`: `config.json` with a
   backbone's `registered_name`, `model.weights.h5`, `tokenizer.json` and
   `assets/tokenizer/...`, optionally `task.json`);
+* `gguf`: one GGUF file of llama.cpp, Ollama and LM Studio (architectures
+  `gpt2`, `llama`, `qwen2`, `qwen3`, `gemma3`), read and written through the
+  Hugging Face layout (`ollama` writes a Modelfile beside it);
 * each family's weight map, in its folder beside its models
   (`zoo.models.gpt.weight_map` for GPT-2, `bert`, `llama` for Llama,
   Mistral, Qwen2, Qwen3, SmolLM2 and TinyLlama, `gemma` for Gemma 3's
@@ -33,11 +36,11 @@ partially.
 
 from pathlib import Path
 
-from zoo.checkpoints import huggingface, keras_hub, registry
+from zoo.checkpoints import gguf, huggingface, keras_hub, registry
 from zoo.checkpoints.hub import checkpoint_folder, is_handle
 from zoo.models.tensor_names import CheckpointError, TensorName, assign_tensors, read_json, tensors_of
 
-FORMATS = ("keras-hub", "huggingface")
+FORMATS = ("keras-hub", "huggingface", "gguf")
 
 __all__ = [
     "FORMATS",
@@ -99,7 +102,11 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
             `EncoderDecoder` carrying `tokenizer` and `source_tokenizer`,
             `zoo.tokenizers.MarianTokenizer`s), or BART's (`model_type` "bart":
             facebook/bart-base, bart-large-cnn; an `EncoderDecoder` carrying
-            one `zoo.tokenizers.HuggingFaceTokenizer`); or a handle of
+            one `zoo.tokenizers.HuggingFaceTokenizer`); or a GGUF file
+            (`*.gguf`: llama.cpp's `gpt2`, `llama`, `qwen2`, `qwen3` and `gemma3`
+            architectures, any weight type `gguf` dequantizes, the
+            tokenizer and chat template rebuilt from its metadata; the
+            `gguf` extra); or a handle of
             one: `hf://ORG/NAME` (the Hugging Face Hub, optionally pinned
             as `hf://ORG/NAME@REVISION`), a keras-hub preset name
             (`gpt2_base_en`) or a `kaggle://` handle, downloaded into the
@@ -149,6 +156,11 @@ def from_pretrained(path, task="auto", num_classes=None, dtype=None, quantize=No
 
     if quantize is not None:
         check_quantization_mode(quantize)
+    if gguf.is_gguf_file(path):
+        model = gguf.load(Path(path), task, num_classes, dtype)
+        if quantize is not None:
+            model.quantize(quantize)
+        return model
     folder = checkpoint_folder(path, revision)
     driver = keras_hub if checkpoint_format(folder) == "keras-hub" else huggingface
     model = driver.load(folder, task, num_classes, dtype)

@@ -97,16 +97,29 @@ def load(folder, task="auto", num_classes=None, dtype=None):
     config_file = folder / "config.json"
     config = read_json(config_file)
     family = registry.for_model_type(config.get("model_type"), config_file)
-    architecture, head, zoo_config = family.from_huggingface_config(config, config_file)
+    zoo_config = family.from_huggingface_config(config, config_file)[2]
     files = safetensors_files(folder)
     tensors = Tensors(files)
-    renamed = {family.checkpoint_name(name): name for name in tensors.names()}  # {table name: file name}
     tokenizer = family.read_huggingface_tokenizer(folder, zoo_config["vocabulary_size"], files[0])
     # An encoder-decoder whose source has a tokenizer of its own (Marian's source.spm) reads it too.
     read_source = getattr(family, "read_huggingface_source_tokenizer", None)
     source_tokenizer = read_source and read_source(folder, zoo_config["source_vocabulary_size"], files[0])
+    weights_file = files[0] if len(files) == 1 else folder / "model.safetensors.index.json"
+    return build(family, config, config_file, tensors, weights_file, tokenizer, source_tokenizer, task, num_classes, dtype)
 
-    task = resolve_task(family, task, head, folder)
+
+def build(family, config, config_file, tensors, weights_file, tokenizer, source_tokenizer=None, task="auto",
+          num_classes=None, dtype=None, where=None):
+    """The zoo model of a transformers `config` with `tensors` (transformers'
+    names and shapes: `Tensors` or another source with its `names`, `shape`,
+    `file` and `get`), every name and shape checked before anything is
+    assigned; the errors name `weights_file`. The GGUF driver builds through
+    this too, with `where` (the checkpoint's name in messages) its file."""
+    architecture, head, zoo_config = family.from_huggingface_config(config, config_file)
+    renamed = {family.checkpoint_name(name): name for name in tensors.names()}  # {table name: file name}
+    where = where or config_file.parent
+
+    task = resolve_task(family, task, head, where)
     if task == "classifier":
         checkpoint_classes = family.checkpoint_classes(config) if head == "classifier" else None
         num_classes = num_classes or checkpoint_classes or 2
@@ -115,14 +128,13 @@ def load(folder, task="auto", num_classes=None, dtype=None):
     if mapped_head:
         problem = family.head_problem(model, task, lambda name: tensors.shape(renamed[name]) if name in renamed else None)
         if problem:
-            fresh_head_warning(folder, task, problem)
+            fresh_head_warning(where, task, problem)
             mapped_head = False
     elif task in family.HEADS_WITH_WEIGHTS:
-        fresh_head_warning(folder, task, f"the checkpoint is a {architecture} without a {task} head")
+        fresh_head_warning(where, task, f"the checkpoint is a {architecture} without a {task} head")
     names = family.import_names(model, renamed, with_head=mapped_head)
 
     # Check everything before assigning anything.
-    weights_file = files[0] if len(files) == 1 else folder / "model.safetensors.index.json"
     wanted = {entry.name for entry in names}
     missing = [n for n in wanted if n not in renamed]
     if missing:
@@ -135,7 +147,7 @@ def load(folder, task="auto", num_classes=None, dtype=None):
         if tuple(found) != entry.hf_shape():
             raise CheckpointError(
                 f"{tensors.file(renamed[entry.name])}: tensor {renamed[entry.name]!r} has shape {tuple(found)}; "
-                f"expected {entry.hf_shape()} from config.json."
+                f"expected {entry.hf_shape()} from {config_file.name}."
             )
     unexpected = [n for n in renamed if n not in wanted and not family.ignorable(n)]
     if unexpected:

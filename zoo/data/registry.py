@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from zoo.errors import DataError
+from zoo.files import zoo_home
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,11 +135,6 @@ def dataset_info(name):
 def is_dataset_name(source):
     """Whether `source` is a registered name (a str; a `Path` is always a path)."""
     return isinstance(source, str) and source in DATASETS
-
-
-def zoo_home():
-    """The zoo's own cache folder: `$ZOO_HOME`, else `~/.cache/zoo`."""
-    return Path(os.environ.get("ZOO_HOME") or Path.home() / ".cache" / "zoo")
 
 
 def cache_folder(name):

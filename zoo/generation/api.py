@@ -282,7 +282,7 @@ def beam_search(
     prompts.check_token_range(batch, model.vocabulary_size, "prompt")
     stop_token_ids = check_stop_tokens(stop_token_ids, model.vocabulary_size)
     suppress_token_ids = samplers.check_suppressed(suppress_token_ids, model.vocabulary_size)
-    request = Request(model, batch, max_new_tokens, stop_token_ids, source, source_padding_mask,
+    request = Request(model, batch, max_new_tokens, stop_token_ids, source, source_padding_mask, bucket=True,
                       suppress_token_ids=suppress_token_ids)
     if model.vocabulary_size < 2:
         raise ValueError("Beam search needs a vocabulary of at least 2 tokens.")
@@ -291,7 +291,9 @@ def beam_search(
     run = compiled.lookup(model, key) or compiled.compile(
         model, key, BeamSearchLoop(model, request.static, *config[1:])
     )
-    raw, scores = run(*request.arrays)
+    ids, mask, *source = request.arrays
+    raw, scores = run(ids, mask, np.array(max_new_tokens, "int32"), *source)
+    raw = raw[..., : int(request.prompt_lengths.max()) + max_new_tokens]  # the lengths' bucket cut off
     token_ids, lengths, sequences = prompts.trim(
         raw, request.prompt_lengths, max_new_tokens, request.stop_token_ids, pad_token_id
     )

@@ -30,7 +30,7 @@ from keras import ops, tree
 
 from zoo.generation import compiled, samplers
 from zoo.generation.controls import repeated_ngram_ends
-from zoo.generation.loop import next_function, prefill, run_in_stages
+from zoo.generation.loop import describe_shapes, next_function, prefill, run_in_stages
 
 _NEG = -1e9  # the score of "no hypothesis": finite, so sums never NaN
 
@@ -103,7 +103,8 @@ class BeamSearch:
                 prefilled key/value cache, S = stages[0]); repeated here
                 once per beam.
             mask: (B, L) bool, True at prompt tokens (which are kept).
-            max_new_tokens: each row's own budget after its prompt.
+            max_new_tokens: each row's own budget after its prompt (an
+                int, or a () int32 tensor: one program serves every budget).
             suppress_token_ids: ids never chosen (removed after the
                 log-softmax, as transformers' `bad_words_ids`: the other
                 tokens' log-probabilities are not renormalized).
@@ -180,7 +181,7 @@ class BeamSearch:
         _, _, state = run_in_stages(cond, body, index, cache, state, stages)
         sequences, log_probs, finished, finished_scores, done = state
         # Alive beams that ran to the budget are complete hypotheses too.
-        alive_scores = log_probs / self._penalty(ops.full_like(prompt_lengths, max_new_tokens))[:, None]
+        alive_scores = log_probs / self._penalty(ops.zeros_like(prompt_lengths) + max_new_tokens)[:, None]
         alive_scores = ops.where(done[:, None], _NEG, alive_scores)
         scores, best = ops.top_k(ops.concatenate([finished_scores, alive_scores], axis=1), K)
         token_ids = _gather(ops.concatenate([finished, sequences], axis=1), best)
@@ -239,7 +240,7 @@ class BeamSearch:
         else:
             bound = ops.maximum(
                 best_alive / self._penalty(ops.minimum(generated + 1, max_new_tokens)),
-                best_alive / self._penalty(ops.full_like(generated, max_new_tokens)),
+                best_alive / self._penalty(ops.zeros_like(generated) + max_new_tokens),
             )
         return ops.logical_and(full, worst_finished >= bound)
 
@@ -272,7 +273,8 @@ class BeamSearchLoop:
             early_stopping, forced_first_token_id, forced_stop_token_id,
             renormalize_logits).
 
-    Call arguments: as `zoo.generation.loop.Prefill`'s. Returns `(token_ids (B, K, L),
+    Call arguments: `ids`, `mask` as `zoo.generation.loop.Prefill`'s, then
+    `max_new_tokens` () int32, then `*source`. Returns `(token_ids (B, K, L),
     scores (B, K))`.
     """
 
@@ -285,7 +287,10 @@ class BeamSearchLoop:
     def model(self):
         return self._model()
 
-    def __call__(self, ids, mask, *source):
+    def what(self, *arrays):
+        return f"beam search ({self.sampler.num_beams} beams) for {describe_shapes(self.static.shapes)}"
+
+    def __call__(self, ids, mask, max_new_tokens, *source):
         compiled.count_trace()
         model, static, num_beams = self.model, self.static, self.sampler.num_beams
         context, cache = prefill(model, static.shapes, static.stages[0], ids, *source)
@@ -297,7 +302,7 @@ class BeamSearchLoop:
             cache,
             ops.min(ops.sum(ops.cast(mask, "int32"), axis=1)),
             mask,
-            static.max_new_tokens,
+            max_new_tokens,
             static.stages,
             stop_token_ids=static.stop_token_ids,
             suppress_token_ids=static.suppress_token_ids,

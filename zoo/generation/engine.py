@@ -61,14 +61,17 @@ class Decoding:
             `zoo.generate`'s.
         slide: past the model's window W, go on with nanoGPT's sliding
             window (decoder-only); False refuses a budget that does not fit.
-        bucket: round the compiled shapes up (the batch to a power of two,
-            or to `bucket` rows when it is an int larger than the batch,
-            with rows that are done from the start; the longest prompt and
-            prompt plus new tokens each to a power of two, at least 16 and
-            64 positions, and an encoder-decoder's longest source to one of
-            at least 16), so that requests of many sizes share a bounded
-            set of compiled functions (what a server wants). Each row's
-            tokens are the same up to floating-point rounding.
+        bucket: which compiled shapes are rounded up, so that requests
+            of many sizes share a bounded set of compiled programs:
+            "lengths" (the default) rounds the longest prompt and prompt
+            plus new tokens each to a power of two, at least 16 and 64
+            positions (at most the model's window), and an
+            encoder-decoder's longest source to one of at least 16; True
+            also rounds the batch to a power of two, an int larger than
+            the batch to that many rows, with rows that are done from the
+            start (what a server wants); False compiles the exact shapes.
+            The padding is masked out: each row's tokens are the same up
+            to floating-point rounding.
         suppress_token_ids: ids never chosen (their logits masked out:
             transformers' single-token `bad_words_ids`, Marian's `<pad>`).
         controls: the settings of `zoo.generation.controls.Controls` (the
@@ -93,7 +96,7 @@ class Decoding:
     """
 
     def __init__(self, model, prompt, budgets, sampling=None, stop_token_ids=None, *, padding_mask=None,
-                 source=None, source_padding_mask=None, slide=False, bucket=False, suppress_token_ids=None,
+                 source=None, source_padding_mask=None, slide=False, bucket="lengths", suppress_token_ids=None,
                  controls=None, logprobs=None):
         check_model(model)
         self.model = model
@@ -103,7 +106,7 @@ class Decoding:
         controls = Controls(len(rows), model.vocabulary_size, **(controls or {}))
         sampling = samplers.Sampling(len(rows), model.vocabulary_size, **(sampling or {}))
         self.budgets = _budgets(budgets, len(rows))
-        padding = (1 << (len(rows) - 1).bit_length()) - len(rows) if bucket else 0
+        padding = (1 << (len(rows) - 1).bit_length()) - len(rows) if bucket is True else 0
         if not isinstance(bucket, bool) and isinstance(bucket, int) and bucket > len(rows):
             padding = bucket - len(rows)
         rows = rows + [rows[0]] * padding
@@ -318,7 +321,7 @@ class Request:
             )
         self.stop_token_ids = tuple(stop_token_ids)
         length = longest + max_new_tokens
-        if bucket:  # powers of two: a long-running server compiles a bounded set of programs
+        if bucket:  # powers of two: a new prompt length reuses a program
             length = min(_power_of_two(max(length, loop.FIRST_STAGE)), limit)
             longest = min(_power_of_two(max(longest, 16)), length)
         ids, mask = prompts.right_pad(rows, length, 0)
@@ -347,7 +350,7 @@ class Request:
         elif source is not None or source_padding_mask is not None:
             raise ValueError(f"{type(model).__name__} is decoder-only and takes no `source`.")
         # What the traced functions depend on (the rest are their array inputs).
-        self.static = Static(self.shapes, self.stop_token_ids, max_new_tokens, loop.stage_lengths(longest, length),
+        self.static = Static(self.shapes, self.stop_token_ids, loop.stage_lengths(longest, length),
                              tuple(suppress_token_ids))
 
 
@@ -355,7 +358,6 @@ class Request:
 class Static:
     shapes: tuple  # (B, P, L) or (B, P, L, S)
     stop_token_ids: tuple
-    max_new_tokens: int
     stages: tuple  # cache lengths, see `zoo.generation.loop`
     suppress_token_ids: tuple = ()  # ids never chosen
 

@@ -56,6 +56,12 @@ def next_function(model, context, suppress_token_ids=()):
     return next
 
 
+def describe_shapes(shapes):
+    """(B, P, L[, S]) in words, for the line a compilation writes."""
+    words = f"batch {shapes[0]}, prompt {shapes[1]}, length {shapes[2]}"
+    return words + (f", source {shapes[3]}" if len(shapes) > 3 else "")
+
+
 def stage_lengths(prompt_length, length):
     """Cache lengths of the stages, e.g. (8, 1032) -> (64, 128, 256, 512,
     1032): doubling from `FIRST_STAGE` (at least the prompt), the last one
@@ -123,6 +129,9 @@ class Prefill(_ModelFunction):
         compiled.count_trace()
         return prefill(self.model, self.shapes, self.cache_length, ids, *source)
 
+    def what(self, ids, mask, *source):
+        return f"the prefill for {describe_shapes(self.shapes)}"
+
 
 class Advance(_ModelFunction):
     """The traced function that decodes: keras-hub's sampling loop (its
@@ -181,6 +190,9 @@ class Advance(_ModelFunction):
         return sample(self.model, self.chooser.given(sampling, controls), self.stop_token_ids, end,
                       (index, cache, token_ids, records, done), mask, budget_end, context, self.logprobs)
 
+    def what(self, index, cache, token_ids, *rest):
+        return f"the decoding step for batch {token_ids.shape[0]}, cache length {self.stage_length}"
+
 
 class Whole(_ModelFunction):
     """The traced function of a generation run to its end in one call (what
@@ -213,6 +225,9 @@ class Whole(_ModelFunction):
             state = sample(model, chooser, self.stop_token_ids, length, state, mask, budget_end, context,
                            self.logprobs)
         return state[2], state[3]
+
+    def what(self, *arrays):
+        return f"the generation loop for {describe_shapes(self.shapes)}"
 
 
 class Chooser:
@@ -273,6 +288,9 @@ class Grow(_ModelFunction):
         compiled.count_trace()
         return grow_cache(cache, self.length)
 
+    def what(self, cache):
+        return f"the cache's growth to {self.length} positions"
+
 
 class WindowStep(_ModelFunction):
     """The traced function that samples past the model's window, as
@@ -304,6 +322,9 @@ class WindowStep(_ModelFunction):
         logits = ops.take_along_axis(logits, last[:, None, None], axis=1)[:, 0]  # (B, V)
         token, logits = self.chooser.given(sampling, controls)(logits, ids, last + 1, new_start, position)
         return token, record(logits, token, self.logprobs)
+
+    def what(self, ids, *rest):
+        return f"the sliding-window step for batch {ids.shape[0]}, window {ids.shape[1]}"
 
 
 def empty_records(batch, length, logprobs=None):

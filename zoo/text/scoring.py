@@ -456,6 +456,10 @@ class _ScoringFunction:
     def model(self):
         return self._model()
 
+    def what(self, ids, mask, targets, *source):
+        shapes = f"batch {ids.shape[0]}, length {ids.shape[1]}" + (f", source {source[0].shape[1]}" if source else "")
+        return f"scoring for {shapes}"
+
     def __call__(self, ids, mask, targets, *source):
         compiled.count_trace()
         if source:

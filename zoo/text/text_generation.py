@@ -326,7 +326,7 @@ class TextGeneration:
     """
 
     def __init__(self, model, prompt_ids, budgets, *, stop=None, stop_token_ids=AUTO, sampler="greedy", seed=None,
-                 temperature=1.0, top_k=50, top_p=0.9, bucket=False, controls=None, logprobs=None, **kwargs):
+                 temperature=1.0, top_k=50, top_p=0.9, bucket="lengths", controls=None, logprobs=None, **kwargs):
         samplers.refuse_renamed(kwargs, "TextGeneration")
         tokenizer = tokenizer_of(model, "zoo.generate")
         if isinstance(sampler, str) and sampler == "beam":

@@ -1,7 +1,14 @@
-"""Byte-pair vocabularies for keras-hub's `BytePairTokenizer`."""
+"""Byte-level byte-pair vocabularies (GPT-2's) for keras-hub's
+`BytePairTokenizer`, learned by the `tokenizers` package's `BpeTrainer`.
 
-import collections
-import heapq
+Example:
+```python
+tokenizer = train_byte_pair(sentences, vocabulary_size=1000)
+tokenizer.detokenize(tokenizer("Größe, 東京 🙂"))  # "Größe, 東京 🙂"
+```
+"""
+
+import json
 
 BYTE_PAIR_RESERVED_TOKENS = ("[PAD]", "[START]", "[END]")
 
@@ -12,15 +19,15 @@ def train_byte_pair(
     reserved_tokens=BYTE_PAIR_RESERVED_TOKENS,
     min_frequency=2,
 ):
-    """Trains a byte-level BPE vocabulary and merges (GPT-2 style).
+    """Trains a byte-level BPE vocabulary and merges (GPT-2 style) and
+    returns keras-hub's tokenizer of them.
 
-    keras-hub 0.32 ships a `BytePairTokenizer` but no trainer for it, so this
-    is a small standard one (Sennrich et al., 2016, on bytes as in GPT-2):
-    texts are pre-split exactly as the tokenizer splits them (keras-hub's
-    `split_strings_for_bpe`), each word becomes its bytes mapped to printable
-    characters (`bytes_to_unicode`), and the most frequent adjacent pair is
-    merged until the vocabulary is full. Ties go to the smaller pair, so the
-    result is deterministic.
+    BPE (Sennrich et al., 2016) on bytes, as GPT-2: the texts are pre-split
+    exactly as keras-hub's `BytePairTokenizer` splits them, and the
+    `tokenizers` package's `BpeTrainer` maps each word's bytes to printable
+    characters (its `ByteLevel` alphabet, GPT-2's `bytes_to_unicode`) and
+    merges the most frequent adjacent pair until the vocabulary is full.
+    The same texts give the same vocabulary.
 
     The vocabulary is the reserved tokens (`"[PAD]"` first, id 0), then the
     256 byte characters (so no text is ever out of vocabulary), then the
@@ -29,10 +36,11 @@ def train_byte_pair(
     Args:
         texts: a list of str.
         vocabulary_size: int. The largest vocabulary size, at least
-            `len(reserved_tokens) + 256`.
+            `len(reserved_tokens) + 257` (room for one merge).
         reserved_tokens: a sequence of str, starting with `"[PAD]"`; kept
-            whole when they appear in a text.
-        min_frequency: int. Stop when the most frequent pair is rarer.
+            whole when they appear in a text, and never part of a merge.
+        min_frequency: int. Stop when the most frequent pair is rarer; a
+            `ValueError` when even the first is.
 
     Returns:
         A `keras_hub.tokenizers.BytePairTokenizer`. Save it with
@@ -41,94 +49,53 @@ def train_byte_pair(
         merges=folder/"merges.txt", unsplittable_tokens=reserved_tokens)`.
     """
     import keras_hub
+    import tokenizers
+    from tokenizers import models, pre_tokenizers, trainers
 
-    # Not in the public `keras_hub.tokenizers`: the tokenizer's own pre-split
-    # and byte alphabet, so that training splits text exactly as it will.
-    from keras_hub.src.tokenizers.byte_pair_tokenizer import (
-        bytes_to_unicode,
-        split_strings_for_bpe,
-    )
+    # Not in the public `keras_hub.tokenizers`: the tokenizer's own pre-split,
+    # so that training splits text exactly as tokenizing will.
+    from keras_hub.src.tokenizers.byte_pair_tokenizer import split_strings_for_bpe
 
     reserved_tokens = list(reserved_tokens)
     if reserved_tokens[:1] != ["[PAD]"]:
         raise ValueError(
             f"reserved_tokens must start with '[PAD]', got {reserved_tokens}"
         )
-    if vocabulary_size < len(reserved_tokens) + 256:
+    if vocabulary_size < len(reserved_tokens) + 257:
         raise ValueError(
-            f"vocabulary_size must be at least {len(reserved_tokens) + 256} "
-            f"(the reserved tokens and 256 bytes), got {vocabulary_size}"
+            f"vocabulary_size must be at least {len(reserved_tokens) + 257} "
+            f"(the reserved tokens, 256 bytes and one merge), got {vocabulary_size}"
         )
-    byte_values, characters = bytes_to_unicode()
-    byte_to_char = {b[0]: c for b, c in zip(byte_values, characters)}
-    word_counts = collections.Counter()
     texts = list(texts)
-    for start in range(0, len(texts), 1024):
-        words = split_strings_for_bpe(texts[start:start + 1024], reserved_tokens)
-        for word in words.flat_values.numpy().tolist():
-            if word.decode("utf-8") not in reserved_tokens:
-                word_counts["".join(byte_to_char[b] for b in word)] += 1
-    vocabulary = {token: i for i, token in enumerate(reserved_tokens)}
-    for character in sorted(characters):
-        vocabulary.setdefault(character, len(vocabulary))
-    merges = _learn_merges(word_counts, vocabulary, vocabulary_size, min_frequency)
+
+    def words():
+        """keras-hub's words of the texts, 1024 texts at a time, without
+        the reserved tokens."""
+        for start in range(0, len(texts), 1024):
+            split = split_strings_for_bpe(texts[start:start + 1024], reserved_tokens)
+            batch = [word.decode("utf-8") for word in split.flat_values.numpy().tolist()]
+            yield [word for word in batch if word not in reserved_tokens]
+
+    backend = tokenizers.Tokenizer(models.BPE())
+    # Each word is already split: only map its bytes to the byte alphabet.
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocabulary_size,
+        min_frequency=min_frequency,
+        special_tokens=reserved_tokens,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(words(), trainer)
+    model = json.loads(backend.to_str())["model"]
+    merges = [pair if isinstance(pair, str) else " ".join(pair) for pair in model["merges"]]
+    if not merges:
+        raise ValueError(
+            f"no pair of symbols occurs {min_frequency} times in the {len(texts)} texts; "
+            "expected more text or a lower min_frequency"
+        )
     return keras_hub.tokenizers.BytePairTokenizer(
-        vocabulary=vocabulary,
+        vocabulary=model["vocab"],
         merges=merges,
         unsplittable_tokens=reserved_tokens,
     )
-
-
-def _learn_merges(word_counts, vocabulary, vocabulary_size, min_frequency):
-    """The BPE merge loop, with incremental pair counts and a lazy max-heap.
-
-    Adds each merged token to `vocabulary` (in place) and returns the merges
-    as `"left right"` strings, in order.
-    """
-    words = [list(word) for word in word_counts]
-    counts = list(word_counts.values())
-    pair_counts = collections.Counter()
-    pair_words = collections.defaultdict(set)  # pair -> indices of words
-    for index, (symbols, count) in enumerate(zip(words, counts)):
-        for pair in zip(symbols, symbols[1:]):
-            pair_counts[pair] += count
-            pair_words[pair].add(index)
-    heap = [(-count, pair) for pair, count in pair_counts.items()]
-    heapq.heapify(heap)
-    merges = []
-    while len(vocabulary) < vocabulary_size and heap:
-        negative_count, pair = heapq.heappop(heap)
-        if -negative_count != pair_counts.get(pair, 0):
-            continue  # A stale entry; the pair's current count is pushed too.
-        if -negative_count < min_frequency:
-            break
-        merged = pair[0] + pair[1]
-        merges.append(f"{pair[0]} {pair[1]}")
-        vocabulary.setdefault(merged, len(vocabulary))
-        changed = set()
-        for index in pair_words.pop(pair):
-            symbols, count = words[index], counts[index]
-            for old in zip(symbols, symbols[1:]):
-                pair_counts[old] -= count
-                changed.add(old)
-            new_symbols, i = [], 0
-            while i < len(symbols):
-                if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
-                    new_symbols.append(merged)
-                    i += 2
-                else:
-                    new_symbols.append(symbols[i])
-                    i += 1
-            words[index] = new_symbols
-            for new in zip(new_symbols, new_symbols[1:]):
-                pair_counts[new] += count
-                pair_words[new].add(index)
-                changed.add(new)
-        for changed_pair in changed:
-            count = pair_counts[changed_pair]
-            if count <= 0:
-                pair_counts.pop(changed_pair)
-                pair_words.pop(changed_pair, None)
-            elif changed_pair != pair:
-                heapq.heappush(heap, (-count, changed_pair))
-    return merges

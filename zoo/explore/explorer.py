@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from recipes.run_folder import open_target  # noqa: F401  (the page's model, as `zoo serve` opens it)
-from recipes.serve.web import RequestError, integer, is_int, known, number
 from zoo.generation.samplers import SAMPLERS as GENERATION_SAMPLERS
+from zoo.serve.web import RequestError, integer, is_int, known, number
+# open_target: the page's model, opened as `zoo serve` opens it.
+from zoo.targets import RUN, open_target, read_run  # noqa: F401
 
 # What the page shows, by model kind.
 LANGUAGE_MODEL, TRANSLATOR, CLASSIFIER = "language_model", "translator", "classifier"
@@ -31,8 +32,6 @@ TOP = 10
 def run_record(target):
     """The run.json of a run folder (recipe, preset, final figures), or None
     for a `.keras` file or a checkpoint folder."""
-    from recipes.run_folder import RUN, read_run
-
     path = Path(target)
     return read_run(path) if path.is_dir() and (path / RUN).is_file() else None
 

@@ -6,18 +6,20 @@
     zoo serve hf://HuggingFaceTB/SmolLM2-135M-Instruct --api-key KEY --port 8000
 
 The official `openai` client, curl, or any OpenAI client then talks to
-http://127.0.0.1:8000/v1 (`recipes.serve.app` lists the endpoints and
-fields). Tokens are chosen as `zoo.generate` chooses them (the same seed,
-the same text) and streamed as they come. Concurrent requests are decoded
-together where their settings allow (`recipes.serve.scheduler`).
-Needs the `serve` extra (`pip install -e .[serve]`: Starlette, uvicorn,
-Jinja2 for chat templates).
+http://127.0.0.1:8000/v1 (`zoo.serve.app` lists the endpoints,
+`zoo.serve.protocol` declares their fields, and the server's own
+http://127.0.0.1:8000/docs shows them). Tokens are chosen as
+`zoo.generate` chooses them (the same seed, the same text) and streamed
+as they come. Concurrent requests are decoded
+together where their settings allow (`zoo.serve.scheduler`).
+Needs the `serve` extra (`pip install -e .[serve]`: FastAPI, pydantic,
+uvicorn, Jinja2 for chat templates).
 """
 
 import os
 import sys
 
-from recipes.serve import web
+from zoo.serve import web
 
 
 def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batch=8, quantize=None,
@@ -41,9 +43,10 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
         read_timeout: seconds a request body may take to arrive (408 past it).
         max_queue: the most requests waiting for the model (429 past it).
     """
-    from recipes.run_folder import open_target
-    from recipes.serve.app import Service, create_app
-    from recipes.serve.scheduler import Scheduler
+    from zoo.serve.app import create_app
+    from zoo.serve.scheduler import Scheduler
+    from zoo.serve.service import Service
+    from zoo.targets import open_target
 
     limits = web.Limits(max_request_bytes, read_timeout)  # a bad limit is refused before the model loads
     if not web.is_int(max_queue) or max_queue < 1:

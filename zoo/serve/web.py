@@ -1,6 +1,6 @@
 """The HTTP side that `zoo serve` and `zoo explore` share: one request
-error, one set of field parsers, one app factory, a request body read
-within bounds, and listening on an address until Ctrl-C.
+error, a request body read within bounds, the explorer's field parsers,
+and listening on an address until Ctrl-C.
 
 A body is read as a stream: a `Content-Length` over the limit is refused
 before any of it is read, and a body sent without one (chunked) is
@@ -9,7 +9,7 @@ server hold more than `max_request_bytes` of it. uvicorn stops reading
 the socket while the app has not taken what came (its flow control), so
 a refused body is never buffered whole either.
 
-Needs the `serve` extra (Starlette, uvicorn; `pip install -e .[serve]`).
+Needs the `serve` extra (FastAPI, uvicorn; `pip install -e .[serve]`).
 """
 
 import asyncio
@@ -160,39 +160,6 @@ def number(body, name, default, expected, low=None, high=None, above=None):
     ):
         raise RequestError(f"{name}: expected {expected}; got {short(value)}", name)
     return float(value)
-
-
-# --- The app ----------------------------------------------------------------------------
-
-
-def openai_error(error):
-    """OpenAI's error object: {"error": {"message", "type", "param", "code"}}."""
-    kinds = {404: "not_found_error", 408: "timeout_error", 413: "invalid_request_error", 429: "rate_limit_error"}
-    return {"error": {"message": str(error), "type": kinds.get(error.status, "invalid_request_error"),
-                      "param": error.param, "code": error.code}}
-
-
-def plain_error(error):
-    """The explorer page's error object: {"error": one line}."""
-    return {"error": str(error)}
-
-
-def refusal(error, shape=openai_error):
-    """The JSON response of a `RequestError`."""
-    from starlette.responses import JSONResponse
-
-    return JSONResponse(shape(error), status_code=error.status, headers=error.headers)
-
-
-def create_app(routes, shape=openai_error):
-    """A Starlette app of `routes` where a `RequestError` raised by an
-    endpoint becomes its response, in `shape`."""
-    from starlette.applications import Starlette
-
-    async def refused(request, error):
-        return refusal(error, shape)
-
-    return Starlette(routes=routes, exception_handlers={RequestError: refused})
 
 
 # --- Listening -----------------------------------------------------------------------------

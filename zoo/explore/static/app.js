@@ -39,7 +39,7 @@ async function post(path, body) {
     method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body),
   });
   const data = await response.json();
-  if (!response.ok) throw new Error(data.error || `${path}: status ${response.status}`);
+  if (!response.ok) throw new Error(data.error?.message || `${path}: status ${response.status}`);
   return data;
 }
 
@@ -195,7 +195,7 @@ async function generate(event) {
   try {
     const response = await fetch("/api/generate", {method: "POST", signal: controller.signal,
       headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
-    if (!response.ok) throw new Error((await response.json()).error);
+    if (!response.ok) throw new Error((await response.json()).error?.message || `/api/generate: status ${response.status}`);
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
     let buffer = "";

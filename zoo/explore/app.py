@@ -1,5 +1,5 @@
 """The `zoo explore` web app: the page, its static files and JSON endpoints
-over one `Explorer`, as an ASGI app (Starlette) that uvicorn serves.
+over one `Explorer`, as an ASGI app (FastAPI) that uvicorn serves.
 
     GET  /                 the page (static/index.html)
     GET  /static/NAME      its script and style sheet
@@ -12,9 +12,10 @@ over one `Explorer`, as an ASGI app (Starlette) that uvicorn serves.
     POST /api/translate    translator: translation and cross-attention
     POST /api/classify     classifier: label probabilities and [CLS] attention
 
-A request the model cannot answer gets status 400 and {"error": one line
-naming the field and what was expected}; a body over the limit 413, one
-that arrives too slowly 408 (`recipes.serve.web.Limits`).
+A request the model cannot answer gets status 400 and `zoo serve`'s error
+shape (`zoo.serve.validation`), {"error": {"message": one line naming the
+field and what was expected, "type", "param", "code"}}; a body over the
+limit 413, one that arrives too slowly 408 (`zoo.serve.web.Limits`).
 """
 
 import json
@@ -22,16 +23,15 @@ from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import FileResponse, JSONResponse, StreamingResponse
-from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from recipes.serve import web
+from zoo.serve import validation, web
 
 STATIC = Path(__file__).parent / "static"
 
 
 def create_app(explorer, limits=web.Limits()):
-    """The ASGI app of one `recipes.explore.explorer.Explorer`; request
+    """The ASGI app of one `zoo.explore.explorer.Explorer`; request
     bodies are read within `limits`."""
 
     async def page(request):
@@ -52,16 +52,15 @@ def create_app(explorer, limits=web.Limits()):
 
         return endpoint
 
-    routes = [
-        Route("/", page),
-        Route("/api/info", info),
-        Route("/api/generate", generate, methods=["POST"]),
-        Route("/api/inspect", answer(explorer.inspect), methods=["POST"]),
-        Route("/api/translate", answer(explorer.translate), methods=["POST"]),
-        Route("/api/classify", answer(explorer.classify), methods=["POST"]),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
-    ]
-    return web.create_app(routes, web.plain_error)
+    app = validation.application("zoo explore", f"A page over {explorer.name}.", limits)
+    app.add_route("/", page)
+    app.add_route("/api/info", info)
+    app.add_route("/api/generate", generate, methods=["POST"])
+    app.add_route("/api/inspect", answer(explorer.inspect), methods=["POST"])
+    app.add_route("/api/translate", answer(explorer.translate), methods=["POST"])
+    app.add_route("/api/classify", answer(explorer.classify), methods=["POST"])
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
 
 
 def _events(explorer, settings):

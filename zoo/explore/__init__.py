@@ -11,9 +11,10 @@ Ctrl-C, and shows by the model's kind: a language model's tokens as they
 are generated, each token's attention over its context for every block
 and head and the next-token probabilities there; a translator's
 cross-attention; a classifier's label probabilities and [CLS] attention.
-Needs the `serve` extra (`pip install -e .[serve]`: Starlette and
-uvicorn; `recipes.serve.web` is the part it shares with `zoo serve`); the page
-is static HTML, CSS and JavaScript, with no network.
+Needs the `explore` extra (`pip install -e .[explore]`: FastAPI and
+uvicorn; `zoo.serve.web` and `zoo.serve.validation`'s error shape are the
+parts it shares with `zoo serve`); the page is static HTML, CSS and
+JavaScript, with no network.
 """
 
 
@@ -33,9 +34,9 @@ def serve(target, host="127.0.0.1", port=8000, labels=None, quantize=None, max_r
             None: 1 MiB.
         read_timeout: seconds a request body may take to arrive (408 past it).
     """
-    from recipes.explore.app import create_app
-    from recipes.explore.explorer import Explorer, open_target, run_record
-    from recipes.serve import web
+    from zoo.explore.app import create_app
+    from zoo.explore.explorer import Explorer, open_target, run_record
+    from zoo.serve import web
 
     limits = web.Limits(max_request_bytes or web.MIB, read_timeout)  # refused before the model loads
     model = open_target(target)

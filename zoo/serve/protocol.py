@@ -1,0 +1,332 @@
+"""The requests and responses of `zoo serve`, as pydantic models (vLLM's
+`protocol.py` is the model), OpenAI's error shape among them.
+
+A request's fields and their bounds are declared here, once: the server
+validates each body against its model (`parse`), `/openapi.json` and the
+`/docs` page describe them, and a field the model does not declare is
+refused by name, as OpenAI refuses it. What a model cannot declare (a
+bound that depends on the model served: its context, vocabulary,
+`--max-batch`; a field taken by some models only) is checked by the
+endpoint's module.
+
+A field's `description` is what the field expects; a refusal says it
+(`zoo.serve.validation`): `temperature: expected a number in [0, 2] (0:
+greedy); got "hot"`.
+"""
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_PROMPTS = 64  # prompts of one completions request
+MAX_LOGPROBS = 5  # OpenAI's most `logprobs` of a completion
+MAX_TOP_LOGPROBS = 20  # OpenAI's most `top_logprobs` of a chat answer
+MAX_EMBEDDING_INPUTS = 256  # texts of one embeddings request
+MAX_LOGIT_BIAS = 300  # OpenAI's most `logit_bias` entries
+MAX_MESSAGES = 1024
+MAX_STOP_STRINGS, MAX_STOP_CHARACTERS = 4, 256
+COMPLETION_DEFAULT_TOKENS = 16  # OpenAI's default `max_tokens` of a completion
+
+
+class Request(BaseModel):
+    """A request body: strict JSON types (no "1" for 1, no true for 1), no
+    field that is not declared."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Response(BaseModel):
+    pass
+
+
+# --- Requests ------------------------------------------------------------------------------
+
+Text = Annotated[str, Field(min_length=1)]
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+Stop = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARACTERS)]
+Penalty = Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)]
+Bias = dict[Annotated[str, Field(pattern=r"^\d+$")], Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False)]]
+
+
+class StreamOptions(Request):
+    include_usage: bool = Field(False, description="true or false: a last chunk with the usage")
+
+
+class Sampling(Request):
+    """The fields that completions and chat share: the model, the answer's
+    length, the sampler and the decoding controls of `zoo.generate`."""
+
+    model: str | None = Field(None, description="the model's id (GET /v1/models)")
+    max_tokens: int | None = Field(
+        None, ge=0, description="an integer >= 1, the answer's most tokens (0 with echo: the prompt scored alone)")
+    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False,
+                                      description="a number in [0, 2] (0: greedy)")
+    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, description="a number in (0, 1]")
+    seed: int | None = Field(None, ge=-(2**63), lt=2**63, description="an integer")
+    stop: Stop | Annotated[list[Stop], Field(max_length=MAX_STOP_STRINGS)] | None = Field(
+        None, description=f"a string or a list of at most {MAX_STOP_STRINGS} non-empty strings of at most "
+        f"{MAX_STOP_CHARACTERS} characters")
+    stream: bool = Field(False, description="true or false: server-sent events as the tokens come")
+    stream_options: StreamOptions | None = Field(None, description='{"include_usage": true or false}, with stream true')
+    n: int = Field(1, ge=1, description="an integer in [1, --max-batch], the answers of each prompt")
+    user: str | None = Field(None, description="a string")
+    presence_penalty: Penalty | None = Field(None, description="a number in [-2, 2]")
+    frequency_penalty: Penalty | None = Field(None, description="a number in [-2, 2]")
+    logit_bias: Bias | None = Field(
+        None, max_length=MAX_LOGIT_BIAS,
+        description=f"an object of at most {MAX_LOGIT_BIAS} token ids to biases in [-100, 100]")
+    repetition_penalty: float | None = Field(None, gt=0, allow_inf_nan=False, description="a number > 0")
+    min_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description="a number in [0, 1]")
+
+
+class CompletionRequest(Sampling):
+    """`POST /v1/completions`: OpenAI's legacy completions."""
+
+    prompt: Text | TokenIds | Annotated[list[Text | TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)] = Field(
+        description=f"a non-empty string, a list of token ids, or a list of at most {MAX_PROMPTS} of either")
+    echo: bool = Field(False, description="true or false: the prompt before the answer")
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
+                                 description=f"null or an integer in [0, {MAX_LOGPROBS}], the alternatives shown")
+    best_of: int | None = Field(None, ge=1, description="an integer in [n, --max-batch], the samples ranked")
+
+
+class ChatMessage(BaseModel):
+    """One message of a conversation; other fields reach the chat template."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    role: str
+    content: str
+
+
+class ChatRequest(Sampling):
+    """`POST /v1/chat/completions`: a conversation answered through the
+    checkpoint's chat template."""
+
+    messages: list[ChatMessage] = Field(
+        min_length=1, max_length=MAX_MESSAGES,
+        description=f'a non-empty list of at most {MAX_MESSAGES} {{"role": str, "content": str}} objects')
+    max_completion_tokens: int | None = Field(None, ge=1, description="an integer >= 1, the answer's most tokens")
+    logprobs: bool | None = Field(False, description="true or false: each token's log-probability")
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS,
+                                     description=f"an integer in [0, {MAX_TOP_LOGPROBS}], with logprobs true")
+
+
+class EmbeddingRequest(Request):
+    """`POST /v1/embeddings`: sentence embeddings of a BERT sentence encoder."""
+
+    model: str | None = Field(None, description="the model's id (GET /v1/models)")
+    input: Text | Annotated[list[Text], Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS)] = Field(
+        description=f"a non-empty string, or a list of at most {MAX_EMBEDDING_INPUTS} of them")
+    encoding_format: Literal["float", "base64"] = Field("float", description='"float" or "base64"')
+    user: str | None = Field(None, description="a string")
+
+
+class TokenizeRequest(Request):
+    """`POST /tokenize`, as vLLM's."""
+
+    model: str | None = Field(None, description="the model's id (GET /v1/models)")
+    prompt: str = Field(description="a string")
+    add_special_tokens: bool = Field(False, description="true or false")
+
+
+class DetokenizeRequest(Request):
+    """`POST /detokenize`, as vLLM's."""
+
+    model: str | None = Field(None, description="the model's id (GET /v1/models)")
+    tokens: list[Annotated[int, Field(ge=0)]] = Field(description="a list of token ids")
+
+
+# --- Responses ---------------------------------------------------------------------------------
+
+FinishReason = Literal["stop", "length"]
+
+
+class Usage(Response):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionLogprobs(Response):
+    """OpenAI's legacy `logprobs` of a choice: each token, its
+    log-probability, its alternatives `{token: logprob}`, its offset in
+    the text."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+class CompletionChoice(Response):
+    index: int
+    text: str
+    finish_reason: FinishReason | None
+    logprobs: CompletionLogprobs | None = None
+
+
+class CompletionResponse(Response):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+class TopLogprob(Response):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(Response):
+    content: list[TokenLogprob]
+    refusal: None = None
+
+
+class AssistantMessage(Response):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(Response):
+    index: int
+    message: AssistantMessage
+    finish_reason: FinishReason | None
+    logprobs: ChatLogprobs | None = None
+
+
+class ChatResponse(Response):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class Delta(Response):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(Response):
+    index: int
+    delta: Delta
+    finish_reason: FinishReason | None = None
+    logprobs: None = None
+
+
+class ChatChunk(Response):
+    """One server-sent event of a streamed chat answer."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+
+
+class CompletionChunk(CompletionResponse):
+    """One server-sent event of a streamed completion: OpenAI's legacy
+    chunks are `text_completion` objects."""
+
+
+class Embedding(Response):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str  # base64: little-endian float32
+
+
+class EmbeddingUsage(Response):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(Response):
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
+
+
+class ModelCard(Response):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "zoo"
+    max_model_len: int
+
+
+class ModelList(Response):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class TokenizeResponse(Response):
+    tokens: list[int]
+    count: int
+    max_model_len: int
+
+
+class DetokenizeResponse(Response):
+    prompt: str
+
+
+class TokenizerInfo(Response):
+    bos_token: str | None
+    eos_token: str | None
+    pad_token: str | None
+    chat_template: str | None
+    model_max_length: int
+    tokenizer_class: str
+
+
+class HealthLimits(Response):
+    max_request_bytes: int
+    read_timeout_seconds: float
+    context_tokens: int
+    max_prompt_tokens: int
+    max_messages: int
+    max_message_characters: int
+    max_stop_strings: int
+    max_stop_characters: int
+    max_n: int
+    max_prompts: int
+    max_logprobs: int
+    max_top_logprobs: int
+    max_embedding_inputs: int
+    max_logit_bias: int
+    max_batch: int
+    max_batches: int
+    max_queue: int
+
+
+class Health(Response):
+    status: Literal["ok"] = "ok"
+    model: str
+    waiting: int
+    running: int
+    limits: HealthLimits
+
+
+class ErrorInfo(Response):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(Response):
+    """OpenAI's error shape."""
+
+    error: ErrorInfo
+
+
+REQUESTS = (CompletionRequest, ChatRequest, EmbeddingRequest, TokenizeRequest, DetokenizeRequest)
