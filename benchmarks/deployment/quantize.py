@@ -18,7 +18,8 @@ variables as stored (int4 packs two weights a byte).
 Quality (`--runs`): each run folder's own metric (the recipe's `evaluate`,
 what `zoo eval RUN` prints) for the float model and after quantizing it in
 memory (`zoo eval RUN --quantize MODE`): gpt_char the validation loss,
-translate the BLEU, bert_classify the dev accuracy.
+translate the BLEU, bert_classify the dev accuracy; a loss's perplexity
+(exp of the mean cross-entropy) is printed below it.
 """
 
 import argparse
@@ -109,6 +110,10 @@ def run_quality(folders, modes):
             metric, values[mode] = list(figures.items())[-1]  # the recipe's own figure
         change = "".join(f"{values[m]:.4f} ({values[m] - values[None]:+.4f})".rjust(20) for m in modes)
         print(f"{str(folder):<28}{metric:<14}{values[None]:>10.4f}{change}")
+        if "loss" in metric:  # a mean cross-entropy in nats: its perplexity too
+            ratio = "".join(f"{np.exp(values[m]):.4f} ({np.exp(values[m] - values[None]) - 1:+.2%})".rjust(20)
+                            for m in modes)
+            print(f"{'':<28}{'perplexity':<14}{np.exp(values[None]):>10.4f}{ratio}")
 
 
 def main():
