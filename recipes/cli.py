@@ -177,8 +177,9 @@ def parser():
     export.add_argument("path", metavar="PATH", help="the folder to write (for gguf: a .gguf file or a folder)")
     export.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
     export.add_argument("--overwrite", action="store_true", help="replace the files of an existing folder")
-    export.add_argument("--outtype", default="f16", choices=("f32", "f16", "bf16", "q8_0", "q4_0"),
-                        help="gguf: the weight matrices' type (default f16)")
+    export.add_argument("--outtype", default=None, choices=("f32", "f16", "bf16", "q8_0", "q4_0"),
+                        help="gguf: the weight matrices' type (default q8_0 for an int8 model, q4_0 for int4, "
+                             "f16 otherwise)")
     export.add_argument("--ollama", action="store_true", help="gguf: also write an Ollama Modelfile beside the file")
     _add_quantize(export)
 

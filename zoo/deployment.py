@@ -40,13 +40,16 @@ QUANTIZED_REFUSALS = {
     ("onnx", "int4"): "the ONNX export of Keras' packed int4 kernels is not supported here",
     ("onnx", "float8"): "the ONNX export of Keras' float8 layers is not supported here",
 }
+# The GGUF type an export without `outtype` writes a quantized model's matrices in: its own bits
+# (a float8 model, whose matrix products alone are quantized, is refused as by the other formats).
+GGUF_OUTTYPES = {"int8": "q8_0", "int4": "q4_0"}
 
 
 class ExportError(ValueError):
     """A model or format that cannot be exported, said in one line."""
 
 
-def export(model, path, format="huggingface", overwrite=False, outtype="f16", ollama=False):
+def export(model, path, format="huggingface", overwrite=False, outtype=None, ollama=False):
     """Write a zoo model as a checkpoint folder others load, or for a runtime.
 
     Args:
@@ -97,16 +100,21 @@ def export(model, path, format="huggingface", overwrite=False, outtype="f16", ol
             tokenizer llama.cpp cannot hold (a character or word tokenizer,
             none) is refused. Needs the `gguf` extra.
         overwrite: replace the files of an existing folder (or GGUF file).
-        outtype: for "gguf": "f32", "f16" (the default), "bf16", "q8_0" or
-            "q4_0", the type of the weight matrices (norms and biases stay
-            f32).
+        outtype: for "gguf": "f32", "f16", "bf16", "q8_0" or "q4_0", the
+            type of the weight matrices (norms and biases stay f32). None
+            (the default) follows the model: "q8_0" for an int8 model,
+            "q4_0" for an int4 one, "f16" otherwise.
         ollama: for "gguf": also write an Ollama `Modelfile` beside the file
             (`FROM`, the chat template as Ollama's Go template where it is a
             known format, stop tokens and sampling parameters).
 
     A quantized model (`model.quantize`) is refused by the two checkpoint
     formats: both hold float weights, and a dequantized copy would pass the quantization
-    error on as if it were the model's.
+    error on as if it were the model's. "gguf" writes an int8 or int4 one
+    (and refuses float8, as they do): each int8 or int4
+    matrix is read dequantized, exactly as the model computes with it, then
+    quantized again into `outtype`'s blocks (llama.cpp's q8_0 and q4_0 scale
+    32 values along the input, Keras a whole output unit or a group).
 
     Returns:
         The folder, a `pathlib.Path`. `from_pretrained(path)` loads it back
@@ -126,14 +134,15 @@ def export(model, path, format="huggingface", overwrite=False, outtype="f16", ol
     if format not in FORMATS:
         raise ValueError(f"format={format!r}; expected one of {', '.join(map(repr, FORMATS + RUNTIME_FORMATS))}.")
     mode = quantization_mode(model)
+    tokenizer = getattr(model, "tokenizer", None)
+    if format == "gguf" and (mode is None or mode in GGUF_OUTTYPES):
+        outtype = GGUF_OUTTYPES.get(mode, "f16") if outtype is None else outtype
+        return _export_gguf(model, Path(path), tokenizer, outtype, ollama, overwrite)
     if mode is not None:
         raise ValueError(
             f"export writes float weights, and this {type(model).__name__} is quantized ({mode}); expected a "
             "float model: export it before quantizing (or load its float file), and quantize after loading."
         )
-    tokenizer = getattr(model, "tokenizer", None)
-    if format == "gguf":
-        return _export_gguf(model, Path(path), tokenizer, outtype, ollama, overwrite)
     folder = Path(path)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())) and not overwrite:
         raise FileExistsError(f"{folder}: exists and is not empty; pass overwrite=True to replace its files.")

@@ -5,7 +5,10 @@ Llama-family checkpoints with real byte-level BPE tokenizers.
 needs, with their shapes, types and values. Export then
 `zoo.from_pretrained` is the identity in f32 and within the quantization's
 error in q8_0 / q4_0; the tokenizer rebuilt from the GGUF gives the same
-ids on non-ASCII text. Bad models and bad files are refused in one line.
+ids on non-ASCII text. A model quantized by the zoo (int8, int4) exports
+as it computes: its f32 export gives its logits, its q8_0 / q4_0 export
+(the default) is within the block type's error of its dequantized weights.
+Bad models and bad files are refused in one line.
 Against llama.cpp itself (marked integration): llama-cpp-python loads the
 f32 export, and its logits and 64 greedy tokens are the zoo's.
 """
@@ -13,6 +16,7 @@ f32 export, and its logits and 64 greedy tokens are the zoo's.
 import json
 import shutil
 
+import keras
 import numpy as np
 import pytest
 
@@ -341,6 +345,95 @@ def test_quantized_export_then_import_is_within_the_quantization_error(models, n
     expected, found = _np(model(x)), _np(again(x))
     relative = np.linalg.norm(found - expected) / np.linalg.norm(expected)
     assert 0 < relative < logit_error, relative
+
+
+# --- A model quantized by the zoo ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quantizable(tmp_path_factory):
+    """{name: a tiny Hugging Face folder} to load and quantize afresh: a Llama, and a GPT-2 whose
+    matrices' rows are whole 32-value blocks."""
+    root = tmp_path_factory.mktemp("gguf_quantized")
+    return {"llama": lc.hf_folder(root / "llama", "llama", seed=0),
+            "gpt2_wide": ck.hf_gpt2_folder(root / "gpt2_wide", seed=3, hidden_dim=32, intermediate_dim=128)}
+
+
+def weight_only(mode, block_size=None):
+    """Keras' int8 or int4 weights without its per-row rounding of the activations, which llama.cpp's
+    float matrix products do not do: the model then computes with its dequantized weights alone."""
+    if mode == "int8":
+        return keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
+    return keras.quantizers.Int4QuantizationConfig(activation_quantizer=None, block_size=block_size)
+
+
+@pytest.mark.parametrize("mode,block_size", [("int8", None), ("int4", 128), ("int4", -1)])
+@pytest.mark.parametrize("name", ["llama", "gpt2_wide"])
+def test_the_f32_export_of_a_quantized_model_computes_its_logits(quantizable, name, mode, block_size, tmp_path):
+    """int8 per output unit, int4 in groups with zero points (128: one group over these widths) and int4
+    per output unit: the dequantized weights are exactly those the quantized model computes with."""
+    model = zoo.from_pretrained(quantizable[name])
+    x = inputs(model.backbone.vocabulary_size)
+    float_logits = _np(model(x))
+    model.quantize(mode, config=weight_only(mode, block_size))
+    expected = _np(model(x))
+    assert np.abs(expected - float_logits).max() > 1e-3  # the quantization changed the logits
+    path = zoo.export(model, tmp_path / "m.gguf", format="gguf", outtype="f32")
+    assert fields_of(path)[1]["general.file_type"] == gguf.LlamaFileType.ALL_F32  # the outtype asked for
+    np.testing.assert_allclose(_np(zoo.from_pretrained(path)(x)), expected, rtol=0, atol=1e-5)
+
+
+def test_a_quantized_model_with_lora_is_exported_with_its_lora_merged(quantizable, tmp_path):
+    model = zoo.from_pretrained(quantizable["llama"])
+    model.quantize("int4", config=weight_only("int4", 128))
+    x = inputs(model.backbone.vocabulary_size)
+    before = _np(model(x))
+    model.enable_lora(4, ("query_key_value", "gate"))
+    rng = np.random.default_rng(5)
+    for weight in model.weights:
+        if "lora" in weight.path:
+            weight.assign(rng.normal(0, 0.2, tuple(weight.shape)).astype("float32"))
+    assert np.abs(_np(model(x)) - before).max() > 0.1  # the LoRA changes the logits
+    again = zoo.from_pretrained(zoo.export(model, tmp_path / "m.gguf", format="gguf", outtype="f32"))
+    np.testing.assert_allclose(_np(again(x)), _np(model(x)), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,outtype,logit_error", [("int8", "q8_0", 0.03), ("int4", "q4_0", 0.5)])
+@pytest.mark.parametrize("name", ["llama", "gpt2_wide"])
+def test_a_quantized_model_exports_to_its_own_bits_within_their_error(quantizable, name, mode, outtype,
+                                                                     logit_error, tmp_path):
+    """No outtype: int8 -> q8_0, int4 -> q4_0. Each matrix of the file is within the block type's error
+    of the quantized model's own dequantized weights, and its logits are near the quantized model's."""
+    from zoo.layers.dequantized import float_weights
+
+    model = zoo.from_pretrained(quantizable[name], quantize=mode)  # Keras' default configs
+    path = zoo.export(model, tmp_path / "m.gguf", format="gguf")
+    assert fields_of(path)[1]["general.file_type"] == getattr(gguf.LlamaFileType, f"MOSTLY_{outtype.upper()}")
+    again = zoo.from_pretrained(path)
+    with float_weights(model):
+        original = hf_tensors(model)
+    loaded, quantized = hf_tensors(again), 0
+    for key, weight in original.items():
+        matrix = weight.T if key.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")) else weight  # (out, in)
+        if weight.ndim == 2 and matrix.shape[-1] % 32 == 0 and "wpe" not in key:
+            back = loaded[key].T if matrix is not weight else loaded[key]
+            assert np.all(np.abs(back - matrix) <= block_bound(matrix, outtype) + 1e-7), key
+            quantized += 1
+    assert quantized >= 5
+    x = inputs(model.backbone.vocabulary_size)
+    expected, found = _np(model(x)), _np(again(x))
+    relative = np.linalg.norm(found - expected) / np.linalg.norm(expected)
+    assert 0 < relative < logit_error, relative
+
+
+@pytest.mark.parametrize("format,mode", [("huggingface", "int4"), ("keras-hub", "int4"), ("gguf", "float8")])
+def test_a_quantized_model_is_still_refused_by_the_float_checkpoint_formats(quantizable, format, mode, tmp_path):
+    """The float checkpoints refuse int8 and int4; GGUF refuses float8 (its matrix products alone are float8)."""
+    model = zoo.from_pretrained(quantizable["llama"], quantize=mode)
+    with pytest.raises(ValueError, match=rf"export writes float weights, and this LlamaCausalLM is quantized \({mode}\); "
+                                         r"expected a float model"):
+        zoo.export(model, tmp_path / "out", format=format)
+    assert not (tmp_path / "out").exists()
 
 
 # --- Refusals --------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ fallback as "llama" (pieces, types and scores), with the special token ids,
 tensors stay f32, and a matrix whose rows do not split into 32-value
 blocks falls back to f16, as llama.cpp's converter does) and read back
 dequantized to float32 (any type `gguf.quants` dequantizes, K-quants
-included).
+included). A model quantized by the zoo (Keras' int8 and int4) is read
+dequantized, as it computes (`zoo.layers.dequantized.float_weights`), and
+quantized again into `outtype`'s 32-value blocks.
 """
 
 import json
@@ -35,6 +37,7 @@ import numpy as np
 
 from zoo.checkpoints import huggingface, registry
 from zoo.files import atomic_path
+from zoo.layers.dequantized import float_weights
 from zoo.models.tensor_names import CheckpointError, check_vocabulary, tensors_of, tokenizer_size, write_text
 
 OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
@@ -153,8 +156,9 @@ def export(model, path, tokenizer, outtype="f16"):
     with tempfile.TemporaryDirectory() as scratch:
         family.write_huggingface_tokenizer(tokenizer, Path(scratch), model)
         vocabulary = read_huggingface_vocabulary(Path(scratch), config["vocab_size"])
-    _, names = family.huggingface_names(model)
-    tensors = gguf_tensors(arch, config, tensors_of(names))
+    with float_weights(model):  # a quantized model's weights as it computes with them, in float32
+        _, names = family.huggingface_names(model)
+        tensors = gguf_tensors(arch, config, tensors_of(names))
 
     path = Path(path)
     with atomic_path(path) as temporary:
