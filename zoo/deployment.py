@@ -111,10 +111,10 @@ def export(model, path, format="huggingface", overwrite=False, outtype=None, oll
     A quantized model (`model.quantize`) is refused by the two checkpoint
     formats: both hold float weights, and a dequantized copy would pass the quantization
     error on as if it were the model's. "gguf" writes an int8 or int4 one
-    (and refuses float8, as they do): each int8 or int4
-    matrix is read dequantized, exactly as the model computes with it, then
-    quantized again into `outtype`'s blocks (llama.cpp's q8_0 and q4_0 scale
-    32 values along the input, Keras a whole output unit or a group).
+    (and refuses float8, as they do): each int8 or int4 matrix is read
+    dequantized, exactly as the model computes with it, then quantized again
+    into `outtype`'s blocks (llama.cpp's q8_0 and q4_0 scale 32 values along
+    the input, Keras a whole output unit or a group).
 
     Returns:
         The folder, a `pathlib.Path`. `from_pretrained(path)` loads it back
