@@ -612,6 +612,28 @@ def greedy_zoo(model, prompt, steps):
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("mode,logit_error", [("int8", 0.03), ("int4", 0.5)])
+def test_llama_cpp_runs_the_export_of_a_quantized_model_near_its_logits(quantizable, mode, logit_error, tmp_path):
+    """llama.cpp on the default (q8_0 / q4_0) export of an int8 / int4 Llama: its logits are within the
+    block type's error of the quantized model's."""
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[bench]')")
+    model = zoo.from_pretrained(quantizable["llama"], quantize=mode)
+    path = zoo.export(model, tmp_path / "m.gguf", format="gguf")
+    llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=model.backbone.max_sequence_length,
+                          n_threads=1, type_k=0, type_v=0, verbose=False)
+    try:
+        ids = _np(model.tokenizer("The cat sat on the mat. naïve café")).tolist()
+        llm.eval(ids)
+        theirs = np.array(llm.scores[: len(ids)])
+    finally:
+        llm.close()
+    x = np.array([ids], "int32")
+    ours = _np(model({"token_ids": x, "padding_mask": np.ones_like(x)}))[0]
+    relative = np.linalg.norm(theirs - ours) / np.linalg.norm(ours)
+    assert relative < logit_error, relative
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("name", CASES)
 def test_llama_cpp_reads_the_export_as_the_zoo_computes_it(models, name, tmp_path):
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[bench]')")
