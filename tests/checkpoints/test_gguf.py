@@ -404,7 +404,7 @@ def test_a_quantized_model_exports_to_its_own_bits_within_their_error(quantizabl
                                                                      logit_error, tmp_path):
     """No outtype: int8 -> q8_0, int4 -> q4_0. Each matrix of the file is within the block type's error
     of the quantized model's own dequantized weights, and its logits are near the quantized model's."""
-    from zoo.layers.dequantized import float_weights
+    from zoo.checkpoints.float_weights import float_weights
 
     model = zoo.from_pretrained(quantizable[name], quantize=mode)  # Keras' default configs
     path = zoo.export(model, tmp_path / "m.gguf", format="gguf")

@@ -23,7 +23,7 @@ tensors stay f32, and a matrix whose rows do not split into 32-value
 blocks falls back to f16, as llama.cpp's converter does) and read back
 dequantized to float32 (any type `gguf.quants` dequantizes, K-quants
 included). A model quantized by the zoo (Keras' int8 and int4) is read
-dequantized, as it computes (`zoo.layers.dequantized.float_weights`), and
+dequantized, as it computes (`zoo.checkpoints.float_weights`), and
 quantized again into `outtype`'s 32-value blocks.
 """
 
@@ -37,7 +37,7 @@ import numpy as np
 
 from zoo.checkpoints import huggingface, registry
 from zoo.files import atomic_path
-from zoo.layers.dequantized import float_weights
+from zoo.checkpoints.float_weights import float_weights
 from zoo.models.tensor_names import CheckpointError, check_vocabulary, tensors_of, tokenizer_size, write_text
 
 OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
