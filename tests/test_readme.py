@@ -105,6 +105,8 @@ def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
 
         if not all(has(name) for name in list_datasets()):
             pytest.skip(f"the registered data sets are not all in ZOO_DATA={SHARED_DATA}")
+    if "import llama_cpp" in code:
+        pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[bench]')")
     if set(needs) & set(SETUPS):
         shared = request.getfixturevalue("laid_out")
         for name in SETUPS:

@@ -78,11 +78,13 @@ def _with_arguments(name, change):
 # --- A re-implementation of attention whose pieces the mutations break ----
 
 
-def _weights(query, key, mask=None, scale=None, masked_logit=-1e9, zero_empty_rows=True):
-    """softmax(Q K^T * scale) over the allowed keys, as `attention_weights`."""
+def _weights(query, key, mask=None, scale=None, masked_logit=-1e9, zero_empty_rows=True, bias=None):
+    """softmax(Q K^T * scale + bias) over the allowed keys, as `attention_weights`."""
     if scale is None:
         scale = 1.0 / math.sqrt(key.shape[-1])
     logits = ops.cast(ops.matmul(query, ops.swapaxes(key, -1, -2)), "float32") * scale
+    if bias is not None:
+        logits = logits + ops.cast(bias, "float32")
     if mask is None:
         return ops.cast(ops.softmax(logits, axis=-1), query.dtype)
     mask = ops.cast(mask, "bool")
@@ -108,8 +110,8 @@ def _fused(query, key, value, mask=None, scale=None, is_causal=False, causal_off
 
 
 def _reimplemented(**weight_options):
-    def weights(query, key, mask=None, scale=None):
-        return _weights(query, key, mask, scale, **weight_options)
+    def weights(query, key, mask=None, scale=None, bias=None):
+        return _weights(query, key, mask, scale, bias=bias, **weight_options)
 
     def fused(query, key, value, mask=None, scale=None, is_causal=False):
         return _fused(query, key, value, mask, scale, is_causal, **weight_options)

@@ -108,7 +108,8 @@ def run(*argv):
     buffer, errors = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(errors):
         code = cli.main(list(argv))
-    return code, buffer.getvalue().rstrip("\n").split("\n") + errors.getvalue().strip().splitlines()[-1:]
+    said = [line for line in errors.getvalue().strip().splitlines() if not line.startswith("zoo: compiling")]
+    return code, buffer.getvalue().rstrip("\n").split("\n") + said[-1:]
 
 for name in out:
     out[name]["eval"] = run("eval", f"{runs}/{name}")
