@@ -249,8 +249,9 @@ class _Greedy:
                     ids.append(self._ids[data[start:end]])
                     start = end
                     break
-            else:
-                start += 1  # a byte no token holds
+            else:  # a byte no token holds: a special token, which spells no text
+                ids.append(self.eos_token_id)
+                start += 1
         return ids
 
 
@@ -333,8 +334,12 @@ class Matcher:
             raise ValueError(f"The constraint is refused by llguidance: {_one_line(self.matcher.get_error())}")
 
     def fill(self, bitmask, row):
-        """Writes row `row` of the (B, W) int32 `bitmask`."""
+        """Writes row `row` of the (B, W) int32 `bitmask`; a ValueError
+        when no token of the vocabulary can go on."""
         self._fill(self.matcher, bitmask, row)
+        if self.matcher.is_error():
+            raise ValueError(f"Row {row}'s constraint cannot go on with this vocabulary: "
+                             f"{_one_line(self.matcher.get_error())[:300]}")
 
     def consume(self, token):
         """Advances by `token`; a RuntimeError if the grammar did not allow it."""
@@ -373,6 +378,9 @@ class Constraints:
         for row, matcher in enumerate(self.matchers):
             if matcher is not None:
                 matcher.fill(self.bitmask, row)
+                if not self._allows_an_id(row):
+                    raise ValueError(f"Row {row}'s constraint cannot begin: no token of the vocabulary starts it; "
+                                     "expected a grammar the tokenizer's tokens can spell.")
 
     def arrays(self):
         """(bitmask, flags): what the next step's tokens may be."""
@@ -382,18 +390,24 @@ class Constraints:
         """Advances row `row` by its chosen `token` and writes its next
         mask; True when the row has ended: its matcher has stopped, or it
         accepts and allows none of the model's ids (only an end token the
-        row does not have)."""
+        row does not have). A ValueError when the text can go on only with
+        bytes no token holds."""
         matcher = self.matchers[row]
         if matcher is None:
             return False
         matcher.consume(token)
-        if matcher.stopped:
-            if not matcher.accepting:
-                raise ValueError(f"Row {row}'s constraint cannot be completed: no token of the vocabulary continues "
-                                 f"its text; expected a grammar the tokenizer's tokens can spell.")
-            return True
-        matcher.fill(self.bitmask, row)
-        return matcher.accepting and not self.allowed(row).any()
+        if not matcher.stopped:
+            matcher.fill(self.bitmask, row)
+            if self._allows_an_id(row):
+                return False
+        if not matcher.accepting:
+            raise ValueError(f"Row {row}'s constraint cannot be completed: no token of the vocabulary continues its "
+                             "text; expected a grammar the tokenizer's tokens can spell.")
+        return True
+
+    def _allows_an_id(self, row):
+        whole = self.vocabulary_size // 32
+        return bool(self.bitmask[row, :whole].any()) or bool(self.allowed(row)[whole * 32:].any())
 
     def allowed(self, row):
         """(V,) bool: the ids row `row` may choose next (NumPy's `unpack`)."""
