@@ -120,12 +120,11 @@ def parse(text, format, names):
             return text, []
         calls = _calls(_json_values(body.replace("}; {", "}\n{")), names)
         return (None, calls) if calls else (text, [])
-    body = re.sub(r"```(?:json)?", "", text)
-    start = min([i for i in (body.find("{"), body.find("[")) if i >= 0], default=-1)
+    start = min([i for i in (text.find("{"), text.find("["), text.find("```")) if i >= 0], default=-1)
     if start < 0:
         return text, []
-    calls = _calls(_json_values(body[start:]), names)
-    return (_content(body[:start]), calls) if calls else (text, [])
+    calls = _calls(_json_values(re.sub(r"```(?:json)?", "", text[start:])), names)
+    return (_content(text[:start]), calls) if calls else (text, [])
 
 
 def _json_values(text):
