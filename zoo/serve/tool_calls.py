@@ -35,6 +35,7 @@ import string
 FORMATS = ("hermes", "llama3_json", "mistral", "generic")
 HERMES_START, HERMES_END = "<tool_call>", "</tool_call>"
 MISTRAL_START = "[TOOL_CALLS]"
+SEPARATORS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +254,8 @@ def call_grammar(functions, format, marker_id=None):
     """
     schemas = [call_schema(function, format) for function in functions]
     schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    # JSON as the templates write it (Jinja's `tojson`): one space after each `,` and `:`, no other.
+    schema = {**schema, "x-guidance": SEPARATORS}
     lines = [f"call: %json {json.dumps(schema)}"]
     if format == "hermes":
         start = f'start: "{HERMES_START}\\n" call "\\n{HERMES_END}"'
