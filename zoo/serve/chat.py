@@ -41,7 +41,7 @@ def check(service, request):
     n, _ = service.samples(request)
     messages = template_messages(request.messages)
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if request.tools else None
-    characters = sum(len(m["role"]) + len(m.get("content") or "") + len(json.dumps(m.get("tool_calls", "")))
+    characters = sum(len(m["role"]) + len(m.get("content") or "") + (len(json.dumps(m["tool_calls"])) if "tool_calls" in m else 0)
                      for m in messages) + (len(json.dumps(tools)) if tools else 0)
     if characters > service.max_characters:
         raise RequestError(
@@ -80,14 +80,10 @@ def check(service, request):
 
 def template_messages(messages):
     """The messages as a chat template reads them (transformers'
-    convention): a call's `arguments` an object, not OpenAI's JSON text;
-    a `RequestError` for a message without the content its role needs."""
+    convention): a call's `arguments` an object, not OpenAI's JSON text."""
     rendered = []
     for i, message in enumerate(messages):
         one = message.model_dump(exclude_none=True)
-        if message.content is None and not (message.role == "assistant" and message.tool_calls):
-            raise RequestError(f"messages[{i}].content: missing; expected a string (null only for an assistant "
-                               "message with tool_calls)", "messages")
         for j, call in enumerate(one.get("tool_calls", ())):
             try:
                 arguments = json.loads(call["function"]["arguments"])

@@ -16,7 +16,7 @@ greedy); got "hot"`.
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_PROMPTS = 64  # prompts of one completions request
 MAX_LOGPROBS = 5  # OpenAI's most `logprobs` of a completion
@@ -164,6 +164,12 @@ class ChatMessage(BaseModel):
     content: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _content(self):
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("a message's content is a string (null only beside an assistant's tool_calls)")
+        return self
 
 
 class Function(Request):
