@@ -172,7 +172,7 @@ def conversation_messages(record, where):
         if not isinstance(content, str) and not (calls and content is None):
             raise DataError(f"{where}: message {i + 1}'s `content` is a {type(content).__name__}; "
                             "expected a string (null only beside `tool_calls`)")
-        one = {"role": message["role"], "content": content}
+        one = {"role": message["role"], "content": "" if content is None else content}
         if calls is not None:
             if message["role"] != "assistant":
                 raise DataError(f"{where}: message {i + 1} has `tool_calls` but role {message['role']!r}; "

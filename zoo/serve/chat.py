@@ -80,10 +80,12 @@ def check(service, request):
 
 def template_messages(messages):
     """The messages as a chat template reads them (transformers'
-    convention): a call's `arguments` an object, not OpenAI's JSON text."""
+    convention): a call's `arguments` an object, not OpenAI's JSON text,
+    and the null content of a turn that calls an empty string (templates
+    test it, or add it to a string)."""
     rendered = []
     for i, message in enumerate(messages):
-        one = message.model_dump(exclude_none=True)
+        one = {"content": "", **message.model_dump(exclude_none=True)}
         for j, call in enumerate(one.get("tool_calls", ())):
             try:
                 arguments = json.loads(call["function"]["arguments"])
