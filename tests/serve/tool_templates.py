@@ -170,3 +170,30 @@ MISTRAL = r"""{%- if messages[0]["role"] == "system" %}
     {%- endif %}
 {%- endfor %}
 """
+
+# Qwen 2.5's tool-calling parts on ChatML with a one-line tools header: a
+# conversation with a tool fits the 256-token context of the test checkpoints.
+HERMES_SHORT = r"""{%- if tools %}
+    {{- '<|im_start|>system\n<tools>' }}
+    {%- for tool in tools %}{{ tool.function | tojson }}{% endfor %}
+    {{- '</tools><|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+    {%- if message.role == "assistant" and message.tool_calls %}
+        {{- '<|im_start|>assistant' }}
+        {%- for tool_call in message.tool_calls %}
+            {{- '\n<tool_call>\n{"name": "' + tool_call.function.name + '", "arguments": ' }}
+            {{- tool_call.function.arguments | tojson }}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {{- '<|im_start|>user\n<tool_response>\n' + message.content + '\n</tool_response><|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"""
