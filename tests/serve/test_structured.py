@@ -97,6 +97,11 @@ def test_malformed_or_doubled_structures_are_refused_in_one_line(server):
         (dict(extra_body={"structured_outputs": {"regex": "a", "choice": ["a"]}}), "structured_outputs"),
         (dict(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "rm"}}), "tool_choice"),
         (dict(tool_choice="required"), "tool_choice"),
+        (dict(response_format={"type": "xml"}), "response_format"),
+        (dict(tools=[{"type": "function", "function": {"name": "bad name"}}]), "tools"),
+        (dict(tools=[WEATHER], tool_choice="always"), "tool_choice"),
+        (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}],
+              tool_choice="required"), "tools"),
         (dict(tools=[WEATHER], tool_choice="required", response_format={"type": "json_object"}), "tool_choice"),
     ]
     for arguments, param in cases:
@@ -155,3 +160,15 @@ def test_tool_messages_and_earlier_calls_are_rendered_through_the_template(serve
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"' in text
     assert "<tool_response>\n{\"temperature\": -3}\n</tool_response>" in text
     assert answer.usage.prompt_tokens == len(tokenizer.apply_chat_template(rendered, tools=[WEATHER]))
+
+
+def test_auto_and_none_answer_text_streamed_as_whole(server):
+    client = server.client()
+    for choice in ("auto", "none"):
+        settings = dict(model="qwen", messages=ASK, tools=[WEATHER, CLOCK], tool_choice=choice, max_tokens=12,
+                        temperature=1.0, seed=5)
+        answer = client.chat.completions.create(**settings).choices[0]
+        assert answer.message.tool_calls is None and answer.finish_reason in ("stop", "length")
+        chunks = list(client.chat.completions.create(**settings, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == answer.message.content
+        assert chunks[-1].choices[0].finish_reason == answer.finish_reason

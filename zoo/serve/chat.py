@@ -118,6 +118,9 @@ def _tools(service, request, tools):
         if not functions:
             raise RequestError(f"tool_choice: {choice.function.name!r} is not among the tools; expected one of "
                                f"{', '.join(parsing.names)}", "tool_choice")
+    for i, tool in enumerate(tools):
+        if tool["function"] in functions and tool["function"].get("parameters") is not None:
+            structured.grammar(f"tools[{i}].function.parameters", json_schema=tool["function"]["parameters"])
     marker_id = None
     if format == "mistral":
         try:

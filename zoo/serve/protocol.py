@@ -208,7 +208,7 @@ class ChatRequest(Sampling):
                                      description=f"an integer in [0, {MAX_TOP_LOGPROBS}], with logprobs true")
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = Field(
         None, description=f'a list of at most {MAX_TOOLS} {{"type": "function", "function": {{"name": str, '
-        '"description": str, "parameters": {...}}}} objects')
+        '"description": str, "parameters": {...}}} objects')
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
         None, description='"none", "auto", "required" or {"type": "function", "function": {"name": str}}, with tools')
     parallel_tool_calls: bool | None = Field(None, description="true or false")

@@ -76,4 +76,4 @@ def grammar(field, **arguments):
     try:
         return constraints.grammar(**arguments)
     except (ValueError, TypeError) as error:
-        raise RequestError(f"{field}: {error}", field) from None
+        raise RequestError(f"{field}: {error}", field.split("[")[0]) from None
