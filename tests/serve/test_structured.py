@@ -76,6 +76,11 @@ def test_json_object_and_vllm_structures_on_completions_and_chat(server):
         text = client.chat.completions.create(model="qwen", messages=ASK, max_tokens=10, temperature=1.0, seed=2,
                                               extra_body=extra).choices[0].message.content
         assert re.fullmatch(r"[0-9]{3}-[a-c]{2}", text)
+    for extra in ({"guided_grammar": 'start: "up" | "down" NUMBER\nNUMBER: /[0-9]/'},
+                  {"structured_outputs": {"grammar": 'root ::= "up" | "down" [0-9]'}}):  # Lark, then GBNF
+        text = client.completions.create(model="qwen", prompt="Where?", max_tokens=10, temperature=1.0, seed=4,
+                                         extra_body=extra).choices[0].text
+        assert re.fullmatch(r"up|down[0-9]", text)
     schema = Weather.model_json_schema()
     for extra in ({"guided_json": schema}, {"structured_outputs": {"json": json.dumps(schema)}}):
         answer = client.completions.create(model="qwen", prompt="{", max_tokens=120, temperature=1.0, seed=3,
@@ -172,3 +177,21 @@ def test_auto_and_none_answer_text_streamed_as_whole(server):
         chunks = list(client.chat.completions.create(**settings, stream=True))
         assert "".join(c.choices[0].delta.content or "" for c in chunks) == answer.message.content
         assert chunks[-1].choices[0].finish_reason == answer.finish_reason
+
+
+def test_a_constrained_and_a_free_request_share_a_batch_and_the_free_one_is_unchanged(server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    lm, client = server.service.model, server.client()
+    server.service.scheduler.gather_seconds = 0.3  # both arrive before the batch starts
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            free = pool.submit(client.completions.create, model="qwen", prompt="The cat", max_tokens=8, temperature=0)
+            held = pool.submit(client.completions.create, model="qwen", prompt="The dog", max_tokens=8, temperature=0,
+                               extra_body={"guided_choice": ["sat", "ran"]})
+            free, held = free.result().choices[0].text, held.result().choices[0].text
+    finally:
+        server.service.scheduler.gather_seconds = 0.04
+    assert server.service.scheduler.batch_sizes[-1] == 2
+    assert free == zoo.generate(lm, "The cat", max_new_tokens=8)[len("The cat"):]
+    assert held in ("sat", "ran")
