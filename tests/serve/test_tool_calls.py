@@ -149,3 +149,17 @@ def test_the_call_grammar_accepts_the_templates_call_and_refuses_bad_arguments(l
         assert not accepts(llg_tokenizer, grammar, bad)
     either = call_grammar([WEATHER, CLOCK], format)
     assert accepts(llg_tokenizer, either, good)
+
+
+def test_mistrals_marker_is_its_special_token_where_the_tokenizer_has_one(llg_tokenizer):
+    from tests.checkpoints.llama_checkpoints import IM_START, tokenizer_json
+    from zoo.tokenizers import HuggingFaceTokenizer
+
+    marker = HuggingFaceTokenizer.from_file(tokenizer_json("qwen2")).token_to_id(IM_START)  # a special token
+    grammar = call_grammar([CLOCK], "mistral", marker_id=marker)
+    import llguidance
+
+    call = ' [{"name": "time_in", "arguments": {"zone": "UTC"}}]'
+    matcher = llguidance.LLMatcher(llg_tokenizer, grammar)
+    assert matcher.consume_tokens([marker] + llg_tokenizer.tokenize_str(call)) and matcher.is_accepting()
+    assert not accepts(llg_tokenizer, grammar, "[TOOL_CALLS]" + call)  # the marker as text is not the token
