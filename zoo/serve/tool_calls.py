@@ -119,7 +119,7 @@ def parse(text, format, names):
             body = body[len("<|python_tag|>"):]
         if not body.startswith("{"):
             return text, []
-        calls = _calls(_json_values(body.replace("}; {", "}\n{")), names)
+        calls = _calls(_json_values(body), names)
         return (None, calls) if calls else (text, [])
     start = min([i for i in (text.find("{"), text.find("["), text.find("```")) if i >= 0], default=-1)
     if start < 0:
