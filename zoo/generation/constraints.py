@@ -187,20 +187,23 @@ def vocabulary(tokenizer, vocabulary_size, stop_token_ids):
 def _llg_tokenizer(tokenizer, vocabulary_size, stop_token_ids):
     llg = llguidance()
     kind = type(tokenizer).__name__
-    if hasattr(tokenizer, "tokenizer_json"):  # HuggingFaceTokenizer: llguidance reads tokenizer.json itself
-        size = max(vocabulary_size, tokenizer.vocabulary_size())
-        return llg.LLTokenizer(json.dumps(tokenizer.tokenizer_json()), n_vocab=size,
-                               eos_token=list(stop_token_ids) or None)
-    if hasattr(tokenizer, "pieces") and hasattr(tokenizer, "unknown_token_id"):  # Marian, T5
-        tokens, special = _sentence_piece_bytes(tokenizer)
-        ids = {piece: i for i, piece in enumerate(tokenizer.get_vocabulary())}
-        encode = lambda text: [ids.get(piece, tokenizer.unknown_token_id) for piece in tokenizer.pieces(text)]
+    if hasattr(tokenizer, "tokenizer_json"):  # HuggingFaceTokenizer
+        data = tokenizer.tokenizer_json()
+        if (data.get("decoder") or {}).get("type") in ("ByteLevel", "Sequence"):  # llguidance reads these itself
+            try:
+                return llg.LLTokenizer(json.dumps(data), n_vocab=max(vocabulary_size, tokenizer.vocabulary_size()),
+                                       eos_token=list(stop_token_ids) or None)
+            except ValueError:
+                pass
+        added = {token["id"] for token in data.get("added_tokens", ()) if token.get("special")}
+        tokens, special = _sentence_piece_bytes(tokenizer.get_vocabulary(), added)  # Metaspace: `▁` and <0xNN>
+    elif hasattr(tokenizer, "pieces") and hasattr(tokenizer, "unknown_token_id"):  # Marian, T5
+        named = {tokenizer.pad_token_id, tokenizer.end_token_id, tokenizer.unknown_token_id}
+        tokens, special = _sentence_piece_bytes(tokenizer.get_vocabulary(), named)
     elif kind == "CharTokenizer":
         tokens, special = _char_bytes(tokenizer.vocabulary)
-        encode = lambda text: list(tokenizer.vocabulary.encode(text))
     elif kind == "BytePairTokenizer":
         tokens, special = _byte_pair_bytes(tokenizer)
-        encode = lambda text: [int(i) for i in ops.convert_to_numpy(tokenizer.tokenize(text))]
     else:
         raise ValueError(
             f"Constrained decoding reads each token's bytes, which a {kind} does not give (its tokens are not pieces "
@@ -214,32 +217,52 @@ def _llg_tokenizer(tokenizer, vocabulary_size, stop_token_ids):
     if not ends:
         ends = [len(tokens)]
         tokens.append(b"<|end|>")
-    return llg.LLTokenizer(llg.TokenizerWrapper(_Wrapped(tokens, sorted(set(special) | set(ends)), ends[0], encode)),
-                           eos_token=ends)
+        special.append(ends[0])
+    special = sorted(set(special) | set(ends))
+    for i in special:  # llguidance's mark of a special token
+        tokens[i] = b"\xff" + tokens[i]
+    return llg.LLTokenizer(llg.TokenizerWrapper(_Greedy(tokens, special, ends[0])), eos_token=ends)
 
 
-class _Wrapped:
-    """What `llguidance.TokenizerWrapper` reads of a tokenizer."""
+class _Greedy:
+    """What `llguidance.TokenizerWrapper` reads of a vocabulary given as
+    bytes: the tokens, the special ids, and a tokenizer of text, here the
+    longest token first (llguidance tokenizes the text a grammar forces
+    with it; any tokenization of the same bytes serves)."""
 
-    def __init__(self, tokens, special_token_ids, eos_token_id, encode):
+    def __init__(self, tokens, special_token_ids, eos_token_id):
         self.tokens, self.special_token_ids, self.eos_token_id = tokens, special_token_ids, eos_token_id
         self.bos_token_id = None
-        self._encode = encode
+        special = set(special_token_ids)
+        self._ids = {}
+        for i, token in enumerate(tokens):
+            if token and i not in special:
+                self._ids.setdefault(token, i)
+        self._longest = max(map(len, self._ids), default=1)
 
     def __call__(self, text):
-        return self._encode(text.decode("utf-8", "replace") if isinstance(text, bytes) else text)
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
+        ids, start = [], 0
+        while start < len(data):
+            for end in range(min(len(data), start + self._longest), start, -1):
+                if data[start:end] in self._ids:
+                    ids.append(self._ids[data[start:end]])
+                    start = end
+                    break
+            else:
+                start += 1  # a byte no token holds
+        return ids
 
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
-def _sentence_piece_bytes(tokenizer):
+def _sentence_piece_bytes(pieces, named):
     """Each SentencePiece piece's bytes (`▁` a space, `<0xNN>` the byte NN),
-    and the special ids (`<pad>`, `</s>`, `<unk>`, Marian's `>>xx<<`, T5's
-    sentinels)."""
+    and the special ids: `named`, the empty pieces, `<...>` (`<pad>`,
+    `</s>`, T5's sentinels) and Marian's `>>xx<<` language codes."""
     tokens, special = [], []
-    named = {tokenizer.pad_token_id, tokenizer.end_token_id, tokenizer.unknown_token_id}
-    for i, piece in enumerate(tokenizer.get_vocabulary()):
+    for i, piece in enumerate(pieces):
         byte = _BYTE_PIECE.fullmatch(piece)
         if byte:
             tokens.append(bytes([int(byte.group(1), 16)]))
@@ -262,9 +285,7 @@ def _byte_pair_bytes(tokenizer):
     """keras-hub's byte-level `BytePairTokenizer`: each token's printable
     characters mapped back to bytes (GPT-2's `bytes_to_unicode`), its
     unsplittable tokens special."""
-    from keras_hub.src.tokenizers.byte_pair_tokenizer import bytes_to_unicode
-
-    byte_of = {char: byte for byte, char in zip(*bytes_to_unicode())}
+    byte_of = {char: byte for byte, char in _gpt2_alphabet().items()}
     unsplittable = set(getattr(tokenizer, "unsplittable_tokens", None) or ())
     tokens, special = [], []
     for i, token in enumerate(tokenizer.get_vocabulary()):
@@ -274,6 +295,20 @@ def _byte_pair_bytes(tokenizer):
         else:
             tokens.append(bytes(byte_of[c] for c in token))
     return tokens, special
+
+
+def _gpt2_alphabet():
+    """GPT-2's `bytes_to_unicode`: {byte: the printable character that stands for it}."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    characters, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            characters[byte] = chr(byte)
+        else:
+            characters[byte] = chr(256 + extra)
+            extra += 1
+    return characters
 
 
 # --- The rows' matchers and the mask --------------------------------------------------
@@ -353,6 +388,9 @@ class Constraints:
             return False
         matcher.consume(token)
         if matcher.stopped:
+            if not matcher.accepting:
+                raise ValueError(f"Row {row}'s constraint cannot be completed: no token of the vocabulary continues "
+                                 f"its text; expected a grammar the tokenizer's tokens can spell.")
             return True
         matcher.fill(self.bitmask, row)
         return matcher.accepting and not self.allowed(row).any()
