@@ -136,6 +136,11 @@ def test_a_named_tool_choice_returns_a_call_whose_arguments_validate(server):
         assert deltas[0].function.arguments == call.function.arguments  # the same seed, the same call
         assert chunks[-1].choices[0].finish_reason == "tool_calls"
         assert not "".join(c.choices[0].delta.content or "" for c in chunks).strip()
+    with client.chat.completions.stream(model="qwen", messages=ASK, tools=[WEATHER, CLOCK], tool_choice=named,
+                                        max_tokens=160, temperature=1.0, seed=0) as stream:
+        final = stream.get_final_completion()  # the client's own accumulation of the deltas
+    assert final.choices[0].finish_reason == "tool_calls"
+    jsonschema.validate(json.loads(final.choices[0].message.tool_calls[0].function.arguments), parameters)
 
 
 def test_a_required_call_is_one_of_the_tools_and_validates(server):
