@@ -103,7 +103,7 @@ def test_per_row_rotary_against_numpy():
 
 
 def test_requests_joining_at_different_steps_get_generates_tokens(lm):
-    prompts = _prompts(lm, (3, 12, 5, 18))
+    prompts = _prompts(lm, (1, 12, 5, 18))  # a one-token prompt needs no prefill
     budgets = [12, 7, 10, 9]
     controls = [None, None, dict(repetition_penalty=1.5), None]
     expected = [Decoding(lm, [p], b, s, controls=c).run().new_tokens[0]

@@ -179,7 +179,7 @@ class Slots:
     # --- Prefill ----------------------------------------------------------------------
 
     def _ready(self, request):
-        return request.prefilled >= len(request.prompt) - 1
+        return request.cache is not None and request.prefilled >= len(request.prompt) - 1
 
     def _prefill(self):
         """The next chunk of the first waiting request not prefilled yet
