@@ -191,6 +191,18 @@ class Scheduler:
         self.queue.put(job)
         return job
 
+    def slots_health(self):
+        """What `GET /health` says of the slots, or None without them."""
+        slots = self.slots
+        if slots is None:
+            return None
+        cache = slots.prefix_cache
+        looked_up = 0 if cache is None else cache.hits + cache.misses
+        return dict(slots=slots.batch, in_use=slots.in_use, prefill_chunk=slots.prefill_chunk,
+                    prefix_cache_tokens=0 if cache is None else cache.capacity_tokens,
+                    prefix_cache_held=0 if cache is None else cache.tokens,
+                    prefix_cache_hit_rate=cache.hits / looked_up if looked_up else 0.0)
+
     def _run(self):
         active, backlog, rows = [], [], []
         while True:
