@@ -266,8 +266,9 @@ class Slots:
 
     def _decode(self):
         controlled = bool(self.controlled.any())
-        key = ("slot step", self.batch, self.length, controlled)
-        function = _function(self.model, key, SlotStep, self.model, controlled)
+        variant = self._variant()
+        key = ("slot step", self.batch, self.length, variant, controlled)
+        function = _function(self.model, key, SlotStep, self.model, variant, controlled)
         cache, tokens, probabilities = function.raw(self.cache, self.token_ids, self.position, self.prompt_lengths,
                                                     self.sampling, *((self.controls,) if controlled else ()))
         self.cache = cache
@@ -289,6 +290,15 @@ class Slots:
             if request.finished:
                 self._release(request)
         return gained
+
+    def _variant(self):
+        """`Sampling.variant` of the slots in use: greedy slots alone compile
+        the argmax alone (each variant chooses the same tokens)."""
+        used = np.array([r is not None for r in self.requests])
+        sampled = bool((self.sampling["temperature"][used] > 0).any())
+        filtered = bool((self.sampling["top_k"][used] < self.model.vocabulary_size).any()
+                        or (self.sampling["top_p"][used] < 1).any())
+        return sampled, sampled and filtered
 
     def _grow(self, needed):
         """The slots' cache at least `needed` positions long (doubling, at most the window)."""
@@ -320,9 +330,9 @@ class SlotStep(loop._ModelFunction):
     probabilities (B,) float32)`.
     """
 
-    def __init__(self, model, controlled):
+    def __init__(self, model, variant, controlled):
         super().__init__(model)
-        self.chooser = loop.Chooser((), (True, True), controlled)
+        self.chooser = loop.Chooser((), variant, controlled)
 
     def __call__(self, cache, token_ids, position, prompt_lengths, sampling, *controls):
         compiled.count_trace()
