@@ -6,6 +6,7 @@ the same answer; `/health` reports the slots."""
 
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -20,6 +21,14 @@ LONG = "ROMEO: But soft, what"  # 21 characters: one block of 16 tokens, and the
 
 def test_a_request_joins_a_running_stream_and_gets_its_answer_alone(lm):
     server = Server(lm, max_batch=4, prefill_chunk=4)
+    slots = server.service.scheduler.slots
+    step = slots.step
+
+    def slow_step():  # a model slow enough that the second request surely arrives mid-stream
+        time.sleep(0.05)
+        return step()
+
+    slots.step = slow_step
     try:
         first_piece, texts = threading.Event(), {}
 
