@@ -72,3 +72,16 @@ def test_a_shared_prefix_is_read_from_the_prefix_cache(lm):
         assert health["prefix_cache_held"] == 16 and health["prefix_cache_hit_rate"] > 0
     finally:
         server.stop()
+
+
+def test_zoo_serve_passes_the_slots_flags_and_refuses_bad_ones(monkeypatch, capsys):
+    import zoo.serve
+    from recipes import cli
+
+    given = {}
+    monkeypatch.setattr(zoo.serve, "serve", lambda target, **kwargs: given.update(kwargs) or 0)
+    cli.main(["serve", "runs/x", "--max-batch", "4", "--prefill-chunk", "64", "--prefix-cache-tokens", "4096"])
+    assert (given["max_batch"], given["prefill_chunk"], given["prefix_cache_tokens"]) == (4, 64, 4096)
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["serve", "runs/x", "--prefill-chunk", "0"])
+    assert exit.value.code == 2 and "--prefill-chunk: 0" in capsys.readouterr().err

@@ -73,6 +73,10 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
     print(f"zoo serve: limits: bodies of at most {limits.max_request_bytes} bytes arriving within "
           f"{limits.read_timeout:g} s, prompts of at most {service.context - 1} tokens, {max_queue} requests "
           f"waiting (GET /health)")
+    if scheduler.slots is not None:
+        print(f"zoo serve: {max_batch} slots (continuous batching), prompts prefilled "
+              f"{'whole' if prefill_chunk is None else f'in chunks of {prefill_chunk} tokens'}, a prefix cache of "
+              f"{prefix_cache_tokens} tokens")
     print(f"zoo serve: {web.url(host, listener)}/v1 (Ctrl-C stops)", flush=True)
     web.run(create_app(service, api_key), listener)
     print("zoo serve: stopped", flush=True)
