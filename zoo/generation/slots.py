@@ -383,17 +383,18 @@ class PrefixCache:
     cache tensor, its (2, g, block, k) positions.
 
     Attributes:
+        entries: the blocks by key, the least recently used first.
         hits, misses: blocks found and not found by `lookup`.
     """
 
     def __init__(self, block_tokens, capacity_tokens):
         self.block_tokens, self.capacity_tokens = block_tokens, capacity_tokens
-        self.blocks = collections.OrderedDict()
+        self.entries = collections.OrderedDict()
         self.hits = self.misses = 0
 
     @property
     def tokens(self):
-        return len(self.blocks) * self.block_tokens
+        return len(self.entries) * self.block_tokens
 
     def keys(self, token_ids):
         """The hash-chain keys of the whole blocks of `token_ids`."""
@@ -408,10 +409,10 @@ class PrefixCache:
         """The cached blocks of the longest cached prefix of `token_ids`, first first."""
         found = []
         for key in self.keys(token_ids):
-            if key not in self.blocks:
+            if key not in self.entries:
                 break
-            self.blocks.move_to_end(key)
-            found.append(self.blocks[key])
+            self.entries.move_to_end(key)
+            found.append(self.entries[key])
         self.hits += len(found)
         self.misses += len(self.keys(token_ids)) - len(found)
         return found
@@ -424,15 +425,15 @@ class PrefixCache:
             return
         arrays = None
         for b, key in enumerate(keys):
-            if key in self.blocks:
-                self.blocks.move_to_end(key)
+            if key in self.entries:
+                self.entries.move_to_end(key)
                 continue
             if arrays is None:
                 arrays = [ops.convert_to_numpy(x) for x in tree.flatten(cache)]
             at = slice(b * self.block_tokens, (b + 1) * self.block_tokens)
-            self.blocks[key] = [np.array(layer[0, :, :, at]) for layer in arrays]
+            self.entries[key] = [np.array(layer[0, :, :, at]) for layer in arrays]
             while self.tokens > self.capacity_tokens:
-                self.blocks.popitem(last=False)
+                self.entries.popitem(last=False)
 
 
 def _power_of_two(n):
