@@ -219,6 +219,12 @@ def parser():
     serve.add_argument("--max-batch", type=POSITIVE_INT, default=8, help="the most requests decoded together")
     serve.add_argument("--max-queue", type=POSITIVE_INT, default=64,
                        help="the most requests waiting for the model; one more gets 429 with Retry-After")
+    serve.add_argument("--prefill-chunk", type=POSITIVE_INT, default=None,
+                       help="prefill long prompts in chunks of this many tokens between decoding steps "
+                       "(default: a prompt whole)")
+    serve.add_argument("--prefix-cache-tokens", type=Number(int, minimum=0), default=0,
+                       help="the most prompt tokens whose keys and values are kept for prompts that begin "
+                       "the same way (default 0: none)")
     _add_quantize(serve)
     _add_limits(serve)
     return top
@@ -557,7 +563,8 @@ def _serve(args):
         raise ValueError(f"{error.name} is not installed; expected the serve extra: pip install -e .[serve]") from None
     return serve(args.target, host=args.host, port=args.port, api_key=args.api_key, name=args.name,
                  max_batch=args.max_batch, quantize=args.quantize, max_request_bytes=args.max_request_bytes,
-                 read_timeout=args.read_timeout, max_queue=args.max_queue)
+                 read_timeout=args.read_timeout, max_queue=args.max_queue, prefill_chunk=args.prefill_chunk,
+                 prefix_cache_tokens=args.prefix_cache_tokens)
 
 
 COMMANDS = {

@@ -184,7 +184,9 @@ def test_auto_and_none_answer_text_streamed_as_whole(server):
         assert chunks[-1].choices[0].finish_reason == answer.finish_reason
 
 
-def test_a_constrained_and_a_free_request_share_a_batch_and_the_free_one_is_unchanged(server):
+def test_a_constrained_and_a_free_request_decode_together_and_the_free_one_is_unchanged(server):
+    """The free request decodes in a slot, the constrained one in a static
+    batch beside it (slots carry no grammar), in turns on the one thread."""
     from concurrent.futures import ThreadPoolExecutor
 
     lm, client = server.service.model, server.client()
@@ -197,6 +199,5 @@ def test_a_constrained_and_a_free_request_share_a_batch_and_the_free_one_is_unch
             free, held = free.result().choices[0].text, held.result().choices[0].text
     finally:
         server.service.scheduler.gather_seconds = 0.04
-    assert server.service.scheduler.batch_sizes[-1] == 2
     assert free == zoo.generate(lm, "The cat", max_new_tokens=8)[len("The cat"):]
     assert held in ("sat", "ran")

@@ -15,6 +15,22 @@ from keras import ops
 _MASKED_LOGIT = -1e9
 
 
+def is_per_row(start):
+    """Whether a start position is (B,), one a row, rather than one for
+    the whole batch (an int or a scalar tensor)."""
+    return len(getattr(start, "shape", ())) == 1
+
+
+def positions(length, start):
+    """The absolute int32 positions of `length` inputs from `start`: (T,)
+    for a scalar `start`, (B, T) for a (B,) one (each row at its own
+    position, as a server's slots are)."""
+    steps = ops.arange(length, dtype="int32")
+    if is_per_row(start):
+        return ops.expand_dims(ops.cast(start, "int32"), 1) + ops.expand_dims(steps, 0)  # (B, T)
+    return steps + ops.cast(start, "int32")  # (T,)
+
+
 def _static_dim(x, axis):
     dim = x.shape[axis]
     return dim if isinstance(dim, int) else None
@@ -206,7 +222,8 @@ def merge_masks(
             `padding_mask`.
         use_causal_mask: query t may attend to key s only if s <= t.
         query_start: the absolute position of the first query (the cache
-            index during cached decoding), so the causal mask holds there too.
+            index during cached decoding), so the causal mask holds there too:
+            a scalar, or (B,) one a row.
         sliding_window: with the causal mask, query t sees only the
             `sliding_window` most recent keys, t - sliding_window < s <= t
             (Mistral's and Gemma's local layers); None for all of them.
@@ -243,13 +260,16 @@ def merge_masks(
         masks.append(ops.cast(attention_mask, "bool"))
     if use_causal_mask:
         t, s = ops.shape(query)[1], ops.shape(key)[1]
-        query_positions = ops.arange(t) + ops.cast(query_start, "int32")
-        key_positions = ops.arange(s)
-        allowed = ops.expand_dims(key_positions, 0) <= ops.expand_dims(query_positions, 1)  # (T, S)
+        if is_per_row(query_start):
+            query_positions = ops.expand_dims(positions(t, query_start), -1)  # (B, T, 1)
+            key_positions = ops.reshape(ops.arange(s, dtype="int32"), (1, 1, s))  # (1, 1, S)
+        else:
+            query_positions = ops.expand_dims(ops.arange(t) + ops.cast(query_start, "int32"), 1)  # (T, 1)
+            key_positions = ops.expand_dims(ops.arange(s), 0)  # (1, S)
+        allowed = key_positions <= query_positions  # (T, S) or (B, T, S)
         if sliding_window is not None:
-            recent = ops.expand_dims(key_positions, 0) > ops.expand_dims(query_positions, 1) - sliding_window
-            allowed = ops.logical_and(allowed, recent)
-        masks.append(ops.expand_dims(allowed, 0))  # (1, T, S)
+            allowed = ops.logical_and(allowed, key_positions > query_positions - sliding_window)
+        masks.append(allowed if is_per_row(query_start) else ops.expand_dims(allowed, 0))  # (B or 1, T, S)
     if not masks:
         return None
     merged = masks[0]

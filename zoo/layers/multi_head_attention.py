@@ -8,7 +8,7 @@ attention), k the width of one head (d / h unless set).
 import keras
 from keras import ops
 
-from zoo.layers.attention import attention_weights, fused_attention, merge_masks
+from zoo.layers.attention import attention_weights, fused_attention, is_per_row, merge_masks
 from zoo.layers.lora_dense import LoraDense
 from zoo.layers.rms_norm import RMSNorm
 from zoo.layers.rotary_embedding import RotaryEmbedding
@@ -92,7 +92,9 @@ class MultiHeadAttention(keras.layers.Layer):
             cache) hides the empty slots. Cross-attention: (B, 2, g, S, k) from `compute_key_value`, read
             only.
         cache_index: the absolute position of the first query (with a
-            self-attention cache).
+            self-attention cache): a scalar, or (B,) int32, each row at its
+            own position (a server's slots; the rows' positions, causal
+            masks and cache writes are then each their own).
         attention_bias: (1 or B, h, T, S) float, added to the attention
             logits (T5's relative position bias, `RelativePositionBias`).
         return_attention_scores: also return the attention weights (after
@@ -356,9 +358,11 @@ class MultiHeadAttention(keras.layers.Layer):
         value = ops.transpose(value, (0, 2, 1, 3))  # (B, g, T, k)
         if cache is not None:
             # Write the new positions into the preallocated cache.
-            kv = ops.stack([key, value], axis=1)  # (B, 2, g, T, k)
-            start = [0, 0, 0, ops.cast(cache_index, "int32"), 0]
-            cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
+            kv = ops.cast(ops.stack([key, value], axis=1), cache.dtype)  # (B, 2, g, T, k)
+            if is_per_row(cache_index):
+                cache = _write_rows(cache, kv, cache_index)
+            else:
+                cache = ops.slice_update(cache, [0, 0, 0, ops.cast(cache_index, "int32"), 0], kv)
             key, value = cache[:, 0], cache[:, 1]  # (B, g, S, k)
         return q, key, value, cache
 
@@ -432,3 +436,16 @@ class MultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def _write_rows(cache, kv, cache_index):
+    """The cache with each row's T new positions written from its own
+    `cache_index`: (B, 2, g, S, k), (B, 2, g, T, k), (B,) -> (B, 2, g, S, k)."""
+    length, new = cache.shape[3], kv.shape[3]
+    offset = ops.expand_dims(ops.arange(length, dtype="int32"), 0) - ops.expand_dims(
+        ops.cast(cache_index, "int32"), 1)  # (B, S): a slot's place among the new positions
+    inside = ops.logical_and(offset >= 0, offset < new)[:, None, None, :, None]  # (B, 1, 1, S, 1)
+    if new != 1:  # each slot's new position, gathered along S
+        taken = ops.clip(offset, 0, new - 1)[:, None, None, :, None]
+        kv = ops.take_along_axis(kv, ops.broadcast_to(taken, (*kv.shape[:3], length, kv.shape[4])), axis=3)
+    return ops.where(inside, kv, cache)

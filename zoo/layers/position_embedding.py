@@ -6,6 +6,8 @@ Shape letters: B batch, T length, d width.
 import keras
 from keras import ops
 
+from zoo.layers.attention import is_per_row, positions
+
 
 @keras.saving.register_keras_serializable(package="zoo")
 class PositionEmbedding(keras.layers.Layer):
@@ -70,6 +72,9 @@ class PositionEmbedding(keras.layers.Layer):
                     f"maximum length {self.sequence_length} of this position embedding."
                 )
         table = ops.convert_to_tensor(self.position_embeddings)
+        if is_per_row(start_index):  # each row at its own position
+            rows = ops.take(table, positions(length, start_index) + self.offset, axis=0)  # (B, T, d)
+            return ops.cast(rows, self.compute_dtype)
         first = start_index + self.offset if self.offset else start_index
         rows = ops.slice(table, (first, 0), (length, shape[-1]))  # (T, d)
         return ops.broadcast_to(ops.cast(rows, self.compute_dtype), shape)

@@ -10,6 +10,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from zoo.layers.attention import is_per_row, positions
+
 ROPE_SCALING_TYPES = ("llama3",)
 
 
@@ -96,10 +98,16 @@ class RotaryEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, x, start_index=0):
-        positions = ops.arange(ops.shape(x)[1], dtype="float32") + ops.cast(start_index, "float32")
-        angles = ops.expand_dims(positions, 1) * ops.expand_dims(ops.convert_to_tensor(self.inverse), 0)  # (T, k/2)
-        cos = ops.expand_dims(ops.cast(ops.cos(angles), x.dtype), (0, 2))  # (1, T, 1, k/2)
-        sin = ops.expand_dims(ops.cast(ops.sin(angles), x.dtype), (0, 2))
+        if is_per_row(start_index):  # each row at its own position
+            rows = ops.cast(positions(ops.shape(x)[1], start_index), "float32")  # (B, T)
+            angles = ops.expand_dims(rows, 2) * ops.convert_to_tensor(self.inverse)  # (B, T, k/2)
+            cos = ops.expand_dims(ops.cast(ops.cos(angles), x.dtype), 2)  # (B, T, 1, k/2)
+            sin = ops.expand_dims(ops.cast(ops.sin(angles), x.dtype), 2)
+        else:
+            steps = ops.arange(ops.shape(x)[1], dtype="float32") + ops.cast(start_index, "float32")
+            angles = ops.expand_dims(steps, 1) * ops.expand_dims(ops.convert_to_tensor(self.inverse), 0)  # (T, k/2)
+            cos = ops.expand_dims(ops.cast(ops.cos(angles), x.dtype), (0, 2))  # (1, T, 1, k/2)
+            sin = ops.expand_dims(ops.cast(ops.sin(angles), x.dtype), (0, 2))
         first, second = ops.split(x, 2, axis=-1)  # 2 x (B, T, h, k/2)
         return ops.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 

@@ -6,6 +6,8 @@ Shape letters: B batch, T length, d width.
 import keras
 from keras import ops
 
+from zoo.layers.attention import positions
+
 
 @keras.saving.register_keras_serializable(package="zoo")
 class SinusoidalPositionEncoding(keras.layers.Layer):
@@ -52,7 +54,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     def call(self, inputs, start_index=0):
         shape = ops.shape(inputs)
         length, width = shape[-2], shape[-1]
-        positions = ops.cast(ops.arange(length) + start_index, "float32")  # (T,)
+        steps = ops.cast(positions(length, start_index), "float32")  # (T,), or (B, T) one a row
         channel = ops.arange(width)  # (d,)
         if self.interleaved:
             is_sine = channel % 2 == 0
@@ -64,7 +66,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         inverse_frequency = ops.power(
             ops.cast(self.max_wavelength, "float32"), -ops.cast(pair, "float32") / ops.cast(width, "float32")
         )
-        angles = ops.expand_dims(positions, 1) * ops.expand_dims(inverse_frequency, 0)  # (T, d)
+        angles = ops.expand_dims(steps, -1) * inverse_frequency  # (T, d) or (B, T, d)
         encoding = ops.where(is_sine, ops.sin(angles), ops.cos(angles))
         return ops.broadcast_to(ops.cast(encoding, self.compute_dtype), shape)
 

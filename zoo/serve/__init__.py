@@ -24,7 +24,7 @@ from zoo.serve import web
 
 
 def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batch=8, quantize=None,
-          max_request_bytes=web.MIB, read_timeout=30.0, max_queue=64):
+          max_request_bytes=web.MIB, read_timeout=30.0, max_queue=64, prefill_chunk=None, prefix_cache_tokens=0):
     """Loads `target`, serves it until Ctrl-C; returns 0.
 
     Args:
@@ -38,11 +38,17 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
             KEY`); None reads `ZOO_API_KEY`, and without either the server is
             open to whoever can reach the address.
         name: the model's id in the API; by default the target as given.
-        max_batch: the most requests decoded together.
+        max_batch: the most requests decoded together (a decoder-only
+            model's slots: requests join and leave them at any step).
         quantize: "int8", "int4" or "float8" applied in memory after loading.
         max_request_bytes: the largest request body read (413 past it).
         read_timeout: seconds a request body may take to arrive (408 past it).
         max_queue: the most requests waiting for the model (429 past it).
+        prefill_chunk: None prefills a prompt whole; N, in chunks of N
+            tokens between decoding steps, so that running streams keep
+            flowing while a long prompt is read.
+        prefix_cache_tokens: the most prompt tokens whose keys and values
+            are kept for later prompts that begin the same way (0: none).
     """
     from zoo.serve.app import create_app
     from zoo.serve.scheduler import Scheduler
@@ -58,7 +64,9 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
     if quantize is not None:
         model.quantize(quantize)
     listener = web.listen(host, port)
-    service = Service(model, name or str(target), Scheduler(model, max_batch=max_batch, max_queue=max_queue), limits)
+    scheduler = Scheduler(model, max_batch=max_batch, max_queue=max_queue, prefill_chunk=prefill_chunk,
+                          prefix_cache_tokens=prefix_cache_tokens)
+    service = Service(model, name or str(target), scheduler, limits)
     if not web.is_loopback(host) and api_key is None:
         print(f"zoo serve: warning: listening on {host} without an API key: anyone who can reach it may use the "
               "model (set --api-key or ZOO_API_KEY)", file=sys.stderr, flush=True)
@@ -66,6 +74,10 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
     print(f"zoo serve: limits: bodies of at most {limits.max_request_bytes} bytes arriving within "
           f"{limits.read_timeout:g} s, prompts of at most {service.context - 1} tokens, {max_queue} requests "
           f"waiting (GET /health)")
+    if scheduler.slots is not None:
+        print(f"zoo serve: {max_batch} slots (continuous batching), prompts prefilled "
+              f"{'whole' if prefill_chunk is None else f'in chunks of {prefill_chunk} tokens'}, a prefix cache of "
+              f"{prefix_cache_tokens} tokens")
     print(f"zoo serve: {web.url(host, listener)}/v1 (Ctrl-C stops)", flush=True)
     web.run(create_app(service, api_key), listener)
     print("zoo serve: stopped", flush=True)

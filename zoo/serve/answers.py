@@ -90,7 +90,7 @@ async def _complete(request, service, plan):
     left = asyncio.ensure_future(disconnected(request))
     jobs = [job for jobs in plan.jobs for job in jobs]
     try:
-        samples, completion_tokens = [], 0  # samples[p]: (text, new ids, finish reason) of each
+        samples, completion_tokens, cached_tokens = [], 0, 0  # samples[p]: (text, new ids, finish reason) of each
         for ids, prompt_jobs in zip(plan.prompt_ids, plan.jobs):
             samples.append([("", [], "length")] * plan.n if not prompt_jobs else [])
             for job in prompt_jobs:
@@ -103,6 +103,7 @@ async def _complete(request, service, plan):
                 prompt = [] if service.translator else ids  # a translation's text is its own
                 samples[-1].append((text, _answer_ids(service, prompt, job.token_ids, row, text), row.finish_reason))
                 completion_tokens += row.completion_tokens
+                cached_tokens += getattr(row, "cached_tokens", 0)
         scores = [[None] * len(prompt_samples) for prompt_samples in samples]
         ranked = any(len(prompt_samples) > plan.n for prompt_samples in samples)
         if plan.logprobs is not None or ranked:
@@ -131,7 +132,8 @@ async def _complete(request, service, plan):
                 choices.append(_choice(service, plan, p, len(choices), prompt_samples[c], scores[p][c]))
         prompt_tokens = sum(len(ids) for ids in plan.prompt_ids)
         usage = protocol.Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                               total_tokens=prompt_tokens + completion_tokens)
+                               total_tokens=prompt_tokens + completion_tokens,
+                               prompt_tokens_details=protocol.PromptTokensDetails(cached_tokens=cached_tokens))
         kind = protocol.ChatResponse if plan.chat else protocol.CompletionResponse
         return json_response(kind(id=_id(plan.chat), created=int(time.time()), model=service.name, choices=choices,
                                   usage=usage))
@@ -253,8 +255,10 @@ class _Chunks:
         common = dict(id=self.id, object=kind.model_fields["object"].default, created=self.created, model=self.model,
                       choices=[])
         if row is not None:
+            details = protocol.PromptTokensDetails(cached_tokens=getattr(row, "cached_tokens", 0))
             common["usage"] = protocol.Usage(prompt_tokens=self.prompt_tokens, completion_tokens=row.completion_tokens,
-                                             total_tokens=self.prompt_tokens + row.completion_tokens)
+                                             total_tokens=self.prompt_tokens + row.completion_tokens,
+                                             prompt_tokens_details=details)
         elif self.chat:
             if role:
                 delta = protocol.Delta(role="assistant", content="")

@@ -244,10 +244,15 @@ class DetokenizeRequest(Request):
 FinishReason = Literal["stop", "length", "tool_calls"]
 
 
+class PromptTokensDetails(Response):
+    cached_tokens: int = 0  # the prompt's tokens whose keys and values came from the prefix cache
+
+
 class Usage(Response):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = PromptTokensDetails()
 
 
 class CompletionLogprobs(Response):
@@ -441,11 +446,21 @@ class HealthLimits(Response):
     max_queue: int
 
 
+class SlotsHealth(Response):
+    slots: int
+    in_use: int
+    prefill_chunk: int | None
+    prefix_cache_tokens: int  # the bound
+    prefix_cache_held: int  # the tokens held now
+    prefix_cache_hit_rate: float  # of the blocks looked up
+
+
 class Health(Response):
     status: Literal["ok"] = "ok"
     model: str
     waiting: int
     running: int
+    slots: SlotsHealth | None = None  # a decoder-only model's (continuous batching)
     limits: HealthLimits
 
 

@@ -1,26 +1,35 @@
-"""The model's one thread: requests decoded together where their settings allow.
+"""The model's one thread: requests decoded together, joining at any step.
 
-Every model call of `zoo serve` runs on this thread. Requests that arrive
-while it is busy, or within `gather_seconds` of one another when it is
-idle, are grouped into batches: one `zoo.text.TextGeneration` per batch,
-whose rows are the requests (static batching; right-padded prompts, one
-compiled decoding step for all of them; shapes rounded up, a batch of
-several requests to `max_batch` rows, so that requests of many sizes share
-a few compiled functions). The active batches
-take turns, one decoding step each, so a new request starts while a long
-one runs; at most `max_batches` of them, and the requests beyond wait in
-a queue of at most `max_queue`: one more is refused (`QueueFull`) rather
-than kept waiting without end. A request cancelled while it waits leaves
-the queue; one cancelled while it decodes ends its row.
+Every model call of `zoo serve` runs on this thread. A decoder-only
+model decodes in slots (`zoo.generation.slots.Slots`, continuous
+batching): `max_batch` slots, each with its own rows of one key/value
+cache, its own position, sampler, seed and controls. A request is
+prefilled (in chunks of `prefill_chunk` tokens between decoding steps,
+when set; its prompt's first blocks copied from the prefix cache when it
+holds them) and takes a free slot before the next step; one compiled step
+then decodes every slot, and a request that ends or is cancelled frees its
+slot at once, so no request waits for another's batch to end. The
+requests beyond the free slots wait in a queue of at most `max_queue`:
+one more is refused (`QueueFull`) rather than kept waiting without end. A
+request cancelled while it waits leaves the queue; one cancelled while it
+decodes ends its row.
+
+An encoder-decoder, and a request with a `constraint`, decode by static
+batching: requests that arrive while the thread is busy, or within
+`gather_seconds` of one another when it is idle, form a batch, one
+`zoo.text.TextGeneration` per batch (right-padded prompts, shapes rounded
+up, a batch of several requests to `max_batch` rows); at most
+`max_batches` of them take turns, one decoding step each, beside the
+slots' steps.
 
 A `ModelJob` (a `ScoreJob`: the log-probabilities of given tokens,
 `zoo.score`; an `EmbedJob`: sentence embeddings, `zoo.embed`) runs on the
 same thread, whole, before the next decoding step.
 
-Any requests share a batch: each row has its own sampler, temperature,
-`top_p`, seed (`zoo.generation.Sampling`) and decoding controls
-(penalties, `min_p`, `logit_bias`), and a row's draws come from its seed
-alone, so a seeded request gets the answer it would get alone.
+Each row has its own sampler, temperature, `top_p`, seed
+(`zoo.generation.Sampling`) and decoding controls (penalties, `min_p`,
+`logit_bias`), and a row's draws come from its seed and position alone,
+so a seeded request gets the answer it would get alone.
 """
 
 import collections
@@ -30,6 +39,10 @@ import threading
 import time
 
 import zoo
+from zoo.generation.slots import Slots
+from zoo.text.text_generation import TextRow
+from zoo.text.tokens import auto_stop_ids, tokenizer_of
+
 PIECE, END, ERROR = "piece", "end", "error"
 
 
@@ -132,25 +145,39 @@ class Scheduler:
     """Decodes the `Job`s submitted to it on one thread.
 
     Args:
-        model: a decoder-only language model carrying its tokenizer.
-        max_batch: the most requests in one batch.
-        max_queue: the most requests waiting for a batch; `submit` refuses
-            one more with `QueueFull`.
-        max_batches: the most batches decoding at once (taking turns).
-        gather_seconds: an idle scheduler that got a request starts its
-            batch once no other came for this long (at most ten times it).
+        model: a language model carrying its tokenizer.
+        max_batch: the most requests decoding together (a decoder-only
+            model's slots; an encoder-decoder's batch).
+        max_queue: the most requests waiting; `submit` refuses one more
+            with `QueueFull`.
+        max_batches: the most static batches decoding at once (taking turns).
+        gather_seconds: an idle scheduler that got a request for a static
+            batch starts it once no other came for this long (at most ten
+            times it).
+        prefill_chunk: None prefills a prompt whole; an int, in chunks of
+            that many tokens between decoding steps (slots).
+        prefix_cache_tokens: the most prompt positions whose keys and
+            values the prefix cache keeps (slots); 0 keeps none.
 
     Attributes:
         ended: the latest ended jobs, `(job id, new tokens computed, finish
             reason, "cancelled" or "scored")`, oldest first.
-        batch_sizes: the number of requests of each of the latest batches.
+        batch_sizes: the number of requests decoded together: in each of
+            the latest steps of the slots, and in each of the latest static
+            batches.
         waiting: the requests submitted and not yet decoding.
         running: the requests decoding now.
+        slots: the `Slots` of a decoder-only model, else None.
     """
 
-    def __init__(self, model, max_batch=8, max_queue=64, max_batches=8, gather_seconds=0.04):
+    def __init__(self, model, max_batch=8, max_queue=64, max_batches=8, gather_seconds=0.04, prefill_chunk=None,
+                 prefix_cache_tokens=0):
         self.model, self.max_batch, self.max_queue = model, max_batch, max_queue
         self.max_batches, self.gather_seconds = max_batches, gather_seconds
+        self.slots = None
+        if not getattr(model, "is_encoder_decoder", False) and hasattr(model, "call_with_cache"):
+            self.slots = Slots(model, max_batch, auto_stop_ids(tokenizer_of(model, "zoo serve")),
+                               prefill_chunk=prefill_chunk, prefix_cache_tokens=prefix_cache_tokens)
         self.ended = collections.deque(maxlen=1000)
         self.batch_sizes = collections.deque(maxlen=1000)
         self.waiting = self.running = 0
@@ -168,10 +195,23 @@ class Scheduler:
         self.queue.put(job)
         return job
 
+    def slots_health(self):
+        """What `GET /health` says of the slots, or None without them."""
+        slots = self.slots
+        if slots is None:
+            return None
+        cache = slots.prefix_cache
+        looked_up = 0 if cache is None else cache.hits + cache.misses
+        return dict(slots=slots.batch, in_use=slots.in_use, prefill_chunk=slots.prefill_chunk,
+                    prefix_cache_tokens=0 if cache is None else cache.capacity_tokens,
+                    prefix_cache_held=0 if cache is None else cache.tokens,
+                    prefix_cache_hit_rate=cache.hits / looked_up if looked_up else 0.0)
+
     def _run(self):
-        active, backlog = [], []
+        active, backlog, rows = [], [], []
         while True:
-            backlog.extend(self._arrivals(wait=not active and not backlog))
+            idle = not active and not backlog and not rows
+            backlog.extend(self._arrivals(wait=idle, gather=self.slots is None))
             self._drop_cancelled(backlog)
             for job in [job for job in backlog if isinstance(job, ModelJob)]:
                 backlog.remove(job)
@@ -179,15 +219,56 @@ class Scheduler:
                     self.waiting -= 1
                 job.run(self.model)
                 self.ended.append((job.id, 0, "scored"))
-            while backlog and len(active) < self.max_batches:
-                batch = self._next_batch(backlog)
+            for job in [job for job in backlog if self._in_slots(job)]:
+                if len(rows) >= self.max_batch:
+                    break
+                backlog.remove(job)
+                with self.lock:
+                    self.waiting -= 1
+                row = _SlotRow(self.slots, job, self.ended)
+                if row.request is not None:
+                    rows.append(row)
+            if rows:
+                self._slot_step(rows)
+            static = [job for job in backlog if not self._in_slots(job)]
+            while static and len(active) < self.max_batches:
+                batch = self._next_batch(static)
+                for job in batch.jobs:
+                    backlog.remove(job)
                 if batch.start():
                     active.append(batch)
             for batch in list(active):
                 if not batch.step():
                     active.remove(batch)
             with self.lock:
-                self.running = sum(batch.decoding for batch in active)
+                self.running = sum(batch.decoding for batch in active) + len(rows)
+
+    def _in_slots(self, job):
+        """Whether `job` decodes in a slot (a decoder-only model's, with no constraint)."""
+        return self.slots is not None and getattr(job, "constraint", None) is None
+
+    def _slot_step(self, rows):
+        """One step of the slots; the rows that ended leave `rows`."""
+        for row in [row for row in rows if row.job.cancelled]:
+            row.cancel()
+            rows.remove(row)
+        if not rows:
+            return
+        try:
+            gained = self.slots.step()
+        except Exception as error:  # every decoding row hears why, and the server goes on
+            for row in rows:
+                row.fail(error)
+            rows.clear()
+            return
+        if gained:
+            self.batch_sizes.append(len(gained))
+        by_request = {id(request): tokens for request, tokens in gained}
+        for row in list(rows):
+            if id(row.request) in by_request or row.request.finished:
+                row.advance()
+            if row.ended:
+                rows.remove(row)
 
     def _drop_cancelled(self, backlog):
         """Frees the places of the waiting jobs whose clients left."""
@@ -207,15 +288,16 @@ class Scheduler:
         self.batch_sizes.append(len(jobs))
         return _Batch(self.model, jobs, self.ended, self.max_batch)
 
-    def _arrivals(self, wait):
+    def _arrivals(self, wait, gather=True):
         """The jobs queued now. An idle scheduler first waits for one, then
-        for more while they keep coming (each within `gather_seconds` of
-        the last, for at most ten times that, or until a batch is full)."""
+        (for static batches, `gather`) for more while they keep coming (each
+        within `gather_seconds` of the last, for at most ten times that, or
+        until a batch is full)."""
         jobs = []
         if wait:
             jobs.append(self.queue.get())
             deadline = time.monotonic() + 10 * self.gather_seconds
-            while len(jobs) < self.max_batch and time.monotonic() < deadline:
+            while gather and len(jobs) < self.max_batch and time.monotonic() < deadline:
                 try:
                     jobs.append(self.queue.get(timeout=self.gather_seconds))
                 except queue.Empty:
@@ -225,6 +307,50 @@ class Scheduler:
                 jobs.append(self.queue.get_nowait())
             except queue.Empty:
                 return jobs
+
+
+class _SlotRow:
+    """A job decoding in a slot: its `SlotRequest` and its text (`TextRow`:
+    pieces never half a character nor the start of a stop string)."""
+
+    def __init__(self, slots, job, log):
+        self.slots, self.job, self.log = slots, job, log
+        self.ended, self.request = False, None
+        tokenizer = tokenizer_of(slots.model, "zoo serve")
+        try:
+            sampling = dict(sampler=job.sampler, temperature=job.temperature, top_p=job.top_p, seed=job.seed)
+            controls = {name: value for name, value in job.controls.items() if value is not None}
+            self.request = slots.add(job.prompt_ids, job.max_tokens, sampling, controls)
+            self.text = TextRow(tokenizer, job.prompt_ids, len(job.prompt_ids), tuple(job.stop),
+                                slots.stop_token_ids)
+        except Exception as error:  # the request hears why, and the server goes on
+            self.fail(error)
+
+    def advance(self):
+        """Gives out the text its new tokens make; ends the job when its request has finished."""
+        request = self.request
+        piece = self.text.update(request.new_tokens, request.finish_reason)
+        if self.text.finish_reason is not None and not request.finished:
+            self.slots.finish(request)  # a stop string: the slot is free at once
+        if piece:
+            self.job.put((PIECE, piece))
+        if request.finished:
+            self.ended = True
+            self.job.token_ids = list(request.new_tokens)
+            self.text.cached_tokens = request.cached_tokens
+            self.job.put((END, self.text))
+            self.log.append((self.job.id, self.text.completion_tokens, self.text.finish_reason))
+
+    def cancel(self):
+        self.slots.finish(self.request)
+        self.ended = True
+        self.log.append((self.job.id, len(self.request.new_tokens), "cancelled"))
+
+    def fail(self, error):
+        if self.request is not None:
+            self.slots.finish(self.request)
+        self.ended = True
+        self.job.put((ERROR, f"generation stopped: {type(error).__name__}: {error}"))
 
 
 class _Batch:

@@ -187,7 +187,8 @@ class Service:
             max_batches=scheduler.max_batches,
             max_queue=scheduler.max_queue,
         )
-        return protocol.Health(model=self.name, waiting=scheduler.waiting, running=scheduler.running, limits=limits)
+        return protocol.Health(model=self.name, waiting=scheduler.waiting, running=scheduler.running, limits=limits,
+                               slots=scheduler.slots_health())
 
     def decode(self, ids):
         return decode(self.tokenizer, ids)
