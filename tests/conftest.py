@@ -96,6 +96,19 @@ def share_jax_compilations():
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+INTEGRATION_CASES = Path(__file__).with_name("integration_cases.txt")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The cases listed in tests/integration_cases.txt run with the
+    end-to-end runs (`-m integration`), not in the quick suite."""
+    listed = {line.strip() for line in INTEGRATION_CASES.read_text(encoding="utf-8").splitlines()}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.integration)
+
+
 def pytest_runtest_logreport(report):
     """With ZOO_TEST_FAILURE_LOG=FILE, each failure's report is appended to
     FILE as it happens, so that a run cut short (a time limit on a borrowed
