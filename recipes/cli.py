@@ -219,6 +219,15 @@ def parser():
     serve.add_argument("--max-batch", type=POSITIVE_INT, default=8, help="the most requests decoded together")
     serve.add_argument("--max-queue", type=POSITIVE_INT, default=64,
                        help="the most requests waiting for the model; one more gets 429 with Retry-After")
+    serve.add_argument("--draft", metavar="MODEL", default=None,
+                       help="speculative decoding: a draft model of the same tokenizer proposes tokens that the "
+                            "model checks several at a time (the same distribution; each request decoded alone)")
+    serve.add_argument("--draft-tokens", type=POSITIVE_INT, default=None,
+                       help="the tokens the draft proposes a round (default: adapted, +2 when all are accepted, -1 "
+                            "otherwise)")
+    serve.add_argument("--prompt-lookup", type=POSITIVE_INT, default=None, metavar="N",
+                       help="speculative decoding by prompt lookup: N tokens a round, copied from where the "
+                            "context's last tokens appeared before")
     _add_quantize(serve)
     _add_limits(serve)
     return top
@@ -557,7 +566,8 @@ def _serve(args):
         raise ValueError(f"{error.name} is not installed; expected the serve extra: pip install -e .[serve]") from None
     return serve(args.target, host=args.host, port=args.port, api_key=args.api_key, name=args.name,
                  max_batch=args.max_batch, quantize=args.quantize, max_request_bytes=args.max_request_bytes,
-                 read_timeout=args.read_timeout, max_queue=args.max_queue)
+                 read_timeout=args.read_timeout, max_queue=args.max_queue, draft=args.draft,
+                 draft_tokens=args.draft_tokens, prompt_lookup=args.prompt_lookup)
 
 
 COMMANDS = {

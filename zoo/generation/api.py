@@ -34,7 +34,7 @@ import dataclasses
 
 import numpy as np
 
-from zoo.generation import compiled, prompts, samplers
+from zoo.generation import compiled, prompts, samplers, speculative
 from zoo.generation.beam import BeamSearchLoop
 from zoo.generation.controls import NGRAM_MOST
 from zoo.generation.engine import Decoding, Request, check_stop_tokens
@@ -112,6 +112,11 @@ def generate_ids(
     logit_bias=None,
     no_repeat_ngram_size=None,
     logprobs=None,
+    assistant_model=None,
+    num_assistant_tokens=None,
+    num_assistant_tokens_schedule=None,
+    prompt_lookup_num_tokens=None,
+    max_matching_ngram_size=None,
     **kwargs,
 ):
     """Continue each prompt by up to `max_new_tokens` tokens: the token-id
@@ -158,6 +163,13 @@ def generate_ids(
             model (before the sampler's temperature and the controls) and
             its k likeliest alternatives, recorded inside the compiled loop
             (`GenerationOutput.token_logprobs`, ...); not with beam search.
+        assistant_model, num_assistant_tokens, num_assistant_tokens_schedule,
+            prompt_lookup_num_tokens, max_matching_ngram_size: speculative
+            decoding, as transformers' (`zoo.generation.speculative`): a
+            draft model of the same vocabulary, or n-grams of the context,
+            propose tokens that one pass of the model checks; the tokens
+            keep the model's distribution (greedy: the same tokens). One
+            prompt at a time; not with beam search or `logprobs`.
 
     Returns:
         A `GenerationOutput`.
@@ -175,7 +187,14 @@ def generate_ids(
         min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
         frequency_penalty=frequency_penalty, logit_bias=logit_bias, no_repeat_ngram_size=no_repeat_ngram_size,
     ).items() if value is not None}
+    speculation = speculative.settings(dict(
+        assistant_model=assistant_model, num_assistant_tokens=num_assistant_tokens,
+        num_assistant_tokens_schedule=num_assistant_tokens_schedule, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
+        max_matching_ngram_size=max_matching_ngram_size))
     beam = isinstance(sampler, str) and sampler == "beam"
+    if beam and speculation:
+        raise ValueError(f"`{next(iter(speculation))}` (speculative decoding) is not taken by beam search; use a "
+                         "sampler.")
     if beam and controls:
         raise ValueError(f"`{next(iter(controls))}` is not taken by beam search; use a sampler.")
     if beam and logprobs is not None:
@@ -206,7 +225,7 @@ def generate_ids(
     decoding = Decoding(
         model, prompt, max_new_tokens, sampling, stop_token_ids,
         padding_mask=padding_mask, source=source, source_padding_mask=source_padding_mask,
-        suppress_token_ids=suppress_token_ids, controls=controls, logprobs=logprobs,
+        suppress_token_ids=suppress_token_ids, controls=controls, logprobs=logprobs, speculation=speculation,
     ).run()
     lengths = decoding.prompt_lengths + np.array([len(new) for new in decoding.new_tokens], "int32")
     token_ids = np.full((len(lengths), int(decoding.prompt_lengths.max()) + max_new_tokens), pad_token_id, "int32")

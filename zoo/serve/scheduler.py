@@ -135,6 +135,11 @@ class Scheduler:
         max_batches: the most batches decoding at once (taking turns).
         gather_seconds: an idle scheduler that got a request starts its
             batch once no other came for this long (at most ten times it).
+        speculation: None, or the settings of speculative decoding
+            (`zoo.generation.speculative`: `assistant_model`, a draft
+            model, or `prompt_lookup_num_tokens`, ...); each request then
+            decodes in a batch of its own, its tokens proposed and checked
+            several at a time.
 
     Attributes:
         ended: the latest ended jobs, `(job id, new tokens computed, finish
@@ -144,8 +149,9 @@ class Scheduler:
         running: the requests decoding now.
     """
 
-    def __init__(self, model, max_batch=8, max_queue=64, max_batches=8, gather_seconds=0.04):
+    def __init__(self, model, max_batch=8, max_queue=64, max_batches=8, gather_seconds=0.04, speculation=None):
         self.model, self.max_batch, self.max_queue = model, max_batch, max_queue
+        self.speculation = speculation
         self.max_batches, self.gather_seconds = max_batches, gather_seconds
         self.ended = collections.deque(maxlen=1000)
         self.batch_sizes = collections.deque(maxlen=1000)
@@ -195,13 +201,14 @@ class Scheduler:
 
     def _next_batch(self, backlog):
         """The first `max_batch` waiting jobs, taken from `backlog` as one batch."""
-        jobs = backlog[: self.max_batch]
-        del backlog[: self.max_batch]
+        size = 1 if self.speculation else self.max_batch  # speculation decodes one prompt at a time
+        jobs = backlog[:size]
+        del backlog[:size]
         with self.lock:
             self.waiting -= len(jobs)
             self.running += len(jobs)
         self.batch_sizes.append(len(jobs))
-        return _Batch(self.model, jobs, self.ended, self.max_batch)
+        return _Batch(self.model, jobs, self.ended, self.max_batch, self.speculation)
 
     def _arrivals(self, wait):
         """The jobs queued now. An idle scheduler first waits for one, then
@@ -226,8 +233,9 @@ class Scheduler:
 class _Batch:
     """Jobs decoded together by one `TextGeneration`."""
 
-    def __init__(self, model, jobs, log, max_batch):
+    def __init__(self, model, jobs, log, max_batch, speculation=None):
         self.model, self.jobs, self.log, self.max_batch = model, jobs, log, max_batch
+        self.speculation = speculation
         self.ended = [False] * len(jobs)
 
     @property
@@ -250,6 +258,7 @@ class _Batch:
                 top_p=[job.top_p for job in jobs],
                 bucket=self.max_batch if len(self.jobs) > 1 else True,  # two batch shapes: 1 and max_batch
                 controls=_row_controls(self.jobs),
+                speculation=self.speculation,
             )
             self.steps = self.generation.steps(every_token=True)
         except Exception as error:  # every job of the batch hears why, and the server goes on
