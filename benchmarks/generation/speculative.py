@@ -35,20 +35,20 @@ import numpy as np
 import zoo
 
 
-def build(preset, vocabulary, layers=None, seed=0):
+def build(preset, vocabulary, window, layers=None, seed=0):
     import keras
 
     keras.utils.set_random_seed(seed)
-    options = dict(vocabulary_size=vocabulary)
+    options = dict(vocabulary_size=vocabulary, max_sequence_length=window)
     if layers is not None:
         options["num_layers"] = layers
     return zoo.build(preset, task="causal_lm", **options)
 
 
-def layer_skip_draft(target, preset, vocabulary):
+def layer_skip_draft(target, preset, vocabulary, window):
     """A model of the target's first quarter of blocks, its weights the target's."""
     layers = max(len(target.backbone.blocks) // 4, 1)
-    draft = build(preset, vocabulary, layers)
+    draft = build(preset, vocabulary, window, layers)
     theirs = {v.path: v for v in target.weights}
     copied = 0
     for variable in draft.weights:
@@ -75,6 +75,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="smollm2-135m")
     parser.add_argument("--vocabulary", type=int, default=4096)
+    parser.add_argument("--window", type=int, default=1024)
     parser.add_argument("--text-tokens", type=int, default=300)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
@@ -82,12 +83,12 @@ def main(argv=None):
     parser.add_argument("--draft-tokens", type=int, default=5)
     args = parser.parse_args(argv)
 
-    target = build(args.preset, args.vocabulary)
+    target = build(args.preset, args.vocabulary, args.window)
     generator = np.random.default_rng(0)
     text = generator.integers(1, args.vocabulary, args.text_tokens).tolist()
     grounded = text + text[: args.text_tokens // 2]  # the text, then its rewrite begun
     short = text[:32]
-    draft, layers, copied = layer_skip_draft(target, args.preset, args.vocabulary)
+    draft, layers, copied = layer_skip_draft(target, args.preset, args.vocabulary, args.window)
     rows = []
     for name, prompt, options in (
         ("prompt lookup", grounded, dict(prompt_lookup_num_tokens=args.lookup_tokens)),

@@ -117,7 +117,7 @@ def test_a_seeded_sampled_run_is_reproducible_and_the_seed_matters(models):
 # --- The distribution -------------------------------------------------------------------------
 
 VOCABULARY = 6
-DRAWS = 1200
+DRAWS = 800
 TEMPERATURE = 0.5
 
 
