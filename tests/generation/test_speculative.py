@@ -7,7 +7,8 @@ one pass of the model keep its distribution.
 - Sampled: the first two tokens of many seeded draws follow the model's
   exact distribution, computed in float64 NumPy from its logits (a
   chi-square test), with a draft deliberately unlike the model; the same
-  test rejects an acceptance rule that accepts every draft.
+  test rejects an acceptance rule that accepts every draft (with
+  `-m integration`: another 800 draws).
 - A seeded run is reproducible; stop tokens and budgets end a row inside
   a round; prompt lookup proposes as transformers' does; k adapts as
   transformers' heuristic; wrong settings are refused in one line.
@@ -39,24 +40,31 @@ def randomized(model, seed, scale):
     return model
 
 
-@pytest.fixture(scope="module", params=["gpt-nano", "llama-nano"])
-def models(request):
+def pair(preset):
     """(model, draft): the same family and vocabulary, different weights."""
     tokenizer = CharTokenizer.from_text(TEXT)
-    built = []
-    for seed in (0, 1):
-        built.append(randomized(zoo.build(request.param, "causal_lm", vocabulary_size=tokenizer.vocabulary_size(),
-                                          max_sequence_length=CONTEXT, tokenizer=tokenizer), seed, 4.0))
-    return built
+    return [randomized(zoo.build(preset, "causal_lm", vocabulary_size=tokenizer.vocabulary_size(),
+                                 max_sequence_length=CONTEXT, tokenizer=tokenizer), seed, 4.0) for seed in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return pair("gpt-nano")
+
+
+@pytest.fixture(scope="module")
+def llama_models():
+    return pair("llama-nano")
 
 
 def ids(text, model):
     return [int(t) for t in model.tokenizer(text)]
 
 
+@pytest.mark.parametrize("family", ["gpt", "llama"])
 @pytest.mark.parametrize("proposer", ["lookup", "draft"])
-def test_greedy_tokens_equal_decoding_without_speculation(models, proposer):
-    lm, draft = models
+def test_greedy_tokens_equal_decoding_without_speculation(models, llama_models, family, proposer):
+    lm, draft = models if family == "gpt" else llama_models
     prompt = [ids(TEXT[:40], lm)]
     plain = zoo.generate(lm, prompt, max_new_tokens=50).sequences[0]
     options = dict(prompt_lookup_num_tokens=6) if proposer == "lookup" else dict(
@@ -187,6 +195,7 @@ class AcceptEverything(speculative.Verify):
         return ops.ones_like(u) > 0
 
 
+@pytest.mark.integration
 def test_the_distribution_test_rejects_a_rule_that_accepts_every_draft(small, monkeypatch):
     lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=VOCABULARY, max_sequence_length=16)
     lm.set_weights(small[0].get_weights())  # the same model, compiled afresh with the broken rule

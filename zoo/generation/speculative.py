@@ -246,7 +246,9 @@ def rounds(decoding):
             guess = speculation.propose(tokens[0, :end], k)
             k = len(guess)
             tokens[0, end:end + k] = guess
-        looked_up = draft is None or k == 0  # no proposal: a plain step
+        elif draft is not None:  # no room for a proposal: a plain step through the same program
+            proposal = (np.zeros((width - 1, model.vocabulary_size), "float32"),)
+        looked_up = draft is None
         key = ("verify", width, cache_length, looked_up, decoding.suppress_token_ids, static)
         verify = compiled.lookup(model, key) or compiled.compile(
             model, key, Verify(model, width, looked_up, decoding.suppress_token_ids, *static))
