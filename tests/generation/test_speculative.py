@@ -7,8 +7,7 @@ one pass of the model keep its distribution.
 - Sampled: the first two tokens of many seeded draws follow the model's
   exact distribution, computed in float64 NumPy from its logits (a
   chi-square test), with a draft deliberately unlike the model; the same
-  test rejects an acceptance rule that accepts every draft (with
-  `-m integration`: another 800 draws).
+  test rejects an acceptance rule that accepts every draft.
 - A seeded run is reproducible; stop tokens and budgets end a row inside
   a round; prompt lookup proposes as transformers' does; k adapts as
   transformers' heuristic; wrong settings are refused in one line.
@@ -143,7 +142,9 @@ def exact_pairs(lm, prompt):
     """(V, V) float64: the model's probability of each first two new tokens
     at `TEMPERATURE`, from its logits in float64."""
     def distribution(rows):
-        logits = ops.convert_to_numpy(lm(np.array(rows, "int32")))[:, -1].astype("float64") / TEMPERATURE
+        rows = np.array(rows, "int32")
+        logits = ops.convert_to_numpy(lm({"token_ids": rows, "padding_mask": np.ones_like(rows)}))
+        logits = logits[:, -1].astype("float64") / TEMPERATURE
         logits -= logits.max(axis=-1, keepdims=True)
         p = np.exp(logits)
         return p / p.sum(axis=-1, keepdims=True)
@@ -195,7 +196,6 @@ class AcceptEverything(speculative.Verify):
         return ops.ones_like(u) > 0
 
 
-@pytest.mark.integration
 def test_the_distribution_test_rejects_a_rule_that_accepts_every_draft(small, monkeypatch):
     lm = zoo.build("gpt-nano", "causal_lm", vocabulary_size=VOCABULARY, max_sequence_length=16)
     lm.set_weights(small[0].get_weights())  # the same model, compiled afresh with the broken rule
