@@ -125,7 +125,7 @@ def test_a_seeded_sampled_run_is_reproducible_and_the_seed_matters(models):
 
 VOCABULARY = 6
 DRAWS = 800
-TEMPERATURE = 0.5
+TEMPERATURE = 2.0  # a spread distribution: about 19 of the 36 pairs expected 5 times or more
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def small():
     made = []
     for seed in (3, 4):
         made.append(randomized(zoo.build("gpt-nano", "causal_lm", vocabulary_size=VOCABULARY, max_sequence_length=16),
-                               seed, 2.0))
+                               seed, 1.0))
     return made
 
 
@@ -186,7 +186,7 @@ def test_sampled_tokens_follow_the_models_distribution(small):
     unlike = exact_pairs(draft, prompt)
     assert 0.5 * np.abs(exact - unlike).sum() > 0.3  # the draft proposes from another distribution
     statistic, df = chi_square(pair_counts(lm, draft, prompt), DRAWS * exact)
-    assert statistic < critical(df), (statistic, df)
+    assert df >= 10 and statistic < critical(df), (statistic, df)
 
 
 class AcceptEverything(speculative.Verify):
