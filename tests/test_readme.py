@@ -16,6 +16,8 @@ the rendered page, that names what to lay out first:
   `$ZOO_DATA` (the block is skipped, with the reason, where it is absent);
 - `server`: `zoo serve runs/gpt_char` on 127.0.0.1:8000, as the block's
   reader would have started it (skipped where that port is taken);
+- `chat-server`: `zoo serve checkpoints/Qwen2.5-0.5B-Instruct` (the
+  stand-in, with its chat template) there instead;
 - `integration`: the block is an end-to-end run (the exports for
   runtimes) or builds full-size models (the presets of the README), so it
   runs with `make test-integration`, not `make test`.
@@ -82,6 +84,7 @@ def lay_out_runs(folder):
 SETUPS = {"checkpoints": lay_out_checkpoints, "runs": lay_out_runs}
 DATA = "data"
 SERVER = "server"
+CHAT_SERVER = "chat-server"
 INTEGRATION = "integration"
 
 
@@ -96,9 +99,9 @@ def laid_out(tmp_path_factory):
 
 @pytest.mark.parametrize("code, needs", list(python_blocks()))
 def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
-    unknown = sorted(set(needs) - set(SETUPS) - {DATA, SERVER, INTEGRATION})
-    assert not unknown, \
-        f"unknown readme-test setup {unknown}; expected some of {sorted([*SETUPS, DATA, SERVER, INTEGRATION])}"
+    unknown = sorted(set(needs) - set(SETUPS) - {DATA, SERVER, CHAT_SERVER, INTEGRATION})
+    assert not unknown, f"unknown readme-test setup {unknown}; expected some of " \
+        f"{sorted([*SETUPS, DATA, SERVER, CHAT_SERVER, INTEGRATION])}"
     if DATA in needs:
         from tests.shared_data import SHARED_DATA, has
         from zoo.data import list_datasets
@@ -114,6 +117,8 @@ def test_readme_block_runs(code, needs, tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
     np.random.seed(0)
     server = _serve(tmp_path / "runs" / "gpt_char") if SERVER in needs else None
+    if CHAT_SERVER in needs:
+        server = _serve(tmp_path / "checkpoints" / "Qwen2.5-0.5B-Instruct")
     presets = _family_presets()  # a guide may add a preset of its own: the next block does not see it
     try:
         exec(compile(code, request.node.callspec.id.split(":")[0], "exec"), {"__name__": "__readme__"})
@@ -132,13 +137,14 @@ def _family_presets():
 
 
 def _serve(run):
-    """`zoo serve RUN` on 127.0.0.1:8000, in this process."""
+    """`zoo serve RUN` (a run folder or a checkpoint folder) on 127.0.0.1:8000, in this process."""
     pytest.importorskip("openai")
     import zoo
     from tests.serve.conftest import Server
 
     try:
-        return Server(zoo.load(run / "model.keras"), name=str(run.relative_to(run.parents[1])), port=8000)
+        model = zoo.load(run / "model.keras") if (run / "model.keras").exists() else zoo.from_pretrained(run)
+        return Server(model, name=str(run.relative_to(run.parents[1])), port=8000)
     except ValueError as error:  # the port is taken
         pytest.skip(f"zoo serve cannot listen on 127.0.0.1:8000 here: {error}")
 

@@ -7,6 +7,15 @@ JSON object `{"messages": [{"role": "system" | "user" | "assistant",
 or two lists of messages, TRL's conversational shape). A chat file is JSON
 Lines: one conversation a line.
 
+A conversation that uses tools carries them as OpenAI's chat requests do:
+`"tools": [{"type": "function", "function": {...}}]` beside its
+messages, assistant turns with `"tool_calls": [{"type": "function",
+"function": {"name": ..., "arguments": ...}}]` (their `content` null or
+absent), and `"role": "tool"` turns with the calls' results. The template
+renders the tools and the calls in its family's format (transformers'
+`tools` argument, each call's `arguments` an object), and the loss counts
+the assistant's calls as it counts its answers.
+
 `chat_examples` renders each conversation with the tokenizer's chat
 template, through the renderer `zoo serve` uses
 (`HuggingFaceTokenizer.render_chat`), tokenizes it as serving does
@@ -39,7 +48,16 @@ import numpy as np
 
 from zoo.errors import DataError, at
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class Conversation(list):
+    """A conversation's messages (a list of dicts), with the `tools` it
+    offers (OpenAI function tools, or None) as an attribute."""
+
+    def __init__(self, messages, tools=None):
+        super().__init__(messages)
+        self.tools = tools
 
 @dataclass(frozen=True)
 class ChatExamples:
@@ -72,8 +90,9 @@ def read_chat(paths):
             may name several, comma-separated.
 
     Returns:
-        A list of conversations, each a list of `{"role", "content"}` dicts
-        (instruction pairs become a user turn and an assistant turn).
+        A list of `Conversation`s, each a list of `{"role", "content"}`
+        dicts (instruction pairs become a user turn and an assistant turn)
+        with its `tools`.
 
     Raises:
         DataError: naming the file and line: a missing or empty file, a line
@@ -117,11 +136,13 @@ def conversation_messages(record, where):
         where: str, where it comes from, for the error ("chat.jsonl, line 3").
 
     Returns:
-        A list of `{"role": str, "content": str}` dicts.
+        A `Conversation`: a list of `{"role": str, "content": str}` dicts
+        (an assistant turn's `tool_calls` and a tool turn's `tool_call_id`
+        kept, each call's `arguments` an object) and the record's `tools`.
 
     Raises:
         DataError: a message without a role or a string content, an unknown
-            role, or no assistant turn.
+            role, a malformed call or tool, or no assistant turn.
     """
     if isinstance(record, dict) and "messages" in record:
         messages = record["messages"]
@@ -140,19 +161,58 @@ def conversation_messages(record, where):
         raise DataError(f"{where}: `messages` is not a non-empty list; expected a list of {{role, content}} objects")
     checked = []
     for i, message in enumerate(messages):
-        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or "role" not in message or ("content" not in message and not calls):
             raise DataError(f"{where}: message {i + 1} has no `role` or no `content`; expected "
                             '{"role": ..., "content": ...}')
         if message["role"] not in ROLES:
             raise DataError(f"{where}: message {i + 1} has role {message['role']!r}; expected one of "
                             f"{', '.join(ROLES)}")
-        if not isinstance(message["content"], str):
-            raise DataError(f"{where}: message {i + 1}'s `content` is a {type(message['content']).__name__}; "
-                            "expected a string")
-        checked.append({"role": message["role"], "content": message["content"]})
+        content = message.get("content")
+        if not isinstance(content, str) and not (calls and content is None):
+            raise DataError(f"{where}: message {i + 1}'s `content` is a {type(content).__name__}; "
+                            "expected a string (null only beside `tool_calls`)")
+        one = {"role": message["role"], "content": "" if content is None else content}
+        if calls is not None:
+            if message["role"] != "assistant":
+                raise DataError(f"{where}: message {i + 1} has `tool_calls` but role {message['role']!r}; "
+                                "expected them on an assistant turn")
+            one["tool_calls"] = [_call(call, f"{where}: message {i + 1}'s tool call {j + 1}")
+                                 for j, call in enumerate(calls)]
+        for key in ("tool_call_id", "name"):
+            if message["role"] == "tool" and isinstance(message.get(key), str):
+                one[key] = message[key]
+        checked.append(one)
     if not any(m["role"] == "assistant" for m in checked):
         raise DataError(f"{where}: no assistant turn; expected at least one message with role 'assistant', "
                         "the text the model learns to write")
+    tools = record.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(
+            isinstance(t, dict) and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)
+            for t in tools)):
+        raise DataError(f'{where}: `tools` is not a list of {{"type": "function", "function": {{"name": ..., '
+                        '"parameters": ...}}}} objects')
+    return Conversation(checked, tools)
+
+
+def _call(call, where):
+    """One assistant call as a template reads it: `{"type": "function",
+    "function": {"name", "arguments": object}}` (OpenAI's JSON text of the
+    arguments parsed), its `id` kept."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise DataError(f'{where} is not {{"type": "function", "function": {{"name": ..., "arguments": ...}}}}')
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            raise DataError(f"{where}: `arguments` is not JSON; expected an object or its JSON text") from None
+    if not isinstance(arguments, dict):
+        raise DataError(f"{where}: `arguments` is a {type(arguments).__name__}; expected an object")
+    checked = {"type": "function", "function": {"name": function["name"], "arguments": arguments}}
+    if isinstance(call.get("id"), str):
+        checked["id"] = call["id"]
     return checked
 
 
@@ -200,7 +260,7 @@ def chat_examples(model_or_tokenizer, conversations, sequence_length, train_on_p
     for row, conversation in enumerate(conversations):
         messages = conversation if isinstance(conversation, list) else conversation_messages(
             conversation, f"conversations[{row}]")
-        text, spans = assistant_spans(tokenizer, messages, chat_template)
+        text, spans = assistant_spans(tokenizer, messages, chat_template, getattr(messages, "tools", None))
         ids, offsets = tokenizer.tokenize_chat(text)
         counted = [train_on_prompt or any(start < e and end > s for s, e in spans) for start, end in offsets]
         if len(ids) > sequence_length:
@@ -210,7 +270,7 @@ def chat_examples(model_or_tokenizer, conversations, sequence_length, train_on_p
     return ChatExamples(token_ids, padding_mask, loss_mask, truncated)
 
 
-def assistant_spans(tokenizer, messages, chat_template=None):
+def assistant_spans(tokenizer, messages, chat_template=None, tools=None):
     """The rendered conversation and the character spans of its assistant
     turns, each up to and including its end token.
 
@@ -219,13 +279,14 @@ def assistant_spans(tokenizer, messages, chat_template=None):
             renders; its end tokens end a turn).
         messages: a list of `{"role", "content"}` dicts.
         chat_template: a Jinja template, or None for the tokenizer's own.
+        tools: the template's `tools` (OpenAI function tools), or None.
 
     Returns:
         `(text, spans)`: the whole conversation rendered without a
         generation prompt, and a list of `(start, end)` character spans.
     """
     def render(part, add_generation_prompt):
-        return tokenizer.render_chat(part, add_generation_prompt, chat_template=chat_template)
+        return tokenizer.render_chat(part, add_generation_prompt, chat_template=chat_template, tools=tools)
 
     ends = [tokenizer.id_to_token(i) for i in tokenizer.end_token_ids]
     text = render(messages, False)

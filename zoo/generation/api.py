@@ -34,7 +34,7 @@ import dataclasses
 
 import numpy as np
 
-from zoo.generation import compiled, prompts, samplers, speculative
+from zoo.generation import compiled, constraints, prompts, samplers, speculative
 from zoo.generation.beam import BeamSearchLoop
 from zoo.generation.controls import NGRAM_MOST
 from zoo.generation.engine import Decoding, Request, check_stop_tokens
@@ -117,6 +117,11 @@ def generate_ids(
     num_assistant_tokens_schedule=None,
     prompt_lookup_num_tokens=None,
     max_matching_ngram_size=None,
+    json_schema=None,
+    regex=None,
+    choices=None,
+    grammar=None,
+    json_object=None,
     **kwargs,
 ):
     """Continue each prompt by up to `max_new_tokens` tokens: the token-id
@@ -170,6 +175,13 @@ def generate_ids(
             propose tokens that one pass of the model checks; the tokens
             keep the model's distribution (greedy: the same tokens). One
             prompt at a time; not with beam search or `logprobs`.
+        json_schema, regex, choices, grammar, json_object: constrained
+            decoding (`zoo.generation.constraints.grammar`): each row's new
+            tokens follow a JSON schema (a dict, a JSON str or a pydantic
+            model class), match a regular expression, are one of a list of
+            str, follow a Lark or GBNF grammar, or are a JSON object; one
+            value for every row, or a list of one a row (None: a free row).
+            Read through the model's tokenizer; not with beam search.
 
     Returns:
         A `GenerationOutput`.
@@ -195,6 +207,10 @@ def generate_ids(
     if beam and speculation:
         raise ValueError(f"`{next(iter(speculation))}` (speculative decoding) is not taken by beam search; use a "
                          "sampler.")
+    constrained = dict(json_schema=json_schema, regex=regex, choices=choices, grammar=grammar, json_object=json_object)
+    if beam and any(value is not None and value is not False for value in constrained.values()):
+        raise ValueError("Constrained decoding (`json_schema`, `regex`, `choices`, `grammar`, `json_object`) is not "
+                         "taken by beam search; use greedy or a sampler.")
     if beam and controls:
         raise ValueError(f"`{next(iter(controls))}` is not taken by beam search; use a sampler.")
     if beam and logprobs is not None:
@@ -222,10 +238,12 @@ def generate_ids(
         )
     check_model(model)
     sampling = dict(sampler=sampler, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    grammars = constraints.grammars(len(prompts.as_batch(prompt, padding_mask, "prompt")), **constrained)
     decoding = Decoding(
         model, prompt, max_new_tokens, sampling, stop_token_ids,
         padding_mask=padding_mask, source=source, source_padding_mask=source_padding_mask,
-        suppress_token_ids=suppress_token_ids, controls=controls, logprobs=logprobs, speculation=speculation,
+        suppress_token_ids=suppress_token_ids, controls=controls, logprobs=logprobs, constraints=grammars,
+        speculation=speculation,
     ).run()
     lengths = decoding.prompt_lengths + np.array([len(new) for new in decoding.new_tokens], "int32")
     token_ids = np.full((len(lengths), int(decoding.prompt_lengths.max()) + max_new_tokens), pad_token_id, "int32")

@@ -39,6 +39,7 @@ import numpy as np
 from keras import ops, tree
 
 from zoo.generation import compiled, loop, prompts, samplers, speculative
+from zoo.generation.constraints import Constraints
 from zoo.generation.controls import Controls
 from zoo.generation.interface import check_model
 
@@ -87,6 +88,14 @@ class Decoding:
             or `prompt_lookup_num_tokens`, ...): within the window, one
             prompt's tokens are proposed and checked several at a time,
             keeping the model's distribution (greedy: the same tokens).
+        constraints: None, one grammar for every row, or B grammars
+            (`zoo.generation.constraints.grammar`'s, None for a free row):
+            a constrained row chooses only tokens its grammar allows,
+            a stop token only where the grammar accepts, and ends once
+            nothing more can follow. A constrained decoding runs token by
+            token (the host's matchers give each step's mask).
+        tokenizer: the tokenizer whose vocabulary the grammars read (with
+            `constraints`); the model's own (`model.tokenizer`) when None.
 
     Attributes:
         prompt_lengths: (B,) int32.
@@ -102,7 +111,7 @@ class Decoding:
 
     def __init__(self, model, prompt, budgets, sampling=None, stop_token_ids=None, *, padding_mask=None,
                  source=None, source_padding_mask=None, slide=False, bucket="lengths", suppress_token_ids=None,
-                 controls=None, logprobs=None, speculation=None):
+                 controls=None, logprobs=None, constraints=None, tokenizer=None, speculation=None):
         check_model(model)
         self.model = model
         self.logprobs = check_logprobs(logprobs, model.vocabulary_size)
@@ -152,6 +161,10 @@ class Decoding:
         self.top_ids = [[] for _ in range(batch)]
         self.top_logprobs = [[] for _ in range(batch)]
         self.finish_reasons = [None] * (batch - padding) + [STOP] * padding  # the padding rows are done
+        self.constraints = _constraints(model, constraints, tokenizer, batch - padding, padding, self.stop_token_ids)
+        if self.constraints is not None and self.speculation is not None:
+            raise ValueError("Constrained decoding masks each token on the host; it does not take speculative "
+                             "decoding (`assistant_model`, `prompt_lookup_num_tokens`).")
 
     @property
     def finished(self):
@@ -194,6 +207,7 @@ class Decoding:
         batch, _, length = request.shapes[:3]
         stages = request.static.stages
         index = int(self.prompt_lengths.min())
+        every_token = every_token or self.constraints is not None  # each step's mask comes from the host
         budget_end = (self.prompt_lengths + np.minimum(self.budgets, request.max_new_tokens)).astype("int32")
         if not every_token:
             key = ("whole", request.shapes, self.stop_token_ids, self.suppress_token_ids, self._static())
@@ -223,7 +237,7 @@ class Decoding:
                 done = np.array([reason is not None for reason in self.finish_reasons])
                 index_out, cache, token_ids, records, _ = advance.raw(
                     np.array(index, "int32"), cache, token_ids, records, done, np.array(until, "int32"),
-                    mask, budget_end, context, self.sampling, *self._controls(),
+                    mask, budget_end, context, self.sampling, *self._controls(), *self._constraint(),
                 )
                 end = int(ops.convert_to_numpy(index_out))
                 yield self._take(ops.convert_to_numpy(token_ids), tree.map_structure(ops.convert_to_numpy, records),
@@ -254,7 +268,8 @@ class Decoding:
             self.top_ids[row].append(np.asarray(recorded.get("top_ids", ()), "int32").tolist())
             self.top_logprobs[row].append(np.asarray(recorded.get("top_logprobs", ()), "float32").tolist())
         gained[row].append(token)
-        if token in self.stop_token_ids:
+        ended = self.constraints is not None and self.constraints.consume(row, token)
+        if token in self.stop_token_ids or ended:
             self.finish_reasons[row] = STOP
         elif len(self.new_tokens[row]) >= self.budgets[row]:
             self.finish_reasons[row] = LENGTH
@@ -275,7 +290,7 @@ class Decoding:
             new_start[row] = max(len(recent) - len(new), 0)
         key = ("window", ids.shape, self.suppress_token_ids, self._static())
         step = _function(self.model, key, loop.WindowStep, self.model, self.suppress_token_ids, *self._static())
-        tokens, records = step(ids, last, position, new_start, self.sampling, *self._controls())
+        tokens, records = step(ids, last, position, new_start, self.sampling, *self._controls(), *self._constraint())
         gained = [[] for _ in self.rows]
         for row, token in enumerate(tokens.tolist()):
             if self.finish_reasons[row] is None:
@@ -286,11 +301,35 @@ class Decoding:
         """The controls' arguments of a compiled call: none without them."""
         return () if self.controls is None else (self.controls,)
 
+    def _constraint(self):
+        """The constraint's arguments of a compiled call (the packed
+        bitmask and the rows' flags): none without constraints."""
+        return () if self.constraints is None else self.constraints.arrays()
+
     def _static(self):
         """What a compiled function's program depends on beyond the shapes:
-        the sampling variant, whether the controls are on, and the
-        log-probabilities asked."""
-        return self.variant, self.controls is not None, self.logprobs
+        the sampling variant, whether the controls are on, the
+        log-probabilities asked, and whether a row is constrained (not
+        which grammar: one program serves every grammar)."""
+        return self.variant, self.controls is not None, self.logprobs, self.constraints is not None
+
+
+def _constraints(model, grammars, tokenizer, batch, padding, stop_token_ids):
+    """The decoding's `Constraints` (padding rows free), or None when no row is constrained."""
+    if grammars is None:
+        return None
+    grammars = [grammars] * batch if isinstance(grammars, str) else list(grammars)
+    if len(grammars) != batch or not all(g is None or isinstance(g, str) for g in grammars):
+        raise ValueError(f"`constraints` must be one grammar or {batch} (one per row, None for a free row), each "
+                         "a str of zoo.generation.constraints.grammar; got " + repr(grammars)[:200] + ".")
+    if all(g is None for g in grammars):
+        return None
+    tokenizer = tokenizer or getattr(model, "tokenizer", None) or getattr(getattr(model, "backbone", None),
+                                                                          "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError(f"Constrained decoding reads the vocabulary's text: the {type(model).__name__} carries no "
+                         "tokenizer; attach one (model.tokenizer = ...) or pass `tokenizer=`.")
+    return Constraints(tokenizer, model.vocabulary_size, stop_token_ids, grammars + [None] * padding)
 
 
 def _padded(arrays, padding):

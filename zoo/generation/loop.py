@@ -27,7 +27,7 @@ import weakref
 import keras
 from keras import ops, tree
 
-from zoo.generation import compiled, controls, samplers
+from zoo.generation import compiled, constraints, controls, samplers
 
 FIRST_STAGE = 64
 
@@ -149,8 +149,10 @@ class Advance(_ModelFunction):
         suppress_token_ids: ids never chosen.
         variant: `zoo.generation.samplers.Sampling.variant`.
         controlled: whether the decoding controls are on (their arrays
-            come as the last argument).
+            come after `sampling`).
         logprobs: None, or k: what `records` holds (`empty_records`).
+        constrained: whether a row is constrained (the packed bitmask
+            and the rows' flags come last, `zoo.generation.constraints`).
 
     Call arguments:
         index: () int32, the first position to predict.
@@ -170,24 +172,24 @@ class Advance(_ModelFunction):
         context: the encoder-decoder's `start` output, or None.
         sampling: the dict of each row's `Sampling.arrays()`.
         *controls: when `controlled`, the dict of each row's
-            `zoo.generation.controls` arrays.
+            `zoo.generation.controls` arrays; then, when `constrained`,
+            `bitmask` (B, W) int32 and `flags` (B,) bool.
 
     Returns:
         `(index, cache, token_ids, records, done)` after the loop.
     """
 
     def __init__(self, model, stage_length, stop_token_ids, suppress_token_ids=(), variant=(True, True),
-                 controlled=False, logprobs=None):
+                 controlled=False, logprobs=None, constrained=False):
         super().__init__(model)
         self.stage_length, self.stop_token_ids = stage_length, stop_token_ids
-        self.chooser = Chooser(suppress_token_ids, variant, controlled)
+        self.chooser = Chooser(suppress_token_ids, variant, controlled, constrained)
         self.logprobs = logprobs
 
-    def __call__(self, index, cache, token_ids, records, done, until, mask, budget_end, context, sampling,
-                 *controls):
+    def __call__(self, index, cache, token_ids, records, done, until, mask, budget_end, context, sampling, *rest):
         compiled.count_trace()
         end = ops.minimum(until, self.stage_length)
-        return sample(self.model, self.chooser.given(sampling, controls), self.stop_token_ids, end,
+        return sample(self.model, self.chooser.given(sampling, rest), self.stop_token_ids, end,
                       (index, cache, token_ids, records, done), mask, budget_end, context, self.logprobs)
 
     def what(self, index, cache, token_ids, *rest):
@@ -202,10 +204,14 @@ class Whole(_ModelFunction):
     Call arguments: `ids`, `mask` as `Prefill`'s, `budget_end`, `done`,
     `sampling` and (when `controlled`) the controls' dict as `Advance`'s,
     then `*source`. Returns `(token_ids, records)` (`Advance`'s records).
+    Never `constrained`: a constrained row's mask comes from the host each
+    token, through `Advance`.
     """
 
     def __init__(self, model, shapes, stages, stop_token_ids, suppress_token_ids=(), variant=(True, True),
-                 controlled=False, logprobs=None):
+                 controlled=False, logprobs=None, constrained=False):
+        if constrained:
+            raise ValueError("A constrained decoding runs token by token (`Advance`), not in one call.")
         super().__init__(model)
         self.shapes, self.stages, self.stop_token_ids = shapes, stages, stop_token_ids
         self.chooser = Chooser(suppress_token_ids, variant, controlled)
@@ -232,31 +238,39 @@ class Whole(_ModelFunction):
 
 class Chooser:
     """How a step chooses each row's token from the model's logits: the
-    suppressed ids masked out, the decoding controls (when on,
-    `zoo.generation.controls`), then each row's sampler
-    (`zoo.generation.samplers.choose`). `given(sampling, controls)` binds a
-    traced call's arrays.
+    suppressed ids masked out, the constrained rows' disallowed tokens
+    masked out (when on, `zoo.generation.constraints`), the decoding
+    controls (when on, `zoo.generation.controls`), then each row's sampler
+    (`zoo.generation.samplers.choose`). `given(sampling, rest)` binds a
+    traced call's arrays: `rest` holds the controls' dict (when
+    `controlled`), then the bitmask and the flags (when `constrained`).
 
     Call arguments: `logits` (B, V), `token_ids` (B, L) the buffer, `index`
     the position chosen in the buffer (a scalar, or (B,)), `prompt_lengths`
     (B,) where the new tokens begin in the buffer, `position` the position
     chosen in each row's whole sequence (the draw's counter; the buffer's
     `index` unless the buffer is a window). Returns `(token (B,) int32,
-    logits (B, V) float32)`, the logits with the suppressed ids masked out
-    (what a token's probability is read from).
+    logits (B, V) float32)`, the logits with the suppressed ids (and a
+    constrained row's disallowed tokens) masked out (what a token's
+    probability is read from).
     """
 
-    def __init__(self, suppress_token_ids, variant, controlled):
+    def __init__(self, suppress_token_ids, variant, controlled, constrained=False):
         self.suppress_token_ids, self.variant, self.controlled = suppress_token_ids, variant, controlled
-        self.sampling, self.controls = None, None
+        self.constrained = constrained
+        self.sampling, self.controls, self.constraint = None, None, None
 
-    def given(self, sampling, controls):
-        bound = Chooser(self.suppress_token_ids, self.variant, self.controlled)
-        bound.sampling, bound.controls = sampling, (controls[0] if self.controlled else None)
+    def given(self, sampling, rest):
+        bound = Chooser(self.suppress_token_ids, self.variant, self.controlled, self.constrained)
+        bound.sampling, bound.controls = sampling, (rest[0] if self.controlled else None)
+        if self.constrained:
+            bound.constraint = tuple(rest[int(self.controlled):int(self.controlled) + 2])  # (bitmask, flags)
         return bound
 
     def __call__(self, logits, token_ids, index, prompt_lengths, position=None):
         logits = samplers.suppress(ops.cast(logits, "float32"), self.suppress_token_ids)
+        if self.constrained:
+            logits = constraints.apply(logits, *self.constraint)
         chosen = logits
         if self.controlled:  # min_p reads each row's temperature: 0 (greedy) keeps the likeliest alone
             temperature = ops.expand_dims(self.sampling["temperature"], 1)
@@ -303,24 +317,26 @@ class WindowStep(_ModelFunction):
     Call arguments: `ids` (B, W) int32, `last` (B,) int32 the index of each
     row's last token, `position` (B,) int32 the position of the token
     chosen in the row's whole sequence (the draw's counter), `new_start`
-    (B,) int32 where each row's new tokens begin in `ids`, `sampling` and
-    (when `controlled`) the controls' dict as `Advance`'s. Returns
+    (B,) int32 where each row's new tokens begin in `ids`, `sampling`, and
+    (when `controlled`) the controls' dict and (when `constrained`) the
+    bitmask and flags as `Advance`'s. Returns
     `(tokens (B,) int32, records)`: `Advance`'s records of the one position,
     each without its L axis.
     """
 
-    def __init__(self, model, suppress_token_ids=(), variant=(True, True), controlled=False, logprobs=None):
+    def __init__(self, model, suppress_token_ids=(), variant=(True, True), controlled=False, logprobs=None,
+                 constrained=False):
         super().__init__(model)
-        self.chooser = Chooser(suppress_token_ids, variant, controlled)
+        self.chooser = Chooser(suppress_token_ids, variant, controlled, constrained)
         self.logprobs = logprobs
 
-    def __call__(self, ids, last, position, new_start, sampling, *controls):
+    def __call__(self, ids, last, position, new_start, sampling, *rest):
         compiled.count_trace()
         model = self.model
         cache = model.empty_cache(ids.shape[0], ids.shape[1])
         logits, _ = model.call_with_cache(ids, cache, 0, None)  # (B, W, V)
         logits = ops.take_along_axis(logits, last[:, None, None], axis=1)[:, 0]  # (B, V)
-        token, logits = self.chooser.given(sampling, controls)(logits, ids, last + 1, new_start, position)
+        token, logits = self.chooser.given(sampling, rest)(logits, ids, last + 1, new_start, position)
         return token, record(logits, token, self.logprobs)
 
     def what(self, ids, *rest):

@@ -219,7 +219,7 @@ def rounds(decoding):
     budget_end = min(budget_end, cache_length)  # past a shorter draft's window: the decoding goes on without it
     tokens = np.zeros((1, cache_length), "int32")
     tokens[0, :length] = prompt
-    static = decoding._static()
+    static = decoding._static()[:3]  # the sampling variant, the controls, the log-probabilities (None)
     sampling, controls = decoding.sampling, decoding._controls()
     prompt_lengths = np.array([length], "int32")
     _, cache = _prefill(model, tokens, length, cache_length)

@@ -13,7 +13,8 @@ http://127.0.0.1:8000/docs shows them). Tokens are chosen as
 as they come. Concurrent requests are decoded
 together where their settings allow (`zoo.serve.scheduler`).
 Needs the `serve` extra (`pip install -e .[serve]`: FastAPI, pydantic,
-uvicorn, Jinja2 for chat templates).
+uvicorn, Jinja2 for chat templates, llguidance for `response_format` and
+forced tool calls).
 """
 
 import os

@@ -15,7 +15,7 @@ import uuid
 import numpy as np
 from starlette.responses import Response, StreamingResponse
 
-from zoo.serve import protocol, validation
+from zoo.serve import protocol, tool_calls, validation
 from zoo.serve.scheduler import END, ERROR, PIECE, ScoreJob
 from zoo.serve.service import submit
 
@@ -158,14 +158,26 @@ def _choice(service, plan, p, index, sample, score):
     ids, prompt_text = plan.prompt_ids[p], plan.texts[p]
     if plan.chat:
         logprobs = None if plan.logprobs is None else chat_logprobs(service, score)
-        return protocol.ChatChoice(index=index, message=protocol.AssistantMessage(content=text),
-                                   finish_reason=finish_reason, logprobs=logprobs)
+        message = protocol.AssistantMessage(content=text)
+        if plan.tools is not None:
+            content, calls = tool_calls.parse(text, plan.tools.format, plan.tools.names)
+            if calls:
+                message = protocol.AssistantMessage(content=content, tool_calls=_called(plan.tools, calls))
+                finish_reason = "tool_calls"
+        return protocol.ChatChoice(index=index, message=message, finish_reason=finish_reason, logprobs=logprobs)
     logprobs = None
     if plan.logprobs is not None:
         logprobs = completion_logprobs(service, prompt_text, ids, new_ids, score, plan.echo)
     if plan.echo:
         text = (prompt_text if prompt_text is not None else service.decode(ids)) + text
     return protocol.CompletionChoice(index=index, text=text, finish_reason=finish_reason, logprobs=logprobs)
+
+
+def _called(parsing, calls):
+    """OpenAI's `tool_calls` of the `Call`s read from an answer."""
+    return [protocol.CalledTool(id=tool_calls.call_id(parsing.format),
+                                function=protocol.CalledFunction(name=call.name, arguments=call.arguments))
+            for call in calls]
 
 
 def completion_logprobs(service, text, ids, new_ids, score, echo):
@@ -233,9 +245,10 @@ class _Chunks:
         self.model, self.chat, self.prompt_tokens = model, chat, prompt_tokens
         self.id, self.created = _id(chat), int(time.time())
 
-    def event(self, text=None, finish_reason=None, role=False, row=None):
+    def event(self, text=None, finish_reason=None, role=False, row=None, calls=None):
         """The event of a piece of `text`, of the `finish_reason`, of the
-        assistant's `role` (chat's first), or of the usage of `row`."""
+        assistant's `role` (chat's first), of the usage of `row`, or of
+        `calls` (OpenAI's `tool_calls` deltas, each whole)."""
         kind = protocol.ChatChunk if self.chat else protocol.CompletionChunk
         common = dict(id=self.id, object=kind.model_fields["object"].default, created=self.created, model=self.model,
                       choices=[])
@@ -243,8 +256,16 @@ class _Chunks:
             common["usage"] = protocol.Usage(prompt_tokens=self.prompt_tokens, completion_tokens=row.completion_tokens,
                                              total_tokens=self.prompt_tokens + row.completion_tokens)
         elif self.chat:
-            delta = protocol.Delta(role="assistant", content="") if role else (
-                protocol.Delta(content=text) if text is not None else protocol.Delta())
+            if role:
+                delta = protocol.Delta(role="assistant", content="")
+            elif calls is not None:
+                delta = protocol.Delta(tool_calls=[
+                    protocol.ToolCallDelta(index=i, id=call.id, type="function",
+                                           function=protocol.FunctionDelta(name=call.function.name,
+                                                                           arguments=call.function.arguments))
+                    for i, call in enumerate(calls)])
+            else:
+                delta = protocol.Delta(content=text) if text is not None else protocol.Delta()
             common["choices"] = [protocol.ChatChunkChoice(index=0, delta=delta, finish_reason=finish_reason,
                                                           logprobs=None)]
         else:
@@ -259,20 +280,33 @@ async def _stream(job, model, plan):
     client went away: Starlette cancels this) cancels the job, which stops
     its decoding."""
     events, chunks = Events(job), _Chunks(model, plan.chat, len(job.prompt_ids))
+    # With tools offered, the text that may be a call is held back, and sent as `tool_calls` at the end.
+    reading = None if plan.tools is None else tool_calls.Stream(plan.tools.format, plan.tools.names)
     try:
         if plan.chat:
             yield chunks.event(role=True)
         while True:
             kind, value = await events.next()
             if kind == PIECE:
-                yield chunks.event(value)
+                if reading is not None:
+                    value = reading.feed(value)
+                if reading is None or value:
+                    yield chunks.event(value)
                 continue
+            finish_reason = getattr(value, "finish_reason", None)
+            if reading is not None and kind != ERROR:
+                content, calls = reading.finish()
+                if content:
+                    yield chunks.event(content)
+                if calls:
+                    yield chunks.event(calls=_called(plan.tools, calls))
+                    finish_reason = "tool_calls"
             if kind == ERROR:
                 error = protocol.ErrorResponse(error=protocol.ErrorInfo(message=value, type="server_error", param=None,
                                                                         code=None))
                 yield "data: " + error.model_dump_json() + "\n\n"
             else:
-                yield chunks.event(finish_reason=value.finish_reason)
+                yield chunks.event(finish_reason=finish_reason)
                 if plan.include_usage:
                     yield chunks.event(row=value)
             break

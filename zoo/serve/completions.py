@@ -1,11 +1,13 @@
 """`POST /v1/completions`: OpenAI's legacy completions of a prompt (a
 string, token ids, or a list of up to `MAX_PROMPTS` of either), with
-`echo`, `logprobs` and `best_of`; an encoder-decoder served reads the
-prompt as its source."""
+`echo`, `logprobs`, `best_of` and the structure the answer follows
+(`response_format`, vLLM's `guided_*` and `structured_outputs`:
+`zoo.serve.structured`); an encoder-decoder served reads the prompt as
+its source."""
 
 from fastapi import APIRouter, Depends, Request
 
-from zoo.serve import answers, protocol, validation
+from zoo.serve import answers, protocol, structured, validation
 from zoo.serve.protocol import COMPLETION_DEFAULT_TOKENS, MAX_PROMPTS, CompletionRequest
 from zoo.serve.service import Plan, submit
 from zoo.serve.web import RequestError, short
@@ -45,11 +47,12 @@ def check(service, request):
                            f"{MAX_PROMPTS} samples in all", "prompt")
     if request.stream and (echo or logprobs is not None or len(prompts) > 1):
         raise RequestError("stream: true takes one prompt, without echo or logprobs", "stream")
+    constraint = structured.constraint(request)
     if scoring:
         jobs = [[] for _ in prompts]
     else:
         jobs = [[service.job(request, ids, request.max_tokens, COMPLETION_DEFAULT_TOKENS, "prompt",
-                             sample=p * best_of + i) for i in range(best_of)]
+                             sample=p * best_of + i, constraint=constraint) for i in range(best_of)]
                 for p, (_, ids) in enumerate(prompts)]
     include_usage = request.stream_options is not None and request.stream_options.include_usage
     return Plan([text for text, _ in prompts], [ids for _, ids in prompts], jobs, echo, logprobs, n,

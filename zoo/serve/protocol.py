@@ -16,7 +16,7 @@ greedy); got "hot"`.
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_PROMPTS = 64  # prompts of one completions request
 MAX_LOGPROBS = 5  # OpenAI's most `logprobs` of a completion
@@ -24,6 +24,7 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's most `top_logprobs` of a chat answer
 MAX_EMBEDDING_INPUTS = 256  # texts of one embeddings request
 MAX_LOGIT_BIAS = 300  # OpenAI's most `logit_bias` entries
 MAX_MESSAGES = 1024
+MAX_TOOLS = 128  # OpenAI's most `tools` of a chat request
 MAX_STOP_STRINGS, MAX_STOP_CHARACTERS = 4, 256
 COMPLETION_DEFAULT_TOKENS = 16  # OpenAI's default `max_tokens` of a completion
 
@@ -52,9 +53,48 @@ class StreamOptions(Request):
     include_usage: bool = Field(False, description="true or false: a last chunk with the usage")
 
 
+class JsonSchema(Request):
+    """OpenAI's `response_format.json_schema`: a named JSON schema."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    schema_: dict | bool | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class TextFormat(Request):
+    type: Literal["text"]
+
+
+class JsonObjectFormat(Request):
+    type: Literal["json_object"]
+
+
+class JsonSchemaFormat(Request):
+    type: Literal["json_schema"]
+    json_schema: JsonSchema
+
+
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat, Field(discriminator="type")]
+
+
+class StructuredOutputs(Request):
+    """vLLM's `structured_outputs`: one of a JSON schema, a regular
+    expression, a list of choices, a grammar (Lark or GBNF), or any JSON
+    object."""
+
+    json_: dict | bool | str | None = Field(None, alias="json")
+    regex: str | None = None
+    choice: Annotated[list[str], Field(min_length=1)] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+
 class Sampling(Request):
     """The fields that completions and chat share: the model, the answer's
-    length, the sampler and the decoding controls of `zoo.generate`."""
+    length, the sampler, the decoding controls of `zoo.generate`, and the
+    structure the answer follows (OpenAI's `response_format`, vLLM's
+    `guided_*` and `structured_outputs`: at most one of them)."""
 
     model: str | None = Field(None, description="the model's id (GET /v1/models)")
     max_tokens: int | None = Field(
@@ -77,6 +117,17 @@ class Sampling(Request):
         description=f"an object of at most {MAX_LOGIT_BIAS} token ids to biases in [-100, 100]")
     repetition_penalty: float | None = Field(None, gt=0, allow_inf_nan=False, description="a number > 0")
     min_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description="a number in [0, 1]")
+    response_format: ResponseFormat | None = Field(
+        None, description='{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "json_schema": '
+        '{"name": str, "schema": {...}, "strict": bool}}')
+    guided_json: dict | bool | str | None = Field(None, description="a JSON schema (an object, or its JSON text)")
+    guided_regex: str | None = Field(None, description="a regular expression the whole answer matches")
+    guided_choice: Annotated[list[str], Field(min_length=1)] | None = Field(
+        None, description="a non-empty list of strings, the answers allowed")
+    guided_grammar: str | None = Field(None, description="a grammar (Lark or GBNF) the answer follows")
+    structured_outputs: StructuredOutputs | None = Field(
+        None, description='{"json": schema} or {"regex": str} or {"choice": [str, ...]} or {"grammar": str} or '
+        '{"json_object": true}')
 
 
 class CompletionRequest(Sampling):
@@ -90,12 +141,58 @@ class CompletionRequest(Sampling):
     best_of: int | None = Field(None, ge=1, description="an integer in [n, --max-batch], the samples ranked")
 
 
+class FunctionCall(Request):
+    name: str = Field(min_length=1)
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(Request):
+    """A call an assistant made (an earlier turn's `tool_calls`)."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
-    """One message of a conversation; other fields reach the chat template."""
+    """One message of a conversation: `content` a string (null for an
+    assistant turn that made `tool_calls`); a `tool` message answers the
+    call named by `tool_call_id`. Other fields reach the chat template."""
 
     model_config = ConfigDict(extra="allow", strict=True)
     role: str
-    content: str
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _content(self):
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("a message's content is a string (null only beside an assistant's tool_calls)")
+        return self
+
+
+class Function(Request):
+    """A function a model may call: its JSON schema `parameters`."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str | None = None
+    parameters: dict | None = None
+    strict: bool | None = None
+
+
+class Tool(Request):
+    type: Literal["function"]
+    function: Function
+
+
+class FunctionName(Request):
+    name: str
+
+
+class NamedToolChoice(Request):
+    type: Literal["function"]
+    function: FunctionName
 
 
 class ChatRequest(Sampling):
@@ -109,6 +206,12 @@ class ChatRequest(Sampling):
     logprobs: bool | None = Field(False, description="true or false: each token's log-probability")
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS,
                                      description=f"an integer in [0, {MAX_TOP_LOGPROBS}], with logprobs true")
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = Field(
+        None, description=f'a list of at most {MAX_TOOLS} {{"type": "function", "function": {{"name": str, '
+        '"description": str, "parameters": {...}}} objects')
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        None, description='"none", "auto", "required" or {"type": "function", "function": {"name": str}}, with tools')
+    parallel_tool_calls: bool | None = Field(None, description="true or false")
 
 
 class EmbeddingRequest(Request):
@@ -138,7 +241,7 @@ class DetokenizeRequest(Request):
 
 # --- Responses ---------------------------------------------------------------------------------
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class Usage(Response):
@@ -189,9 +292,23 @@ class ChatLogprobs(Response):
     refusal: None = None
 
 
+class CalledFunction(Response):
+    name: str
+    arguments: str  # JSON text
+
+
+class CalledTool(Response):
+    """A call the answer makes: OpenAI's `tool_calls` entry."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class AssistantMessage(Response):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[CalledTool] | None = None
 
 
 class ChatChoice(Response):
@@ -210,9 +327,25 @@ class ChatResponse(Response):
     usage: Usage
 
 
+class FunctionDelta(Response):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(Response):
+    """A piece of a streamed call: its first names it (`id`, `type`,
+    `function.name`), those after add to `function.arguments`."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionDelta
+
+
 class Delta(Response):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(Response):

@@ -45,12 +45,16 @@ class Job:
     message)`; before `END`, `token_ids` holds the new token ids. The
     reader sets `cancelled` when it goes away, and may set
     `wake`, a function called (on the model's thread) after each event.
+    `constraint` is the grammar its tokens follow (None: free), its row's
+    of the generation's `constraints`.
     """
 
     _ids = itertools.count()
 
-    def __init__(self, prompt_ids, max_tokens, stop, sampler, temperature, top_p, seed, controls=None):
+    def __init__(self, prompt_ids, max_tokens, stop, sampler, temperature, top_p, seed, controls=None,
+                 constraint=None):
         self.prompt_ids, self.max_tokens, self.stop = prompt_ids, max_tokens, stop
+        self.constraint = constraint
         self.sampler, self.temperature, self.top_p, self.seed = sampler, temperature, top_p, seed
         self.controls = controls or {}  # the decoding controls' settings
         self.events = queue.Queue()
@@ -259,6 +263,7 @@ class _Batch:
                 bucket=self.max_batch if len(self.jobs) > 1 else True,  # two batch shapes: 1 and max_batch
                 controls=_row_controls(self.jobs),
                 speculation=self.speculation,
+                **_row_constraints(self.jobs),
             )
             self.steps = self.generation.steps(every_token=True)
         except Exception as error:  # every job of the batch hears why, and the server goes on
@@ -304,3 +309,9 @@ def _row_controls(jobs):
     """The batch's controls, one value a row, for each control a job sets."""
     names = sorted({name for job in jobs for name in job.controls})
     return {name: [job.controls.get(name, _OFF[name]) for job in jobs] for name in names} or None
+
+
+def _row_constraints(jobs):
+    """The batch's grammars, one a row (None: free), where any job has one."""
+    constraints = [job.constraint for job in jobs]
+    return {"constraints": constraints} if any(c is not None for c in constraints) else {}

@@ -123,10 +123,11 @@ class Service:
             raise RequestError('stream_options: expected {"include_usage": true or false}, with stream true',
                                "stream_options")
 
-    def job(self, request, ids, max_tokens, default_tokens, field, sample=0):
+    def job(self, request, ids, max_tokens, default_tokens, field, sample=0, constraint=None):
         """The `Job` of one sample of a prompt: the request's `sample`-th,
         which draws with its seed + `sample`; `max_tokens` None takes
-        `default_tokens` (None: the room left) within the context."""
+        `default_tokens` (None: the room left) within the context;
+        `constraint` the grammar its tokens follow (`zoo.serve.structured`)."""
         self.check_length(ids, field)
         room = self.context - (1 if self.translator else len(ids))  # a translation starts from its start token
         if max_tokens is None:
@@ -145,7 +146,8 @@ class Service:
             sampler = "top_p" if top_p < 1.0 else "temperature"
         stop = [request.stop] if isinstance(request.stop, str) else request.stop
         seed = None if request.seed is None else request.seed + sample
-        return Job(ids, max_tokens, tuple(stop or ()), sampler, temperature, top_p, seed, self.controls(request))
+        return Job(ids, max_tokens, tuple(stop or ()), sampler, temperature, top_p, seed, self.controls(request),
+                   constraint=constraint)
 
     def controls(self, request):
         """The decoding controls a request sets (`zoo.generation.controls`):
@@ -198,7 +200,8 @@ class Plan:
     `Job`s (none with `max_tokens: 0`); `echo`, `logprobs` (None, or the
     alternatives asked for), `n` (the choices returned of each prompt's
     samples: those of the highest log-probability per token), whether it
-    is chat, and whether it streams (with the usage last)."""
+    is chat, whether it streams (with the usage last), and how its calls
+    are read (`zoo.serve.tool_calls.Parsing`; None: no tools offered)."""
 
     texts: list
     prompt_ids: list
@@ -209,6 +212,7 @@ class Plan:
     chat: bool = False
     stream: bool = False
     include_usage: bool = False
+    tools: object = None
 
 
 def submit(scheduler, jobs):

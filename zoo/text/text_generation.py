@@ -18,7 +18,7 @@ import inspect
 import numpy as np
 
 from zoo.tokenizers import token_id_lists
-from zoo.generation import samplers, speculative
+from zoo.generation import constraints, samplers, speculative
 from zoo.generation.controls import NAMES as CONTROLS
 from zoo.generation.api import generate_ids
 from zoo.generation.engine import Decoding, check_stop_tokens
@@ -112,7 +112,13 @@ def generate(
         **kwargs: the decoding controls (`min_p`, `repetition_penalty`,
             `presence_penalty`, `frequency_penalty`, `logit_bias`: see
             `zoo.generation.controls`; each one value, or one a prompt),
-            and on token ids what the token-id loop takes (`num_beams`,
+            constrained decoding (`json_schema`, `regex`, `choices`,
+            `grammar`, `json_object`: the new text follows a JSON schema,
+            matches a regular expression, is one of a list of str, follows
+            a Lark or GBNF grammar, or is a JSON object; see
+            `zoo.generation.constraints.grammar`; each one value, or one a
+            prompt, None for a free one; not with sampler="beam"), and on
+            token ids what the token-id loop takes (`num_beams`,
             `length_penalty`, `padding_mask`, ...).
 
     Returns:
@@ -207,6 +213,7 @@ def stream(model, prompt, *args, skip_prompt=False, **kwargs):
     kwargs = options["kwargs"]
     controls = _controls(kwargs)
     speculation = speculative.settings(kwargs)
+    constrained = _constrained(kwargs)
     samplers.refuse_renamed(kwargs, "zoo.stream")
     if kwargs:
         raise ValueError(f"zoo.stream takes no {', '.join(sorted(kwargs))}.")
@@ -217,6 +224,7 @@ def stream(model, prompt, *args, skip_prompt=False, **kwargs):
         max_new_tokens = min(len(rows[0]) + 10, model.max_sequence_length - 1)  # as zoo.translate
     budgets = _text_budgets(model, rows, max_new_tokens, max_length)
     generation = TextGeneration(model, rows, budgets, controls=controls, logprobs=logprobs, speculation=speculation,
+                                constraints=constraints.grammars(len(rows), **constrained),
                                 **{name: options[name] for name in _SAMPLING_OPTIONS})
     return _pieces(generation, skip_prompt or isinstance(model, EncoderDecoder), logprobs is not None)
 
@@ -308,6 +316,9 @@ class TextGeneration:
         speculation: None, or speculative decoding's settings
             (`assistant_model` or `prompt_lookup_num_tokens`, ...:
             `zoo.generation.speculative`; one prompt, decoder-only).
+        constraints: None, one grammar, or one a row (None for a free row):
+            `zoo.generation.constraints.grammar`'s, read through the
+            model's tokenizer (`zoo.generation.Decoding`'s `constraints`).
 
     Attributes:
         rows: B `TextRow`s: `prompt_text`, `text` (the new text so far),
@@ -330,8 +341,8 @@ class TextGeneration:
     """
 
     def __init__(self, model, prompt_ids, budgets, *, stop=None, stop_token_ids=AUTO, sampler="greedy", seed=None,
-                 temperature=1.0, top_k=50, top_p=0.9, bucket="lengths", controls=None, logprobs=None, speculation=None,
-                 **kwargs):
+                 temperature=1.0, top_k=50, top_p=0.9, bucket="lengths", controls=None, logprobs=None,
+                 constraints=None, speculation=None, **kwargs):
         samplers.refuse_renamed(kwargs, "TextGeneration")
         tokenizer = tokenizer_of(model, "zoo.generate")
         if isinstance(sampler, str) and sampler == "beam":
@@ -346,12 +357,14 @@ class TextGeneration:
             budgets = [min(b, room) for b in ([budgets] * batch if isinstance(budgets, int) else budgets)]
             self.decoding = Decoding(model, [prompt] * batch, budgets, sampling, ends, source=prompt_ids,
                                      bucket=bucket, controls={**settled, **(controls or {})}, logprobs=logprobs,
-                                     suppress_token_ids=suppressed, speculation=speculation)
+                                     suppress_token_ids=suppressed, constraints=constraints, tokenizer=tokenizer,
+                                     speculation=speculation)
             text_prompts = [[] for _ in prompt_ids]
         else:
             ends = auto_stop_ids(tokenizer) if is_auto(stop_token_ids) else stop_token_ids
             self.decoding = Decoding(model, prompt_ids, budgets, sampling, ends, slide=True, bucket=bucket,
-                                     controls=controls, logprobs=logprobs, speculation=speculation)
+                                     controls=controls, logprobs=logprobs, constraints=constraints,
+                                     tokenizer=tokenizer, speculation=speculation)
             text_prompts = prompt_ids
         ends = self.decoding.stop_token_ids
         self.tokenizer = tokenizer
@@ -535,11 +548,12 @@ def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_toke
         return _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, kwargs)
     controls = _controls(kwargs)
     speculation = speculative.settings(kwargs)
+    grammars = constraints.grammars(len(rows), **_constrained(kwargs))
     if kwargs:
         raise ValueError(f"zoo.generate on text takes no {', '.join(sorted(kwargs))} (only with sampler='beam').")
     generation = TextGeneration(model, rows, budgets, stop=stop, stop_token_ids=stop_token_ids, sampler=sampler,
                                 seed=seed, temperature=temperature, top_k=top_k, top_p=top_p, controls=controls,
-                                logprobs=logprobs, speculation=speculation)
+                                logprobs=logprobs, constraints=grammars, speculation=speculation)
     texts = [row.prompt_text + new for row, new in zip(generation.rows, generation.run())]
     if logprobs is not None:
         texts = [generation.generated(b, text, 0, generation.text_token_count(b)) for b, text in enumerate(texts)]
@@ -549,6 +563,11 @@ def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_toke
 def _controls(kwargs):
     """The decoding controls taken out of `kwargs` (`zoo.generation.controls`)."""
     return {name: kwargs.pop(name) for name in CONTROLS if kwargs.get(name) is not None}
+
+
+def _constrained(kwargs):
+    """The constraints' arguments taken out of `kwargs` (`zoo.generation.constraints.grammars`)."""
+    return {name: kwargs.pop(name) for name in constraints.KINDS if name in kwargs}
 
 
 def _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, kwargs):

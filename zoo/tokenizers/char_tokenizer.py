@@ -88,14 +88,15 @@ class CharTokenizer(VocabularyTokenizer):
         """int or None. The first of `end_token_ids`."""
         return self.end_token_ids[0] if self.end_token_ids else None
 
-    def render_chat(self, messages, add_generation_prompt=True, chat_template=None):
+    def render_chat(self, messages, add_generation_prompt=True, chat_template=None, tools=None):
         """A conversation's text, rendered by `chat_template` (a Jinja
-        template) when given, else the tokenizer's own."""
+        template) when given, else the tokenizer's own; `tools` are the
+        template's `tools` (OpenAI function tools)."""
         chat_template = chat_template or self.chat_template
         if chat_template is None:
             raise ValueError("the tokenizer has no chat template; expected zoo.tokenizers.CHATML, the template of a model "
                              "trained from scratch (`tokenizer.chat_template = zoo.tokenizers.CHATML`)")
-        return render_template(chat_template, messages, add_generation_prompt)
+        return render_template(chat_template, messages, add_generation_prompt, tools=tools)
 
     def tokenize_chat(self, text):
         """The ids of a rendered conversation and where each id is in it.
@@ -118,17 +119,18 @@ class CharTokenizer(VocabularyTokenizer):
                             "(`with_special_tokens(zoo.tokenizers.CHATML_TOKENS)` for ChatML)") from None
         return ids.tolist(), [tuple(span) for span in offsets.tolist()]
 
-    def apply_chat_template(self, messages, add_generation_prompt=True):
+    def apply_chat_template(self, messages, add_generation_prompt=True, tools=None):
         """The ids of a conversation rendered by the chat template.
 
         Args:
             messages: a list of {"role": str, "content": str} dicts.
             add_generation_prompt: end with the start of an assistant turn.
+            tools: OpenAI function tools for the template's `tools`, or None.
 
         Returns:
             A list of int ids.
         """
-        return self.tokenize_chat(self.render_chat(messages, add_generation_prompt))[0]
+        return self.tokenize_chat(self.render_chat(messages, add_generation_prompt, tools=tools))[0]
 
     def _decode(self, vocabulary, ids):
         return vocabulary.decode(ids, skip_special_tokens=True)

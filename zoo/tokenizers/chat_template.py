@@ -27,10 +27,12 @@ CHATML = (
 CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
 
 
-def render_template(template, messages, add_generation_prompt, **special_tokens):
+def render_template(template, messages, add_generation_prompt, tools=None, **special_tokens):
     """A conversation rendered by a Jinja chat template as transformers'
     `render_jinja_template` renders it: an immutable sandbox, Jinja's loop
-    controls, `raise_exception`, `strftime_now` and its `tojson`; `special_tokens`
+    controls, `raise_exception`, `strftime_now` and its `tojson`; `tools`
+    (a list of OpenAI function tools, `{"type": "function", "function":
+    {...}}`, or None) is the template's `tools` variable; `special_tokens`
     are the template's variables `bos_token` and `eos_token`."""
     try:
         import jinja2
@@ -44,6 +46,8 @@ def render_template(template, messages, add_generation_prompt, **special_tokens)
         for m in messages
     ):
         raise ValueError('messages: expected a list of {"role": str, "content": str} objects')
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise ValueError('tools: expected a list of {"type": "function", "function": {...}} objects')
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
@@ -58,7 +62,7 @@ def render_template(template, messages, add_generation_prompt, **special_tokens)
     environment.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     try:
         return environment.from_string(template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt, **special_tokens
+            messages=messages, tools=tools, add_generation_prompt=add_generation_prompt, **special_tokens
         )
     except jinja2.exceptions.TemplateError as error:
         raise ValueError(f"the chat template refused the messages: {error}") from None

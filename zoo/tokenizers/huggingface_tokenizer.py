@@ -351,7 +351,7 @@ class HuggingFaceTokenizer(TextTokenizer):
         """The texts of `rows`, the special tokens skipped."""
         return self._checked().decode_batch(rows, skip_special_tokens=True)
 
-    def apply_chat_template(self, messages, add_generation_prompt=True):
+    def apply_chat_template(self, messages, add_generation_prompt=True, tools=None):
         """The ids of a conversation, rendered by the checkpoint's chat template
         as transformers renders it (a sandboxed Jinja2 environment with
         `trim_blocks` and `lstrip_blocks`; `messages`, `bos_token`,
@@ -361,6 +361,7 @@ class HuggingFaceTokenizer(TextTokenizer):
         Args:
             messages: a list of {"role": str, "content": str} dicts.
             add_generation_prompt: end with the start of an assistant turn.
+            tools: OpenAI function tools for the template's `tools`, or None.
 
         Returns:
             A list of int ids.
@@ -369,7 +370,7 @@ class HuggingFaceTokenizer(TextTokenizer):
             ValueError: the tokenizer has no chat template, or the template
                 refused the messages (its `raise_exception`).
         """
-        return self.tokenize_chat(self.render_chat(messages, add_generation_prompt))[0]
+        return self.tokenize_chat(self.render_chat(messages, add_generation_prompt, tools=tools))[0]
 
     def tokenize_chat(self, text):
         """The ids of a rendered conversation (`render_chat`'s text) as
@@ -387,16 +388,17 @@ class HuggingFaceTokenizer(TextTokenizer):
         encoding = self._checked().encode(text, add_special_tokens=False)
         return prefix + encoding.ids, [(0, 0)] * len(prefix) + [tuple(span) for span in encoding.offsets]
 
-    def render_chat(self, messages, add_generation_prompt=True, chat_template=None):
+    def render_chat(self, messages, add_generation_prompt=True, chat_template=None, tools=None):
         """The text of `apply_chat_template`, before tokenizing; rendered by
-        `chat_template` (a Jinja template) when given, else the tokenizer's own."""
+        `chat_template` (a Jinja template) when given, else the tokenizer's
+        own; `tools` are the template's `tools` (OpenAI function tools)."""
         chat_template = chat_template or self.chat_template
         if chat_template is None:
             raise ValueError(
                 "the tokenizer has no chat template (tokenizer_config.json's `chat_template`); expected an "
                 "instruction-tuned checkpoint, or a plain completion instead of chat"
             )
-        return render_template(chat_template, messages, add_generation_prompt,
+        return render_template(chat_template, messages, add_generation_prompt, tools=tools,
                                bos_token=self._token(self.start_token_id), eos_token=self._token(self.end_token_id))
 
     def _token(self, token_id):
