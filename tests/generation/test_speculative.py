@@ -8,7 +8,7 @@ one pass of the model keep its distribution.
   exact distribution, computed in float64 NumPy from its logits (a
   chi-square test), with a draft deliberately unlike the model; the same
   test rejects an acceptance rule that accepts every draft.
-- A seeded run is reproducible; stop tokens and budgets end a row inside
+- A seeded run is reproducible (with `-m integration`); stop tokens and budgets end a row inside
   a round; prompt lookup proposes as transformers' does; k adapts as
   transformers' heuristic; wrong settings are refused in one line.
 """
@@ -111,6 +111,7 @@ def test_stop_tokens_and_budgets_end_the_row_inside_a_round(models):
             assert zoo.generate(lm, prompt, max_new_tokens=budget, **options).sequences[0] == plain[:budget]
 
 
+@pytest.mark.integration  # top-p with a control compiles programs of their own: two minutes on 2 busy cores
 def test_a_seeded_sampled_run_is_reproducible_and_the_seed_matters(models):
     lm, draft = models
     prompt = [ids(TEXT[:30], lm)]
