@@ -225,6 +225,15 @@ def parser():
     serve.add_argument("--prefix-cache-tokens", type=Number(int, minimum=0), default=0,
                        help="the most prompt tokens whose keys and values are kept for prompts that begin "
                        "the same way (default 0: none)")
+    serve.add_argument("--draft", metavar="MODEL", default=None,
+                       help="speculative decoding: a draft model of the same tokenizer proposes tokens that the "
+                            "model checks several at a time (the same distribution; each request decoded alone)")
+    serve.add_argument("--draft-tokens", type=POSITIVE_INT, default=None,
+                       help="the tokens the draft proposes a round (default: adapted, +2 when all are accepted, -1 "
+                            "otherwise)")
+    serve.add_argument("--prompt-lookup", type=POSITIVE_INT, default=None, metavar="N",
+                       help="speculative decoding by prompt lookup: N tokens a round, copied from where the "
+                            "context's last tokens appeared before")
     _add_quantize(serve)
     _add_limits(serve)
     return top
@@ -564,7 +573,8 @@ def _serve(args):
     return serve(args.target, host=args.host, port=args.port, api_key=args.api_key, name=args.name,
                  max_batch=args.max_batch, quantize=args.quantize, max_request_bytes=args.max_request_bytes,
                  read_timeout=args.read_timeout, max_queue=args.max_queue, prefill_chunk=args.prefill_chunk,
-                 prefix_cache_tokens=args.prefix_cache_tokens)
+                 prefix_cache_tokens=args.prefix_cache_tokens, draft=args.draft, draft_tokens=args.draft_tokens,
+                 prompt_lookup=args.prompt_lookup)
 
 
 COMMANDS = {

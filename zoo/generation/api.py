@@ -34,7 +34,7 @@ import dataclasses
 
 import numpy as np
 
-from zoo.generation import compiled, constraints, prompts, samplers
+from zoo.generation import compiled, constraints, prompts, samplers, speculative
 from zoo.generation.beam import BeamSearchLoop
 from zoo.generation.controls import NGRAM_MOST
 from zoo.generation.engine import Decoding, Request, check_stop_tokens
@@ -112,6 +112,11 @@ def generate_ids(
     logit_bias=None,
     no_repeat_ngram_size=None,
     logprobs=None,
+    assistant_model=None,
+    num_assistant_tokens=None,
+    num_assistant_tokens_schedule=None,
+    prompt_lookup_num_tokens=None,
+    max_matching_ngram_size=None,
     json_schema=None,
     regex=None,
     choices=None,
@@ -163,6 +168,13 @@ def generate_ids(
             model (before the sampler's temperature and the controls) and
             its k likeliest alternatives, recorded inside the compiled loop
             (`GenerationOutput.token_logprobs`, ...); not with beam search.
+        assistant_model, num_assistant_tokens, num_assistant_tokens_schedule,
+            prompt_lookup_num_tokens, max_matching_ngram_size: speculative
+            decoding, as transformers' (`zoo.generation.speculative`): a
+            draft model of the same vocabulary, or n-grams of the context,
+            propose tokens that one pass of the model checks; the tokens
+            keep the model's distribution (greedy: the same tokens). One
+            prompt at a time; not with beam search or `logprobs`.
         json_schema, regex, choices, grammar, json_object: constrained
             decoding (`zoo.generation.constraints.grammar`): each row's new
             tokens follow a JSON schema (a dict, a JSON str or a pydantic
@@ -187,7 +199,14 @@ def generate_ids(
         min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
         frequency_penalty=frequency_penalty, logit_bias=logit_bias, no_repeat_ngram_size=no_repeat_ngram_size,
     ).items() if value is not None}
+    speculation = speculative.settings(dict(
+        assistant_model=assistant_model, num_assistant_tokens=num_assistant_tokens,
+        num_assistant_tokens_schedule=num_assistant_tokens_schedule, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
+        max_matching_ngram_size=max_matching_ngram_size))
     beam = isinstance(sampler, str) and sampler == "beam"
+    if beam and speculation:
+        raise ValueError(f"`{next(iter(speculation))}` (speculative decoding) is not taken by beam search; use a "
+                         "sampler.")
     constrained = dict(json_schema=json_schema, regex=regex, choices=choices, grammar=grammar, json_object=json_object)
     if beam and any(value is not None and value is not False for value in constrained.values()):
         raise ValueError("Constrained decoding (`json_schema`, `regex`, `choices`, `grammar`, `json_object`) is not "
@@ -224,6 +243,7 @@ def generate_ids(
         model, prompt, max_new_tokens, sampling, stop_token_ids,
         padding_mask=padding_mask, source=source, source_padding_mask=source_padding_mask,
         suppress_token_ids=suppress_token_ids, controls=controls, logprobs=logprobs, constraints=grammars,
+        speculation=speculation,
     ).run()
     lengths = decoding.prompt_lengths + np.array([len(new) for new in decoding.new_tokens], "int32")
     token_ids = np.full((len(lengths), int(decoding.prompt_lengths.max()) + max_new_tokens), pad_token_id, "int32")

@@ -38,7 +38,7 @@ import dataclasses
 import numpy as np
 from keras import ops, tree
 
-from zoo.generation import compiled, loop, prompts, samplers
+from zoo.generation import compiled, loop, prompts, samplers, speculative
 from zoo.generation.constraints import Constraints
 from zoo.generation.controls import Controls
 from zoo.generation.interface import check_model
@@ -83,6 +83,11 @@ class Decoding:
             the model (its logits before the sampler's temperature and the
             controls, the suppressed ids masked out) and its k likeliest
             alternatives, computed inside the compiled loop.
+        speculation: None, or the settings of speculative decoding
+            (`zoo.generation.speculative.Speculation`: `assistant_model`
+            or `prompt_lookup_num_tokens`, ...): within the window, one
+            prompt's tokens are proposed and checked several at a time,
+            keeping the model's distribution (greedy: the same tokens).
         constraints: None, one grammar for every row, or B grammars
             (`zoo.generation.constraints.grammar`'s, None for a free row):
             a constrained row chooses only tokens its grammar allows,
@@ -106,12 +111,17 @@ class Decoding:
 
     def __init__(self, model, prompt, budgets, sampling=None, stop_token_ids=None, *, padding_mask=None,
                  source=None, source_padding_mask=None, slide=False, bucket="lengths", suppress_token_ids=None,
-                 controls=None, logprobs=None, constraints=None, tokenizer=None):
+                 controls=None, logprobs=None, constraints=None, tokenizer=None, speculation=None):
         check_model(model)
         self.model = model
         self.logprobs = check_logprobs(logprobs, model.vocabulary_size)
         rows = prompts.as_batch(prompt, padding_mask, "prompt")
         prompts.check_token_range(rows, model.vocabulary_size, "prompt")
+        self.speculation = None
+        if speculation is not None:
+            if self.logprobs is not None:
+                raise ValueError("`logprobs` is not recorded with speculative decoding; ask for one or the other.")
+            self.speculation = speculative.Speculation(model, len(rows), **speculation)
         controls = Controls(len(rows), model.vocabulary_size, **(controls or {}))
         sampling = samplers.Sampling(len(rows), model.vocabulary_size, **(sampling or {}))
         self.budgets = _budgets(budgets, len(rows))
@@ -152,6 +162,9 @@ class Decoding:
         self.top_logprobs = [[] for _ in range(batch)]
         self.finish_reasons = [None] * (batch - padding) + [STOP] * padding  # the padding rows are done
         self.constraints = _constraints(model, constraints, tokenizer, batch - padding, padding, self.stop_token_ids)
+        if self.constraints is not None and self.speculation is not None:
+            raise ValueError("Constrained decoding masks each token on the host; it does not take speculative "
+                             "decoding (`assistant_model`, `prompt_lookup_num_tokens`).")
 
     @property
     def finished(self):
@@ -167,7 +180,7 @@ class Decoding:
         each row gained (empty for a row that gained none). Stops when every
         row has finished; a caller that stops iterating stops the decoding."""
         if self.request is not None:
-            yield from self._cached_steps(every_token)
+            yield from self._within_window(every_token)
         while not self.finished:
             yield self._window_step()
 
@@ -175,13 +188,18 @@ class Decoding:
         """Decodes to the end; returns `self`. The loop of `steps`, written
         out: `zoo.generate` reaches the compiled loop one frame sooner."""
         if self.request is not None:
-            for _ in self._cached_steps(every_token=False):
+            for _ in self._within_window(every_token=False):
                 pass
         while not self.finished:
             self._window_step()
         return self
 
     # --- Within the window: the cached loop ------------------------------------------
+
+    def _within_window(self, every_token):
+        if self.speculation is not None:
+            return speculative.rounds(self)
+        return self._cached_steps(every_token)
 
     def _cached_steps(self, every_token):
         model, request = self.model, self.request

@@ -188,12 +188,18 @@ def choose(logits, sampling, position, variant=(True, True)):
     if not sampled:
         return greedy
     temperature = sampling["temperature"]
-    scaled = logits / ops.expand_dims(ops.where(temperature > 0, temperature, 1.0), 1)
-    if filtered:
-        scaled = top_k_top_p(scaled, sampling["top_k"], sampling["top_p"])
     noise = gumbel(sampling["key"], position, logits.shape[-1])
-    drawn = ops.cast(ops.argmax(scaled + noise, axis=-1), "int32")
+    drawn = ops.cast(ops.argmax(tempered(logits, sampling, filtered) + noise, axis=-1), "int32")
     return ops.where(temperature > 0, drawn, greedy)
+
+
+def tempered(logits, sampling, filtered=True):
+    """(B, V) the logits a row draws from: divided by its temperature (1
+    for a greedy row), at `REMOVED` outside its top-k and top-p when
+    `filtered`; their softmax is the row's sampling distribution."""
+    temperature = sampling["temperature"]
+    scaled = logits / ops.expand_dims(ops.where(temperature > 0, temperature, 1.0), 1)
+    return top_k_top_p(scaled, sampling["top_k"], sampling["top_p"]) if filtered else scaled
 
 
 def top_k_top_p(logits, top_k, top_p):

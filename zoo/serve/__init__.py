@@ -24,7 +24,8 @@ from zoo.serve import web
 
 
 def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batch=8, quantize=None,
-          max_request_bytes=web.MIB, read_timeout=30.0, max_queue=64, prefill_chunk=None, prefix_cache_tokens=0):
+          max_request_bytes=web.MIB, read_timeout=30.0, max_queue=64, prefill_chunk=None, prefix_cache_tokens=0,
+          draft=None, draft_tokens=None, prompt_lookup=None):
     """Loads `target`, serves it until Ctrl-C; returns 0.
 
     Args:
@@ -49,6 +50,15 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
             flowing while a long prompt is read.
         prefix_cache_tokens: the most prompt tokens whose keys and values
             are kept for later prompts that begin the same way (0: none).
+        draft: a draft model of the same tokenizer (a target as `target`):
+            speculative decoding (`zoo.generation.speculative`), each
+            request decoded alone, its tokens proposed by the draft and
+            checked several at a time by the model, the distribution kept.
+        draft_tokens: the tokens the draft proposes a round, fixed; None
+            adapts them as transformers does (+2 when all are accepted, -1
+            otherwise).
+        prompt_lookup: speculative decoding by prompt lookup instead: the
+            tokens proposed a round, taken from the request's own context.
     """
     from zoo.serve.app import create_app
     from zoo.serve.scheduler import Scheduler
@@ -61,11 +71,12 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
     api_key = api_key or os.environ.get("ZOO_API_KEY") or None
     model = open_target(target)
     check_language_model(model, target)
+    speculation = _speculation(model, draft, draft_tokens, prompt_lookup)
     if quantize is not None:
         model.quantize(quantize)
     listener = web.listen(host, port)
     scheduler = Scheduler(model, max_batch=max_batch, max_queue=max_queue, prefill_chunk=prefill_chunk,
-                          prefix_cache_tokens=prefix_cache_tokens)
+                          prefix_cache_tokens=prefix_cache_tokens, speculation=speculation)
     service = Service(model, name or str(target), scheduler, limits)
     if not web.is_loopback(host) and api_key is None:
         print(f"zoo serve: warning: listening on {host} without an API key: anyone who can reach it may use the "
@@ -82,6 +93,36 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
     web.run(create_app(service, api_key), listener)
     print("zoo serve: stopped", flush=True)
     return 0
+
+
+def _speculation(model, draft, draft_tokens, prompt_lookup):
+    """The scheduler's speculative decoding settings (None without), the
+    draft loaded and checked before the server starts."""
+    from zoo.generation import speculative
+    from zoo.models import CausalLM
+    from zoo.targets import open_target
+
+    if draft is None and prompt_lookup is None:
+        if draft_tokens is not None:
+            raise ValueError("--draft-tokens: takes a --draft model")
+        return None
+    if draft is not None and prompt_lookup is not None:
+        raise ValueError("--draft and --prompt-lookup: expected one proposer")
+    if not isinstance(model, CausalLM):
+        raise ValueError(f"--draft / --prompt-lookup: speculative decoding runs a decoder-only language model; "
+                         f"this is a {type(model).__name__}")
+    if prompt_lookup is not None:
+        settings = dict(prompt_lookup_num_tokens=prompt_lookup)
+    else:
+        assistant = open_target(draft)
+        if not isinstance(assistant, CausalLM):
+            raise ValueError(f"--draft {draft}: a {type(assistant).__name__}; expected a decoder-only language model")
+        speculative.check_draft(model, assistant)
+        settings = dict(assistant_model=assistant)
+        if draft_tokens is not None:
+            settings.update(num_assistant_tokens=draft_tokens, num_assistant_tokens_schedule="constant")
+    speculative.Speculation(model, 1, **settings)  # the settings checked now, not at the first request
+    return settings
 
 
 def check_language_model(model, target):

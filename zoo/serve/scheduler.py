@@ -158,6 +158,11 @@ class Scheduler:
             that many tokens between decoding steps (slots).
         prefix_cache_tokens: the most prompt positions whose keys and
             values the prefix cache keeps (slots); 0 keeps none.
+        speculation: None, or the settings of speculative decoding
+            (`zoo.generation.speculative`: `assistant_model`, a draft
+            model, or `prompt_lookup_num_tokens`, ...); each request then
+            decodes in a batch of its own (no slots), its tokens proposed
+            and checked several at a time.
 
     Attributes:
         ended: the latest ended jobs, `(job id, new tokens computed, finish
@@ -171,11 +176,12 @@ class Scheduler:
     """
 
     def __init__(self, model, max_batch=8, max_queue=64, max_batches=8, gather_seconds=0.04, prefill_chunk=None,
-                 prefix_cache_tokens=0):
+                 prefix_cache_tokens=0, speculation=None):
         self.model, self.max_batch, self.max_queue = model, max_batch, max_queue
+        self.speculation = speculation
         self.max_batches, self.gather_seconds = max_batches, gather_seconds
         self.slots = None
-        if not getattr(model, "is_encoder_decoder", False) and hasattr(model, "call_with_cache"):
+        if speculation is None and not getattr(model, "is_encoder_decoder", False) and hasattr(model, "call_with_cache"):
             self.slots = Slots(model, max_batch, auto_stop_ids(tokenizer_of(model, "zoo serve")),
                                prefill_chunk=prefill_chunk, prefix_cache_tokens=prefix_cache_tokens)
         self.ended = collections.deque(maxlen=1000)
@@ -280,13 +286,14 @@ class Scheduler:
 
     def _next_batch(self, backlog):
         """The first `max_batch` waiting jobs, taken from `backlog` as one batch."""
-        jobs = backlog[: self.max_batch]
-        del backlog[: self.max_batch]
+        size = 1 if self.speculation else self.max_batch  # speculation decodes one prompt at a time
+        jobs = backlog[:size]
+        del backlog[:size]
         with self.lock:
             self.waiting -= len(jobs)
             self.running += len(jobs)
         self.batch_sizes.append(len(jobs))
-        return _Batch(self.model, jobs, self.ended, self.max_batch)
+        return _Batch(self.model, jobs, self.ended, self.max_batch, self.speculation)
 
     def _arrivals(self, wait, gather=True):
         """The jobs queued now. An idle scheduler first waits for one, then
@@ -356,8 +363,9 @@ class _SlotRow:
 class _Batch:
     """Jobs decoded together by one `TextGeneration`."""
 
-    def __init__(self, model, jobs, log, max_batch):
+    def __init__(self, model, jobs, log, max_batch, speculation=None):
         self.model, self.jobs, self.log, self.max_batch = model, jobs, log, max_batch
+        self.speculation = speculation
         self.ended = [False] * len(jobs)
 
     @property
@@ -380,6 +388,7 @@ class _Batch:
                 top_p=[job.top_p for job in jobs],
                 bucket=self.max_batch if len(self.jobs) > 1 else True,  # two batch shapes: 1 and max_batch
                 controls=_row_controls(self.jobs),
+                speculation=self.speculation,
                 **_row_constraints(self.jobs),
             )
             self.steps = self.generation.steps(every_token=True)

@@ -18,7 +18,7 @@ import inspect
 import numpy as np
 
 from zoo.tokenizers import token_id_lists
-from zoo.generation import constraints, samplers
+from zoo.generation import constraints, samplers, speculative
 from zoo.generation.controls import NAMES as CONTROLS
 from zoo.generation.api import generate_ids
 from zoo.generation.engine import Decoding, check_stop_tokens
@@ -212,6 +212,7 @@ def stream(model, prompt, *args, skip_prompt=False, **kwargs):
     max_new_tokens, max_length, logprobs = options["max_new_tokens"], options["max_length"], options["logprobs"]
     kwargs = options["kwargs"]
     controls = _controls(kwargs)
+    speculation = speculative.settings(kwargs)
     constrained = _constrained(kwargs)
     samplers.refuse_renamed(kwargs, "zoo.stream")
     if kwargs:
@@ -222,7 +223,7 @@ def stream(model, prompt, *args, skip_prompt=False, **kwargs):
     if isinstance(model, EncoderDecoder) and max_new_tokens is None and max_length is None:
         max_new_tokens = min(len(rows[0]) + 10, model.max_sequence_length - 1)  # as zoo.translate
     budgets = _text_budgets(model, rows, max_new_tokens, max_length)
-    generation = TextGeneration(model, rows, budgets, controls=controls, logprobs=logprobs,
+    generation = TextGeneration(model, rows, budgets, controls=controls, logprobs=logprobs, speculation=speculation,
                                 constraints=constraints.grammars(len(rows), **constrained),
                                 **{name: options[name] for name in _SAMPLING_OPTIONS})
     return _pieces(generation, skip_prompt or isinstance(model, EncoderDecoder), logprobs is not None)
@@ -312,6 +313,9 @@ class TextGeneration:
             `repetition_penalty`, ...: `zoo.generation.controls`), or None.
         logprobs: None, or k: record each new token's log-probability and
             its k likeliest alternatives (`generated`).
+        speculation: None, or speculative decoding's settings
+            (`assistant_model` or `prompt_lookup_num_tokens`, ...:
+            `zoo.generation.speculative`; one prompt, decoder-only).
         constraints: None, one grammar, or one a row (None for a free row):
             `zoo.generation.constraints.grammar`'s, read through the
             model's tokenizer (`zoo.generation.Decoding`'s `constraints`).
@@ -338,7 +342,7 @@ class TextGeneration:
 
     def __init__(self, model, prompt_ids, budgets, *, stop=None, stop_token_ids=AUTO, sampler="greedy", seed=None,
                  temperature=1.0, top_k=50, top_p=0.9, bucket="lengths", controls=None, logprobs=None,
-                 constraints=None, **kwargs):
+                 constraints=None, speculation=None, **kwargs):
         samplers.refuse_renamed(kwargs, "TextGeneration")
         tokenizer = tokenizer_of(model, "zoo.generate")
         if isinstance(sampler, str) and sampler == "beam":
@@ -353,13 +357,14 @@ class TextGeneration:
             budgets = [min(b, room) for b in ([budgets] * batch if isinstance(budgets, int) else budgets)]
             self.decoding = Decoding(model, [prompt] * batch, budgets, sampling, ends, source=prompt_ids,
                                      bucket=bucket, controls={**settled, **(controls or {})}, logprobs=logprobs,
-                                     suppress_token_ids=suppressed, constraints=constraints, tokenizer=tokenizer)
+                                     suppress_token_ids=suppressed, constraints=constraints, tokenizer=tokenizer,
+                                     speculation=speculation)
             text_prompts = [[] for _ in prompt_ids]
         else:
             ends = auto_stop_ids(tokenizer) if is_auto(stop_token_ids) else stop_token_ids
             self.decoding = Decoding(model, prompt_ids, budgets, sampling, ends, slide=True, bucket=bucket,
                                      controls=controls, logprobs=logprobs, constraints=constraints,
-                                     tokenizer=tokenizer)
+                                     tokenizer=tokenizer, speculation=speculation)
             text_prompts = prompt_ids
         ends = self.decoding.stop_token_ids
         self.tokenizer = tokenizer
@@ -542,12 +547,13 @@ def _generate_text(model, prompt, max_new_tokens, max_length, sampler, stop_toke
                              "use a sampler.")
         return _beam_text(model, prompt, rows, budgets, stop_token_ids, stop, temperature, kwargs)
     controls = _controls(kwargs)
+    speculation = speculative.settings(kwargs)
     grammars = constraints.grammars(len(rows), **_constrained(kwargs))
     if kwargs:
         raise ValueError(f"zoo.generate on text takes no {', '.join(sorted(kwargs))} (only with sampler='beam').")
     generation = TextGeneration(model, rows, budgets, stop=stop, stop_token_ids=stop_token_ids, sampler=sampler,
                                 seed=seed, temperature=temperature, top_k=top_k, top_p=top_p, controls=controls,
-                                logprobs=logprobs, constraints=grammars)
+                                logprobs=logprobs, constraints=grammars, speculation=speculation)
     texts = [row.prompt_text + new for row, new in zip(generation.rows, generation.run())]
     if logprobs is not None:
         texts = [generation.generated(b, text, 0, generation.text_token_count(b)) for b, text in enumerate(texts)]
