@@ -189,8 +189,17 @@ def choose(logits, sampling, position, variant=(True, True)):
         return greedy
     temperature = sampling["temperature"]
     noise = gumbel(sampling["key"], position, logits.shape[-1])
-    drawn = ops.cast(ops.argmax(tempered(logits, sampling, filtered) + noise, axis=-1), "int32")
+    drawn = largest(tempered(logits, sampling, filtered) + noise)
     return ops.where(temperature > 0, drawn, greedy)
+
+
+def largest(scores):
+    """int32 index of the largest of the last axis's scores (the first of
+    equal ones), as `argmax`, through `top_k`: on TensorFlow, XLA's CPU
+    compiler takes tens of minutes over an argmax whose input, the Gumbel
+    noise, is fused into the reduction (LLVM's loop-idiom pass digging the
+    noise's rounds), where `top_k` reads its input computed first."""
+    return ops.cast(ops.top_k(scores, 1)[1][..., 0], "int32")
 
 
 def tempered(logits, sampling, filtered=True):

@@ -413,7 +413,7 @@ class Verify(_Traced):
         scores = ops.where(residual > 0, ops.log(ops.maximum(residual, 1e-30)), -1e30)[None]  # (1, V)
         if self.sampled:
             scores = scores + samplers.gumbel(sampling["key"], ops.take(positions, accepted), vocabulary)
-        token = ops.cast(ops.argmax(scores[0]), "int32")
+        token = samplers.largest(scores[0])
         chosen = ops.where(ops.arange(width, dtype="int32") < accepted,
                            ops.concatenate([proposed, ops.zeros((1,), "int32")]), token)  # (W,)
         probability = ops.take_along_axis(ops.softmax(logits, axis=-1), chosen[:, None], axis=1)[:, 0]
@@ -466,7 +466,7 @@ class Draft(_Traced):
                                                                    sampling, controls)
             token = greedy
             if sampled:
-                drawn = ops.cast(ops.argmax(tempered + samplers.gumbel(key, chosen, vocabulary), axis=-1), "int32")
+                drawn = samplers.largest(tempered + samplers.gumbel(key, chosen, vocabulary))
                 token = ops.where(draw["temperature"] > 0, drawn, greedy)
             drafting = chosen >= end
             row = ops.clip(chosen - end, 0, width - 2)
