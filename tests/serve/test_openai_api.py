@@ -301,15 +301,23 @@ def test_zoo_serve_in_a_process_of_its_own_warns_without_a_key_and_serves(tmp_pa
     try:
         warning = process.stderr.readline()
         assert "warning: listening on 0.0.0.0 without an API key" in warning
-        lines = [process.stdout.readline() for _ in range(3)]
-        assert "limits: bodies of at most 1048576 bytes" in lines[1]
-        url = lines[2].split()[2]
+        lines = []
+        while not lines or "(Ctrl-C stops)" not in lines[-1]:
+            line = process.stdout.readline()
+            assert line, f"zoo serve exited before it listened: {lines}"
+            lines.append(line)
+        assert any("limits: bodies of at most 1048576 bytes" in line for line in lines)
+        url = lines[-1].split()[2]
         port = url.rsplit(":", 1)[1].split("/")[0]
         response = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=60)
         assert response.json()["data"][0]["id"] == str(tmp_path / "lm.keras")
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
 
 
 def test_zoo_serve_refuses_a_model_that_does_not_generate_in_one_line(tmp_path, capsys):
