@@ -14,6 +14,7 @@ pytest.importorskip("httpx", reason="Starlette's TestClient needs httpx")
 
 import zoo  # noqa: E402
 from zoo.explore import explorer as engine  # noqa: E402
+from zoo.explore.protocol import GenerateRequest  # noqa: E402
 
 PROMPT = "ROMEO: my"
 
@@ -150,12 +151,13 @@ def test_a_sampled_stream_is_zoo_generate_with_the_same_seed(clients, models, sa
 
 def test_the_stream_stops_at_the_tokenizers_end_token(explorers, monkeypatch):
     explorer = explorers["language_model"]
-    settings = explorer.check_generate({"prompt": PROMPT, "max_new_tokens": 10})
-    first = next(explorer.stream(settings))["id"]
+    request = GenerateRequest(prompt=PROMPT, max_new_tokens=10)
+    ids = explorer.check_generate(request)
+    first = next(explorer.stream(request, ids)).id
     # The first greedy token now ends the sequence.
     monkeypatch.setattr(type(explorer.tokenizer), "end_token_ids", property(lambda self: (first,)))
     monkeypatch.setattr(type(explorer.tokenizer), "end_token_id", property(lambda self: first))
-    assert [token["id"] for token in explorer.stream(settings)] == [first]
+    assert [token.id for token in explorer.stream(request, ids)] == [first]
 
 
 @pytest.mark.parametrize("position", [3, 40])  # 40: its window is the last 32 tokens
@@ -227,15 +229,31 @@ REFUSED = [
     ("language_model", "/api/generate", {"prompt": "ROMEO", "seed": -1}, "seed", "integer"),
     ("language_model", "/api/generate", {"prompt": "ROMEO", "promt": "x"}, "promt", "unknown field"),
     ("language_model", "/api/generate", {"prompt": "\u00e9\u00e9"}, "prompt", "not in the vocabulary"),
-    ("language_model", "/api/generate", {"prompt": "a" * 10_001}, "prompt", "10001 characters; expected at most 10000"),
-    ("translator", "/api/translate", {"source": "dog " * 2_501}, "source", "expected at most 10000"),
-    ("classifier", "/api/classify", {"text": "fun " * 2_501}, "text", "expected at most 10000"),
-    ("language_model", "/api/inspect", {"ids": [1, 99], "position": 0}, "ids", "[0, 65)"),
+    ("language_model", "/api/generate", {"prompt": "a" * 10_001}, "prompt",
+     "at most 10000 characters; got 10001 characters"),
+    ("language_model", "/api/generate", {"prompt": "ROMEO", "max_new_tokens": "5"}, "max_new_tokens",
+     "integer in [1, 1024]; got '5'"),
+    ("language_model", "/api/generate", {"prompt": "ROMEO", "temperature": "hot"}, "temperature", "> 0; got 'hot'"),
+    ("language_model", "/api/generate", {"prompt": "ROMEO", "seed": True}, "seed", "; got true"),
+    ("language_model", "/api/generate", {"prompt": "ROMEO", "max_new_tokens": None}, "max_new_tokens", "got null"),
+    ("language_model", "/api/generate", {"prompt": "ROMEO", "top_k": 0}, "top_k", "integer in [1, the vocab"),
+    ("language_model", "/api/generate", {"prompt": "ROMEO", "top_p": 0}, "top_p", "(0, 1]; got 0"),
+    ("language_model", "/api/generate", {"max_new_tokens": 5}, "prompt", "missing; expected a non-empty string"),
+    ("language_model", "/api/generate", {"prompt": ["ROMEO"]}, "prompt", "non-empty string"),
+    ("translator", "/api/translate", {"source": "dog " * 2_501}, "source",
+     "at most 10000 characters; got 10004 characters"),
+    ("classifier", "/api/classify", {"text": "fun " * 2_501}, "text", "at most 10000 characters; got 10004 characters"),
+    ("language_model", "/api/inspect", {"ids": [1, 99], "position": 0}, "ids", "[0, 65); got 99"),
+    ("language_model", "/api/inspect", {"ids": [1, -2], "position": 0}, "ids[1]", "the vocabulary's size); got -2"),
+    ("language_model", "/api/inspect", {"ids": [], "position": 0}, "ids", "non-empty list"),
+    ("language_model", "/api/inspect", {"ids": [1, 2], "position": "1"}, "position", "in [0, len(ids) - 1]"),
     ("language_model", "/api/inspect", {"ids": [1, 2], "position": 2}, "position", "[0, 1]"),
     ("language_model", "/api/inspect", {"ids": [1, 2]}, "position", "missing"),
     ("language_model", "/api/translate", {"source": "a dog"}, "/api/translate", "needs a translator"),
     ("translator", "/api/translate", {"source": " "}, "source", "non-empty sentence"),
     ("translator", "/api/translate", {"source": "a dog", "num_beams": 0}, "num_beams", "[1, 16]"),
+    ("translator", "/api/translate", {"source": "a dog", "num_beams": 2.0}, "num_beams",
+     "[1, 16] (1: greedy); got 2.0"),
     ("translator", "/api/translate", {"source": "a dog", "length_penalty": "long"}, "length_penalty", "a number"),
     ("translator", "/api/inspect", {"ids": [1], "position": 0}, "/api/inspect", "needs a language model"),
     ("classifier", "/api/classify", {"text": 5}, "text", "non-empty sentence"),
@@ -249,8 +267,60 @@ def test_bad_input_is_refused_with_400_and_a_line_naming_the_field_and_the_expec
 ):
     response = clients[kind].post(path, json=body)
     assert response.status_code == 400, response.text
-    message = response.json()["error"]["message"]
+    error = response.json()["error"]
+    message = error["message"]
     assert message.startswith(field) and expected in message and "\n" not in message, message
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == (None if field.startswith("/") else field.split("[")[0]), error
+
+
+def test_unknown_fields_are_refused_by_name(clients):
+    response = clients["language_model"].post("/api/generate", json={"prompt": "ROMEO", "tokens": 5, "temp": 1})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["message"] == ("tokens, temp: unknown fields; expected some of prompt, max_new_tokens, sampler, "
+                                "temperature, top_k, top_p, seed")
+    assert error["param"] == "tokens"
+    response = clients["classifier"].post("/api/classify", json={"text": "fun", "labels": ["a"]})
+    assert response.json()["error"] == {"message": "labels: unknown field; expected some of text",
+                                        "type": "invalid_request_error", "param": "labels", "code": None}
+
+
+def test_what_the_page_sends_is_taken(clients):
+    """The page's script sends its number inputs as JSON numbers (`Number(input.value)`), integers where the
+    input holds one: "1.0" is sent as 1, taken by a number field."""
+    body = {"prompt": "ROMEO", "sampler": "top_p", "max_new_tokens": 3, "temperature": 1, "top_k": 40, "top_p": 1,
+            "seed": 0}
+    assert [name for name, _ in events(clients["language_model"].post("/api/generate", json=body))] == [
+        "prompt", "token", "token", "token", "done"]
+    body = {"source": "a dog", "num_beams": 1, "length_penalty": 1}
+    assert clients["translator"].post("/api/translate", json=body).status_code == 200
+
+
+def test_openapi_describes_the_explorers_requests_and_answers(clients):
+    client = clients["language_model"]
+    document = client.get("/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    for name in ("GenerateRequest", "InspectRequest", "TranslateRequest", "ClassifyRequest"):
+        assert schemas[name]["additionalProperties"] is False, name
+    generate = schemas["GenerateRequest"]["properties"]
+    assert generate["max_new_tokens"]["maximum"] == 1024 and generate["max_new_tokens"]["default"] == 50
+    assert generate["sampler"]["enum"] == list(engine.protocol.SAMPLERS)
+    assert generate["top_p"]["exclusiveMinimum"] == 0 and generate["top_p"]["maximum"] == 1
+    assert generate["prompt"]["maxLength"] == 10_000 and "prompt" in schemas["GenerateRequest"]["required"]
+    assert schemas["InspectRequest"]["required"] == ["ids", "position"]
+    assert schemas["TranslateRequest"]["properties"]["num_beams"]["maximum"] == 16
+    paths = document["paths"]
+    for path, request in (("/api/generate", "GenerateRequest"), ("/api/inspect", "InspectRequest"),
+                          ("/api/translate", "TranslateRequest"), ("/api/classify", "ClassifyRequest")):
+        body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{request}"}, path
+    assert "text/event-stream" in paths["/api/generate"]["post"]["responses"]["200"]["content"]
+    answer = paths["/api/inspect"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/InspectResponse"}
+    assert set(schemas["Info"]["properties"]) == set(client.get("/api/info").json())
+    assert "/" not in paths
+    assert client.get("/docs").status_code == 200
 
 
 @pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b""])
@@ -280,10 +350,11 @@ def test_open_target_reads_a_run_folder_a_keras_file_and_a_checkpoint_folder(tmp
     checkpoint = engine.open_target(hf_gpt2_folder(tmp_path / "gpt2", max_sequence_length=64))
     assert engine.kind_of(checkpoint) == "language_model" and checkpoint.max_sequence_length == 64
     explorer = engine.Explorer(checkpoint)  # GPT-2's byte-pair tokenizer and its end token
-    settings = explorer.check_generate({"prompt": "Hello world", "max_new_tokens": 4})
-    ids = settings["ids"] + [token["id"] for token in explorer.stream(settings)]
+    request = GenerateRequest(prompt="Hello world", max_new_tokens=4)
+    prompt = explorer.check_generate(request)
+    ids = prompt + [token.id for token in explorer.stream(request, prompt)]
     assert explorer.decode(ids) == zoo.generate(checkpoint, "Hello world", max_new_tokens=4)
-    assert "".join(token["text"] for token in explorer.tokens(settings["ids"])) == "Hello world"
+    assert "".join(token.text for token in explorer.tokens(prompt)) == "Hello world"
 
 
 def test_open_target_and_kind_of_refuse_what_they_cannot_show(tmp_path):

@@ -80,8 +80,10 @@ def test_a_bad_setting_shows_the_servers_message(browser, explorers):
 def test_a_translator_shows_its_translation_and_cross_attention(browser, explorers, tmp_path):
     from selenium.webdriver.common.by import By
 
-    source = explorers["translator"].translate({"source": "two dogs run in the snow", "num_beams": 3})
-    assert len(source["target_tokens"]) > 1  # a matrix to enlarge: one target token is shown as one row of weights
+    from zoo.explore.protocol import TranslateRequest
+
+    source = explorers["translator"].translate(TranslateRequest(source="two dogs run in the snow", num_beams=3))
+    assert len(source.target_tokens) > 1  # a matrix to enlarge: one target token is shown as one row of weights
     with serving(explorers["translator"]) as url:
         browser.get(url)
         wait_for(browser, lambda d: d.find_element(By.ID, "translator").is_displayed(), "the translator view")
@@ -92,8 +94,8 @@ def test_a_translator_shows_its_translation_and_cross_attention(browser, explore
         cells[0].click()
         table = wait_for(browser, lambda d: css_all(d, "#cross-attention-enlarged table.matrix"), "the matrix")[0]
         columns = [th.get_attribute("textContent") for th in table.find_elements(By.CSS_SELECTOR, "th.column")]
-        assert columns == [token["text"] for token in source["source_tokens"]]
-        assert browser.find_element(By.ID, "translation").text == (source["translation"] or "(empty)")
+        assert columns == [token.text for token in source.source_tokens]
+        assert browser.find_element(By.ID, "translation").text == (source.translation or "(empty)")
         browser.save_screenshot(str(tmp_path / "translator.png"))
 
 

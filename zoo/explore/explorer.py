@@ -1,6 +1,8 @@
 """What `zoo explore` computes: a model opened once, and its answers to the
 page's requests (generated tokens, attention, next-token probabilities,
-translations, label probabilities), as plain Python data.
+translations, label probabilities): each method takes its request as
+declared in `zoo.explore.protocol`, whose bounds it needs not check again,
+checks what depends on the model, and returns its answer's model.
 
 The zoo's API here, as in a user's own script: `zoo.load`,
 `zoo.from_pretrained`, `zoo.text.TextGeneration` (the decoding that
@@ -16,16 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.generation.samplers import SAMPLERS as GENERATION_SAMPLERS
-from zoo.serve.web import RequestError, integer, is_int, known, number
+from zoo.explore import protocol
+from zoo.explore.protocol import DEFAULT_TOP_K, MAX_NEW_TOKENS, Candidate, Token
+from zoo.serve.web import RequestError, short
 # open_target: the page's model, opened as `zoo serve` opens it.
 from zoo.targets import RUN, open_target, read_run  # noqa: F401
 
 # What the page shows, by model kind.
 LANGUAGE_MODEL, TRANSLATOR, CLASSIFIER = "language_model", "translator", "classifier"
-SAMPLERS = tuple(s for s in GENERATION_SAMPLERS if s != "beam")  # the page samples one sequence
-MAX_NEW_TOKENS = 1024
-MAX_CHARACTERS = 10_000  # of a prompt, source or sentence: the page is for reading, not bulk work
 TOP = 10
 
 
@@ -97,18 +97,18 @@ class Explorer:
     def info(self):
         """The model's kind and sizes, and its card."""
         backbone = getattr(self.model, "backbone", self.model)
-        return {
-            "card": self.card(),
-            "kind": self.kind,
-            "name": self.name,
-            "model": type(self.model).__name__,
-            "num_layers": int(backbone.num_layers),
-            "num_heads": int(backbone.num_heads),
-            "context": int(self.context),
-            "vocabulary_size": int(self.tokenizer.vocabulary_size()),
-            "labels": self.labels,
-            "max_new_tokens": MAX_NEW_TOKENS,
-        }
+        return protocol.Info(
+            card=self.card(),
+            kind=self.kind,
+            name=self.name,
+            model=type(self.model).__name__,
+            num_layers=int(backbone.num_layers),
+            num_heads=int(backbone.num_heads),
+            context=int(self.context),
+            vocabulary_size=int(self.tokenizer.vocabulary_size()),
+            labels=self.labels,
+            max_new_tokens=MAX_NEW_TOKENS,
+        )
 
     def card(self):
         """The model card: family, preset, parameters, sizes, tokenizer and,
@@ -120,19 +120,20 @@ class Explorer:
         family = of_model(self.model).name
         run = self.run or {}
         results = run.get("results") or {}
-        return {
-            "family": family,
-            "task": "classifier" if isinstance(self.model, BertClassifier) else None,
-            "preset": run.get("preset"),
-            "parameters": int(self.model.count_params()),
-            "num_layers": int(backbone.num_layers),
-            "num_heads": int(backbone.num_heads),
-            "hidden_dim": int(backbone.hidden_dim),
-            "context": int(self.context),
-            "tokenizer": f"{type(self.tokenizer).__name__}, {int(self.tokenizer.vocabulary_size())} tokens",
-            "recipe": run.get("recipe"),
-            "results": {key: value for key, value in results.items() if isinstance(value, (int, float))},
-        }
+        return protocol.Card(
+            family=family,
+            task="classifier" if isinstance(self.model, BertClassifier) else None,
+            preset=run.get("preset"),
+            parameters=int(self.model.count_params()),
+            num_layers=int(backbone.num_layers),
+            num_heads=int(backbone.num_heads),
+            hidden_dim=int(backbone.hidden_dim),
+            context=int(self.context),
+            tokenizer=f"{type(self.tokenizer).__name__}, {int(self.tokenizer.vocabulary_size())} tokens",
+            recipe=run.get("recipe"),
+            results={key: value for key, value in results.items()
+                     if isinstance(value, (int, float)) and not isinstance(value, bool)},
+        )
 
     @property
     def context(self):
@@ -141,45 +142,34 @@ class Explorer:
     # --- Language model -----------------------------------------------------------
 
     def check_generate(self, request):
-        """The checked settings of a generation request (a dict from JSON)."""
+        """The prompt's token ids of a `GenerateRequest`, once what depends
+        on the model is checked (its kind, its tokenizer, its vocabulary)."""
         self._expect(LANGUAGE_MODEL, "/api/generate")
-        fields = ("prompt", "max_new_tokens", "sampler", "temperature", "top_k", "top_p", "seed")
-        known(request, fields)
-        prompt = request.get("prompt")
-        if not isinstance(prompt, str) or not prompt:
-            raise RequestError(f"prompt: expected a non-empty string; got {prompt!r}")
-        ids = self.encode(prompt, field="prompt")
-        if not ids:
-            raise RequestError(f"prompt: {prompt!r} has no tokens; expected text the tokenizer knows")
-        sampler = request.get("sampler", "greedy")
-        if sampler not in SAMPLERS:
-            raise RequestError(f"sampler: {sampler!r} is unknown; expected one of {', '.join(SAMPLERS)}")
         vocabulary = int(self.model.vocabulary_size)
-        return {
-            "ids": ids,
-            "max_new_tokens": integer(request, "max_new_tokens", 1, MAX_NEW_TOKENS, 50),
-            "sampler": sampler,
-            "temperature": number(request, "temperature", 1.0, "a number > 0", above=0.0),
-            "top_k": integer(request, "top_k", 1, vocabulary, min(40, vocabulary)),
-            "top_p": number(request, "top_p", 0.9, "a number in (0, 1]", above=0.0, high=1.0),
-            "seed": integer(request, "seed", 0, 2**31 - 1, None),
-        }
+        if request.top_k is not None and request.top_k > vocabulary:
+            raise RequestError(f"top_k: expected an integer in [1, {vocabulary}]; got {request.top_k}", "top_k")
+        ids = self.encode(request.prompt, field="prompt")
+        if not ids:
+            raise RequestError(f"prompt: {short(request.prompt)} has no tokens; expected text the tokenizer knows",
+                               "prompt")
+        return ids
 
-    def stream(self, settings):
-        """Yields each new token as it is chosen: dicts {index, id, text,
-        probability}. The decoding is `zoo.text.TextGeneration`'s, what
-        `zoo.generate`, `zoo.stream` and `zoo serve` run (the same tokens for
-        the same settings and seed; past the context window, nanoGPT's
-        sliding window; the tokenizer's end token stops it); `probability`
-        is the model's softmax probability of the token."""
+    def stream(self, request, ids):
+        """Yields each new token of a `GenerateRequest` whose prompt is
+        `ids` (`check_generate`) as it is chosen, a `TokenEvent`. The
+        decoding is `zoo.text.TextGeneration`'s, what `zoo.generate`,
+        `zoo.stream` and `zoo serve` run (the same tokens for the same
+        settings and seed; past the context window, nanoGPT's sliding
+        window; the tokenizer's end token stops it); `probability` is the
+        model's softmax probability of the token."""
         from zoo.text import TextGeneration
 
-        prompt = list(settings["ids"])
+        prompt = list(ids)
+        top_k = min(DEFAULT_TOP_K, int(self.model.vocabulary_size)) if request.top_k is None else request.top_k
         with self.lock:
             generation = TextGeneration(
-                self.model, [prompt], settings["max_new_tokens"], sampler=settings["sampler"],
-                seed=settings["seed"], temperature=settings["temperature"], top_k=settings["top_k"],
-                top_p=settings["top_p"],
+                self.model, [prompt], request.max_new_tokens, sampler=request.sampler, seed=request.seed,
+                temperature=request.temperature, top_k=top_k, top_p=request.top_p,
             )
         steps, shown = generation.steps(every_token=True), 0
         while True:
@@ -188,8 +178,8 @@ class Explorer:
             decoding = generation.decoding
             for token, probability in list(zip(decoding.new_tokens[0], decoding.probabilities[0]))[shown:]:
                 shown += 1
-                yield {"index": len(prompt) + shown - 1, "id": int(token), "text": self.token_text(token),
-                       "probability": float(probability)}
+                yield protocol.TokenEvent(index=len(prompt) + shown - 1, id=int(token), text=self.token_text(token),
+                                          probability=float(probability))
             if gained is None:
                 return
 
@@ -199,22 +189,23 @@ class Explorer:
         there.
 
         Args:
-            request: {"ids": the sequence's token ids, "position": an index
-                into them}.
+            request: an `InspectRequest`: the sequence's token `ids` and a
+                `position` among them.
 
         Returns:
-            {"position", "start" (the window's first index), "tokens" (the
-            window's tokens), "attention": (N, h, W) nested lists, "top":
-            [{id, text, probability}] best first, "next": the id that came
-            after `position` or None}.
+            An `InspectResponse`: `position`, `start` (the window's first
+            index), `tokens` (the window's), `attention` (N, h, W), `top`
+            best first, `next` (the id that came after `position`, or None).
         """
         self._expect(LANGUAGE_MODEL, "/api/inspect")
-        known(request, ("ids", "position"))
-        ids = request.get("ids")
+        ids, position = request.ids, request.position
         vocabulary = int(self.model.vocabulary_size)
-        if not isinstance(ids, list) or not ids or not all(is_int(t) and 0 <= t < vocabulary for t in ids):
-            raise RequestError(f"ids: expected a non-empty list of token ids in [0, {vocabulary})")
-        position = integer(request, "position", 0, len(ids) - 1, None, required=True)
+        outside = next((i for i, t in enumerate(ids) if t >= vocabulary), None)
+        if outside is not None:
+            raise RequestError(f"ids[{outside}]: expected a token id in [0, {vocabulary}); got {ids[outside]}", "ids")
+        if position >= len(ids):
+            raise RequestError(f"position: expected an integer in [0, {len(ids) - 1}], the index of a token in ids; "
+                               f"got {position}", "position")
         start = max(0, position + 1 - self.context)
         window = ids[start : position + 1]
         inputs = {"token_ids": np.array([window], "int32"), "padding_mask": np.ones((1, len(window)), "int32")}
@@ -224,14 +215,14 @@ class Explorer:
         attention = np.asarray(scores, "float32")[:, 0, :, -1, :]  # (N, h, W): the position's row
         probabilities = _softmax(np.asarray(logits, "float32")[0, -1])
         best = np.argsort(-probabilities, kind="stable")[:TOP]
-        return {
-            "position": position,
-            "start": start,
-            "tokens": self.tokens(window),
-            "attention": _rounded(attention),
-            "top": [{"id": int(t), "text": self.token_text(t), "probability": float(probabilities[t])} for t in best],
-            "next": int(ids[position + 1]) if position + 1 < len(ids) else None,
-        }
+        return protocol.InspectResponse(
+            position=position,
+            start=start,
+            tokens=self.tokens(window),
+            attention=_rounded(attention),
+            top=[Candidate(id=int(t), text=self.token_text(t), probability=float(probabilities[t])) for t in best],
+            next=int(ids[position + 1]) if position + 1 < len(ids) else None,
+        )
 
     # --- Translator ---------------------------------------------------------------
 
@@ -239,28 +230,23 @@ class Explorer:
         """A translation and the decoder's cross-attention over the source.
 
         Args:
-            request: {"source": str, "num_beams": int (1 is greedy),
-                "length_penalty": float}.
+            request: a `TranslateRequest`: the `source` sentence,
+                `num_beams` (1 is greedy) and `length_penalty`.
 
         Returns:
-            {"translation", "source_tokens" (S), "target_tokens" (T: the
-            token each decoder position produced), "cross": (N, h, T, S)
-            nested lists}.
+            A `TranslateResponse`: `translation`, `source_tokens` (S),
+            `target_tokens` (T: the token each decoder position produced),
+            `cross` (N, h, T, S).
         """
         import zoo
 
         self._expect(TRANSLATOR, "/api/translate")
-        known(request, ("source", "num_beams", "length_penalty"))
-        source = request.get("source")
-        if not isinstance(source, str) or not source.strip():
-            raise RequestError(f"source: expected a non-empty sentence; got {source!r}")
-        beams = integer(request, "num_beams", 1, 16, 4)
-        penalty = number(request, "length_penalty", 0.6, "a number")
+        source, beams, penalty = request.source, request.num_beams, request.length_penalty
         context = self.context
         source_tokenizer = getattr(self.model, "source_tokenizer", None) or self.tokenizer
         source_ids = self.encode(source, source_tokenizer, "source")[:context]
         if not source_ids:
-            raise RequestError(f"source: {source!r} has no tokens; expected text the tokenizer knows")
+            raise RequestError(f"source: {short(source)} has no tokens; expected text the tokenizer knows", "source")
         start, end = self.special_id("[START]", "start_token_id"), self.special_id("[END]", "end_token_id")
         with self.lock:  # the call `zoo.translate` makes for one sentence
             result = zoo.generate(
@@ -283,12 +269,12 @@ class Explorer:
             }
             cross = np.asarray(self.model.attention_scores(inputs)["cross"], "float32")[:, 0]  # (N, h, T, S)
         words = produced[: produced.index(end)] if end in produced else produced
-        return {
-            "translation": self.decode(words),
-            "source_tokens": self.tokens(source_ids, source_tokenizer),
-            "target_tokens": self.tokens(produced),
-            "cross": _rounded(cross),
-        }
+        return protocol.TranslateResponse(
+            translation=self.decode(words),
+            source_tokens=self.tokens(source_ids, source_tokenizer),
+            target_tokens=self.tokens(produced),
+            cross=_rounded(cross),
+        )
 
     # --- Classifier ---------------------------------------------------------------
 
@@ -296,20 +282,17 @@ class Explorer:
         """Label probabilities and the [CLS] row of attention.
 
         Args:
-            request: {"text": str}.
+            request: a `ClassifyRequest`: the sentence, `text`.
 
         Returns:
-            {"labels", "probabilities", "label" (the most likely),
-            "tokens" ([CLS] ... [SEP]), "attention": (N, h, T) nested lists,
-            the [CLS] position's attention over the tokens}.
+            A `ClassifyResponse`: `labels`, `probabilities`, `label` (the
+            most likely), `tokens` ([CLS] ... [SEP]), `attention` (N, h,
+            T), the [CLS] position's attention over the tokens.
         """
         import zoo
 
         self._expect(CLASSIFIER, "/api/classify")
-        known(request, ("text",))
-        text = request.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise RequestError(f"text: expected a non-empty sentence; got {text!r}")
+        text = request.text
         cls_id, sep_id = self.special_id("[CLS]", "cls_token_id"), self.special_id("[SEP]", "sep_token_id")
         context = self.context
         packed = ([cls_id] + self.encode(text)[: context - 2] + [sep_id])[:context]  # as zoo.classify packs
@@ -321,27 +304,26 @@ class Explorer:
         with self.lock:
             result = zoo.classify(self.model, [text], label_names=self.labels)
             scores = self.model.backbone.attention_scores(inputs)["self"]  # (N, 1, h, T, T)
-        return {
-            "labels": self.labels,
-            "probabilities": [float(p) for p in result.probabilities[0]],
-            "label": result.labels[0],
-            "tokens": self.tokens(packed),
-            "attention": _rounded(np.asarray(scores, "float32")[:, 0, :, 0, :]),  # (N, h, T)
-        }
+        return protocol.ClassifyResponse(
+            labels=self.labels,
+            probabilities=[float(p) for p in result.probabilities[0]],
+            label=result.labels[0],
+            tokens=self.tokens(packed),
+            attention=_rounded(np.asarray(scores, "float32")[:, 0, :, 0, :]),  # (N, h, T)
+        )
 
     # --- Tokens -------------------------------------------------------------------
 
     def encode(self, text, tokenizer=None, field="text"):
-        """The ids of `text`; a tokenizer's refusal (a character it never
-        saw) is the request's error, named by `field`."""
+        """The ids of `text` (of at most `protocol.MAX_CHARACTERS`, as its
+        request declares); a tokenizer's refusal (a character it never saw)
+        is the request's error, named by `field`."""
         from zoo.tokenizers import token_id_lists
 
-        if len(text) > MAX_CHARACTERS:
-            raise RequestError(f"{field}: {len(text)} characters; expected at most {MAX_CHARACTERS}")
         try:
             return token_id_lists(tokenizer or self.tokenizer, [text])[0]
         except ValueError as error:
-            raise RequestError(f"{field}: {error}") from None
+            raise RequestError(f"{field}: {error}", field) from None
 
     def decode(self, ids, tokenizer=None):
         if not ids:
@@ -360,8 +342,8 @@ class Explorer:
         return self.decode([int(token)], tokenizer)
 
     def tokens(self, ids, tokenizer=None):
-        """[{id, text}] of each id."""
-        return [{"id": int(t), "text": self.token_text(t, tokenizer)} for t in ids]
+        """The `Token` (id, text) of each id."""
+        return [Token(id=int(t), text=self.token_text(t, tokenizer)) for t in ids]
 
     def special_id(self, token, attribute):
         value = getattr(self.tokenizer, attribute, None)

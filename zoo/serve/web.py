@@ -1,6 +1,6 @@
 """The HTTP side that `zoo serve` and `zoo explore` share: one request
-error, a request body read within bounds, the explorer's field parsers,
-and listening on an address until Ctrl-C.
+error, a request body read within bounds, and listening on an address
+until Ctrl-C.
 
 A body is read as a stream: a `Content-Length` over the limit is refused
 before any of it is read, and a body sent without one (chunked) is
@@ -89,21 +89,6 @@ async def read_body(request, limits):
     return b"".join(chunks)
 
 
-async def read_json(request, limits):
-    """The request's JSON object, read within `limits`; a `RequestError`
-    saying why it is not one."""
-    body = await read_body(request, limits)
-    try:
-        value = json.loads(body or b"null")
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RequestError(f"the body is not JSON ({error}); expected a JSON object") from None
-    except RecursionError:
-        raise RequestError("the body nests too deeply; expected a JSON object of fields") from None
-    if not isinstance(value, dict):
-        raise RequestError(f"the body is {type(value).__name__}; expected a JSON object")
-    return value
-
-
 def _too_large(size, limits):
     return RequestError(
         f"the body has {size}; this server reads at most {limits.max_request_bytes} bytes (--max-request-bytes)",
@@ -122,44 +107,6 @@ def short(value):
     """A value as an error message quotes it: at most 60 characters."""
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def known(body, fields):
-    """Refuses a field not in `fields`."""
-    unknown = sorted(set(body) - set(fields))
-    if unknown:
-        raise RequestError(f"{unknown[0]}: unknown field; expected some of {', '.join(fields)}", unknown[0])
-
-
-def integer(body, name, low, high, default, required=False):
-    """`body[name]`, an integer in [low, high], or `default` when absent."""
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise RequestError(f"{name}: missing; expected an integer in [{low}, {high}]", name)
-        return default
-    if not is_int(value) or not low <= value <= high:
-        raise RequestError(f"{name}: expected an integer in [{low}, {high}]; got {short(value)}", name)
-    return value
-
-
-def number(body, name, default, expected, low=None, high=None, above=None):
-    """`body[name]`, a finite number with `low <= value <= high` and
-    `value > above` (each bound where given), or `default` when absent;
-    `expected` is what the refusal says was expected."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or (low is not None and value < low)
-        or (high is not None and value > high)
-        or (above is not None and not value > above)
-    ):
-        raise RequestError(f"{name}: expected {expected}; got {short(value)}", name)
-    return float(value)
 
 
 # --- Listening -----------------------------------------------------------------------------
