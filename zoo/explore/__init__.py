@@ -12,9 +12,10 @@ are generated, each token's attention over its context for every block
 and head and the next-token probabilities there; a translator's
 cross-attention; a classifier's label probabilities and [CLS] attention.
 Needs the `explore` extra (`pip install -e .[explore]`: FastAPI and
-uvicorn; `zoo.serve.web` and `zoo.serve.validation`'s error shape are the
-parts it shares with `zoo serve`); the page is static HTML, CSS and
-JavaScript, with no network.
+uvicorn; its requests are pydantic models on `zoo serve`'s, validated and
+refused as `zoo serve` refuses them: `zoo.serve.protocol`,
+`zoo.serve.validation` and `zoo.serve.web` are the parts it shares); the
+page is static HTML, CSS and JavaScript, with no network.
 """
 
 
