@@ -1,7 +1,7 @@
 """The layers of pyproject.toml's `[tool.importlinter]` hold (docs/design.md
 draws them): every import points down, no two modules import each other, no
-module takes another's private name, and nothing reads Keras' private
-`keras.src`."""
+module takes another's private name, nothing reads Keras' private
+`keras.src`, and no module is imported by a name in a string."""
 
 import ast
 import shutil
@@ -67,4 +67,18 @@ def test_no_module_takes_a_private_name_of_another_or_keras_src():
             if module.split(".")[0] in PACKAGES:
                 private = [n for n in names if n.startswith("_")] + [p for p in module.split(".") if p.startswith("_")]
                 found += [f"{where} takes {module}.{n}" for n in private]
+    assert not found, "\n".join(found)
+
+
+def test_the_project_imports_its_modules_by_import_statements_not_by_name():
+    """`importlib.import_module` or `__import__` of a name in a string hides
+    an edge from the import contracts."""
+    found = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                function = node.func
+                name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+                if name in ("import_module", "__import__"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} calls {name}")
     assert not found, "\n".join(found)

@@ -11,7 +11,6 @@ family in a branch of its own.
     FAMILIES["llama"].tasks  # {"causal_lm": Task(LlamaCausalLM, ())}
 """
 
-import importlib
 from dataclasses import dataclass, field
 
 
@@ -35,9 +34,10 @@ class Family:
         backbone: the backbone class, built from a preset's config.
         tasks: {task name: `Task`}; `zoo.build(name, task=None)` is the
             backbone.
-        weight_map: the dotted name of the module that maps the family to
-            Hugging Face and keras-hub checkpoints (`zoo.models.llama.weight_map`),
-            or None for a family without one; imported when first read.
+        weight_map: a function that imports and returns the module that
+            maps the family to Hugging Face and keras-hub checkpoints
+            (`zoo.models.llama.weight_map`), or None for a family without
+            one; the module is imported when first read.
         description: one line for listings.
         presets: {preset name: `zoo.models.config.Preset`}, instances of
             the family's config (`zoo.build(name)`).
@@ -46,7 +46,7 @@ class Family:
     name: str
     backbone: type
     tasks: dict = field(default_factory=dict)
-    weight_map: str = None
+    weight_map: object = None
     description: str = ""
     presets: dict = field(default_factory=dict)
 
@@ -57,7 +57,7 @@ class Family:
 
     def weight_map_module(self):
         """The family's weight map module, or None."""
-        return None if self.weight_map is None else importlib.import_module(self.weight_map)
+        return None if self.weight_map is None else self.weight_map()
 
     def owns(self, model):
         """Whether `model` (a backbone, or a task with a `.backbone`) is of this family."""

@@ -6,6 +6,13 @@ from zoo.models.bert.model import BertBackbone, BertClassifier, BertConfig, Bert
 
 __all__ = ['BertBackbone', 'BertClassifier', 'BertConfig', 'BertMaskedLM', 'BertSentenceEncoder', 'PRESETS']
 
+
+def _weight_map():
+    from zoo.models.bert import weight_map
+
+    return weight_map
+
+
 register(
     Family(
         "bert",
@@ -15,7 +22,7 @@ register(
             "classifier": Task(BertClassifier, ("num_classes", "classifier_dropout")),
             "sentence_encoder": Task(BertSentenceEncoder, ("pooling", "normalize")),
         },
-        weight_map="zoo.models.bert.weight_map",
+        weight_map=_weight_map,
         description="BERT: the encoder, masked-LM pretraining, classification, sentence embeddings",
         presets=PRESETS,
     )

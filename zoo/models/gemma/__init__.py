@@ -6,12 +6,19 @@ from zoo.models.gemma.model import Gemma3Backbone, Gemma3CausalLM, Gemma3Config
 
 __all__ = ['Gemma3Backbone', 'Gemma3CausalLM', 'Gemma3Config', 'PRESETS']
 
+
+def _weight_map():
+    from zoo.models.gemma import weight_map
+
+    return weight_map
+
+
 register(
     Family(
         "gemma",
         Gemma3Backbone,
         tasks={"causal_lm": Task(Gemma3CausalLM)},
-        weight_map="zoo.models.gemma.weight_map",
+        weight_map=_weight_map,
         description="Gemma 3: sandwich norms, GeGLU, q/k norms, sliding-window local layers",
         presets=PRESETS,
     )

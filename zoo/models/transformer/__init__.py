@@ -8,12 +8,19 @@ from zoo.models.transformer.model import EncoderDecoder, EncoderDecoderConfig
 
 __all__ = ['EncoderDecoder', 'EncoderDecoderConfig', 'PRESETS']
 
+
+def _weight_map():
+    from zoo.models.transformer import weight_map
+
+    return weight_map
+
+
 register(
     Family(
         "transformer",
         EncoderDecoder,
         tasks={"seq2seq": Task()},
-        weight_map="zoo.models.transformer.weight_map",
+        weight_map=_weight_map,
         description="The encoder-decoder of Vaswani et al. 2017 (its output is already logits)",
         presets=PRESETS,
     )
