@@ -33,10 +33,14 @@ browser:
 # runs on TensorFlow (gpt_char's and bert_classify's smallest commands run twice, equal
 # weights, included).
 WORKERS ?= 2
+# A worker that dies (a crash inside a native library) ends the run with the test it was
+# running named: pytest-xdist's file scheduling can otherwise wait forever for the work it
+# held.
+XDIST := -n $(WORKERS) --dist loadfile --max-worker-restart=0
 JAX_QUICK := tests/layers tests/deployment/test_other_backends.py tests/test_error_messages.py
 test: $(STAMP) browser
-	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(WORKERS) --dist loadfile $(JAX_QUICK) --ignore=tests/layers/test_docstrings.py
-	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
+	KERAS_BACKEND=jax $(PY) -m pytest -q $(XDIST) $(JAX_QUICK) --ignore=tests/layers/test_docstrings.py
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -q $(XDIST)
 
 # A contributor's inner loop, about two minutes: one fast file of each package, on TensorFlow.
 QUICK := tests/layers/test_layer_normalization.py tests/generation/test_interface.py \
@@ -45,21 +49,21 @@ QUICK := tests/layers/test_layer_normalization.py tests/generation/test_interfac
 	tests/serve/test_protocol.py tests/explore/test_app.py tests/recipes/test_flags.py \
 	tests/test_layering.py
 test-quick: $(STAMP)
-	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n $(WORKERS) --dist loadfile $(QUICK)
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -q $(XDIST) $(QUICK)
 
 # The model, generation, training-mode, Llama-family, Gemma, fine-tuning (LoRA reload) and
 # loss-precision tests on JAX (`make test` runs the layer tests on JAX); `make test-integration` runs them.
 JAX_MODELS := tests/generation tests/models/test_training_mode.py tests/models/test_llama.py \
 	tests/models/test_gemma.py tests/models/test_finetune.py tests/training/test_loss_dtype.py
 test-jax: $(STAMP)
-	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(WORKERS) --dist loadfile $(JAX_MODELS) --ignore=tests/layers/test_docstrings.py
+	KERAS_BACKEND=jax $(PY) -m pytest -q $(XDIST) $(JAX_MODELS) --ignore=tests/layers/test_docstrings.py
 
 # The end-to-end runs (`integration` in pyproject.toml): every recipe's
 # smallest run, reloaded and used, on TensorFlow and on JAX, training across
 # devices and processes, a fresh clone's first run, a killed run resumed,
 # the exports for runtimes. Offline; .ci/run runs it after `make test`.
 test-integration: $(STAMP) test-jax
-	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m integration
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -q $(XDIST) -m integration
 
 # The same layer, model and generation tests on torch, Keras' third backend,
 # in an environment of its own without TensorFlow (keras-hub without its
