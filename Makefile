@@ -63,13 +63,22 @@ test-jax: $(STAMP)
 # devices and processes, a fresh clone's first run, a killed run resumed,
 # the exports for runtimes. Offline; .ci/run runs it after `make test`.
 #
-# The speculative decoding cases run in a process of their own: in a worker that had
-# compiled and dropped hundreds of XLA programs before them, the seeded speculative
-# sampling case has died inside TensorFlow's C++ exception unwinding (libgcc's
-# `_Unwind_Find_FDE`), where on their own they pass.
+# They run in parts, each a pytest run with workers of their own: a worker keeps every XLA
+# program it compiled, and two workers that ran the whole list held over 20 GiB between
+# them, more than a small machine has. The speculative decoding cases run in a process of
+# their own, last: in a worker that had compiled and dropped hundreds of XLA programs
+# before them, the seeded speculative sampling case has died inside TensorFlow's C++
+# exception unwinding (libgcc's `_Unwind_Find_FDE`), where on their own they pass.
 ALONE := tests/generation/test_speculative.py
+INTEGRATION_PART1 := tests/checkpoints tests/deployment tests/models tests/layers tests/fuzz
+INTEGRATION_PART2 := tests/generation tests/text tests/tokenizers tests/data tests/reliability
+INTEGRATION_PART3 := tests/recipes tests/training
+INTEGRATION := KERAS_BACKEND=tensorflow $(PY) -m pytest -q $(XDIST) -m integration --ignore=$(ALONE)
 test-integration: $(STAMP) test-jax
-	KERAS_BACKEND=tensorflow $(PY) -m pytest -q $(XDIST) -m integration $(addprefix --ignore=,$(ALONE))
+	$(INTEGRATION) $(INTEGRATION_PART1)
+	$(INTEGRATION) $(INTEGRATION_PART2)
+	$(INTEGRATION) $(INTEGRATION_PART3)
+	$(INTEGRATION) tests $(addprefix --ignore=,$(INTEGRATION_PART1) $(INTEGRATION_PART2) $(INTEGRATION_PART3))
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -m integration $(ALONE)
 
 # The same layer, model and generation tests on torch, Keras' third backend,
