@@ -69,9 +69,10 @@ def test_the_classes_are_the_training_files_labels_and_travel_in_the_saved_model
     assert result.labels[0] in model.label_names
     assert 0.0 <= figure <= 1.0
     from zoo.explore.explorer import Explorer
+    from zoo.explore.protocol import ClassifyRequest
 
-    page = Explorer(model).classify({"text": "my password is locked today"})
-    assert page["labels"] == model.label_names and page["label"] == result.labels[0]
+    page = Explorer(model).classify(ClassifyRequest(text="my password is locked today"))
+    assert page.labels == model.label_names and page.label == result.labels[0]
 
 
 def test_zoo_eval_prints_each_classs_precision_recall_and_f1_beside_the_accuracy(ticket_run, capsys):
