@@ -1,8 +1,15 @@
 """`zoo serve` of an encoder-decoder: a completion's prompt is the source,
 its text the translation, as `zoo.translate` (greedy) and `zoo.stream`
-give it; streamed the same; several prompts in one batch; what it cannot
-answer refused in one line (echo, logprobs, best_of, chat)."""
+give it; streamed the same; several prompts decoded side by side in
+slots, a request joining a running stream and getting its answer alone;
+what it cannot answer refused in one line (echo, logprobs, best_of,
+chat)."""
 
+import json
+import threading
+import time
+
+import httpx
 import keras
 import openai
 import pytest
@@ -51,9 +58,48 @@ def test_a_completion_is_the_greedy_translation_of_its_prompt(served, translator
     assert "".join(chunk.choices[0].text for chunk in pieces) == expected[0]
 
 
-def test_a_source_may_fill_the_context(served, translator):
-    import httpx
+def test_a_request_joins_a_running_translation_in_the_slots(translator):
+    server = Server(translator, name="translator", max_batch=4)
+    slots = server.service.scheduler.slots
+    assert slots is not None and slots.encoder_decoder
+    step = slots.step
 
+    def slow_step():  # a model slow enough that the second request surely arrives mid-stream
+        time.sleep(0.05)
+        return step()
+
+    slots.step = slow_step
+    try:
+        first_piece, texts = threading.Event(), {}
+
+        def stream():
+            body = {"model": "translator", "prompt": ENGLISH[2], "max_tokens": 11, "temperature": 0, "stream": True}
+            pieces = []
+            with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data: {"):
+                        pieces.extend(choice["text"] for choice in json.loads(line[6:])["choices"])
+                        first_piece.set()
+            texts["long"] = "".join(pieces)
+
+        streaming = threading.Thread(target=stream)
+        streaming.start()
+        assert first_piece.wait(120)
+        body = {"model": "translator", "prompt": ENGLISH[1], "max_tokens": 6, "temperature": 0.9, "seed": 5}
+        answer = httpx.post(server.url + "/v1/completions", json=body, timeout=120).json()
+        streaming.join(120)
+        assert max(server.service.scheduler.batch_sizes) == 2  # decoded beside the stream
+        alone = zoo.stream(translator, ENGLISH[1], max_new_tokens=6, sampler="temperature", temperature=0.9, seed=5)
+        assert answer["choices"][0]["text"] == "".join(alone)
+        assert texts["long"] == zoo.translate(translator, [ENGLISH[2]], num_beams=1, max_length=11)[0]
+        assert answer["usage"]["prompt_tokens"] == len(translator.source_tokenizer(ENGLISH[1]))
+        health = httpx.get(server.url + "/health").json()
+        assert health["slots"]["slots"] == 4 and health["slots"]["in_use"] == 0
+    finally:
+        server.stop()
+
+
+def test_a_source_may_fill_the_context(served, translator):
     assert httpx.get(served.url + "/health").json()["limits"]["max_prompt_tokens"] == translator.max_sequence_length
     words = " ".join((ENGLISH[0] + " " + ENGLISH[2]).split()[:translator.max_sequence_length])  # 12 words, 12 ids
     assert len(translator.source_tokenizer(words)) == translator.max_sequence_length

@@ -14,14 +14,18 @@ decoding loop:
         #    e.g. N per-layer (B, 2, h, length, k) tensors
     model.call_with_cache(token_ids, cache, cache_index, context)
         # token_ids (B, T) int32 at positions cache_index..cache_index+T-1
-        # -> ((B, T, V) logits, the cache with those positions written)
+        # -> ((B, T, V) logits, the cache with those positions written);
+        #    `cache_index` a scalar, or (B,) one a row (`Slots`)
 
 and, for an encoder-decoder (`is_encoder_decoder = True`), also
 
     model.source_vocabulary_size
     model.start(source_ids, source_padding_mask)
         # -> the `context` every step reads (e.g. the projected encoder
-        #    output): a nested structure of tensors, batch on axis 0
+        #    output): a nested structure of tensors, batch on axis 0 and
+        #    the source position on axis 1 (a (B, S) mask) or axis 3 (as
+        #    the cache's, e.g. (B, 2, h, S, k) keys and values), where
+        #    `Slots` zero-pads a context to a longer source
 
 A decoder-only model gets `context=None`. The loop first calls
 `call_with_cache` on the right-padded prompts at index 0 (the prefill),

@@ -26,6 +26,16 @@ come from a one-token step on the prompt's last token, as in the engine's
 loop, so a request gets the tokens it would get from `zoo.generate` alone
 (up to the rounding of batch shapes), whichever requests decode beside it.
 
+An encoder-decoder's request carries its source: its prefill first
+encodes it (`Encode`: `model.start` at the source's length rounded up to
+a power of two, at least 16, as `zoo.generate` rounds it), and the
+context this gives (each block's cross-attention keys and values, the
+source's padding mask) is inserted into the slots' context beside the
+request's keys and values. The slots' source length S grows by doubling
+as their cache's length does, zero-padded, the padding mask off there.
+Its prompt is the decoder's start tokens, `zoo.generate`'s `prompt`
+beside a `source`.
+
 Two further savings:
 - chunked prefill (`prefill_chunk`): a long prompt is prefilled one chunk
   of that many tokens per `step`, between decoding steps, so that the
@@ -34,10 +44,11 @@ Two further savings:
   prompt's first positions, in blocks of `block_tokens`, each keyed by
   the hash chain of the token ids up to its end (vLLM's automatic prefix
   caching), kept in a least-recently-used cache of at most that many
-  tokens, and copied into a new request's cache instead of computed.
+  tokens, and copied into a new request's cache instead of computed
+  (decoder-only models).
 
 Shape letters: B slots, L the slots' cache length, C a prefill chunk,
-V vocabulary.
+S the slots' source length (an encoder-decoder), V vocabulary.
 """
 
 import collections
@@ -46,18 +57,21 @@ import hashlib
 import numpy as np
 from keras import ops, tree
 
-from zoo.generation import compiled, loop, samplers
+from zoo.generation import compiled, loop, prompts, samplers
 from zoo.generation.controls import Controls
 from zoo.generation.interface import check_model
 
 STOP, LENGTH = "stop", "length"
+SOURCE_BUCKET = 16  # the shortest source length encoded, as `zoo.generate` rounds a source
 
 
 class SlotRequest:
     """One request in `Slots`: what it asked and what it gained.
 
     Attributes:
-        prompt: its token ids; `budget` the most new tokens.
+        prompt: its token ids (an encoder-decoder's: the decoder's start);
+            `budget` the most new tokens.
+        source: an encoder-decoder's source ids, else None.
         new_tokens, probabilities: its new tokens so far, and the model's
             probability of each.
         finish_reason: `STOP` (a stop token, or `Slots.finish`), `LENGTH`
@@ -66,8 +80,8 @@ class SlotRequest:
         slot: its slot while it decodes, else None.
     """
 
-    def __init__(self, prompt, budget, sampling, controls):
-        self.prompt, self.budget = list(prompt), budget
+    def __init__(self, prompt, budget, sampling, controls, source=None):
+        self.prompt, self.budget, self.source = list(prompt), budget, source
         self.sampling, self.controls = sampling, controls
         self.new_tokens, self.probabilities = [], []
         self.finish_reason = None
@@ -75,6 +89,7 @@ class SlotRequest:
         self.slot = None
         self.prefilled = 0  # prompt positions whose keys and values are in `cache`
         self.cache = None  # its own (1, ..., L) cache while it is prefilled
+        self.context = None  # an encoder-decoder's encoded source, at the slots' S, until it is inserted
 
     @property
     def finished(self):
@@ -85,37 +100,45 @@ class Slots:
     """Decodes requests in `max_batch` slots, each joining at any step.
 
     Args:
-        model: a decoder-only model with a cached step
-            (`zoo.generation.interface`).
+        model: a model with a cached step (`zoo.generation.interface`):
+            decoder-only, or an encoder-decoder (each request then with
+            its `source`).
         max_batch: B, the slots.
         stop_token_ids: ids that end a request (kept as its last token).
         prefill_chunk: None prefills a prompt whole (its length rounded up
             to a power of two), or C: at most C positions per `step`.
         prefix_cache_tokens: the most prompt positions kept in the prefix
-            cache; 0 keeps none.
+            cache; 0 keeps none (and an encoder-decoder takes none).
         block_tokens: the positions of one prefix-cache block.
+        suppress_token_ids: ids never chosen (Marian's `<pad>`), as
+            `zoo.generate`'s.
 
     Attributes:
         prefix_cache: the `PrefixCache`, or None.
     """
 
     def __init__(self, model, max_batch=8, stop_token_ids=(), *, prefill_chunk=None, prefix_cache_tokens=0,
-                 block_tokens=16):
+                 block_tokens=16, suppress_token_ids=()):
         check_model(model)
-        if model.is_encoder_decoder:
-            raise ValueError(f"{type(model).__name__} is an encoder-decoder; slots decode decoder-only models.")
         for name, value, least in (("max_batch", max_batch, 1), ("prefix_cache_tokens", prefix_cache_tokens, 0),
                                    ("block_tokens", block_tokens, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"`{name}` must be an integer >= {least}; got {value!r}.")
         if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or prefill_chunk < 1):
             raise ValueError(f"`prefill_chunk` must be a positive integer or None; got {prefill_chunk!r}.")
+        if model.is_encoder_decoder and prefix_cache_tokens:
+            raise ValueError(f"{type(model).__name__} is an encoder-decoder: its decoder's prompt is its start tokens, "
+                             "so there is no prompt prefix to cache; pass prefix_cache_tokens=0.")
         self.model, self.batch = model, max_batch
         self.stop_token_ids = tuple(sorted({int(t) for t in stop_token_ids or ()}))
         self.prefill_chunk = prefill_chunk
         self.prefix_cache = PrefixCache(block_tokens, prefix_cache_tokens) if prefix_cache_tokens else None
+        self.suppress_token_ids = samplers.check_suppressed(suppress_token_ids, model.vocabulary_size)
         self.window = model.max_sequence_length
         self.length = min(loop.FIRST_STAGE, self.window)  # L, grown by doubling
+        self.encoder_decoder = bool(model.is_encoder_decoder)
+        self.source_length = min(SOURCE_BUCKET, self.window)  # S, grown by doubling
+        self.context = None  # the slots' (B, ...) context (an encoder-decoder), made at the first insertion
         self.cache = model.empty_cache(max_batch, self.length)
         self.token_ids = np.zeros((max_batch, self.length), "int32")  # each slot's prompt and new tokens
         self.position = np.zeros(max_batch, "int32")  # each slot's last token's position
@@ -135,11 +158,12 @@ class Slots:
     def in_use(self):
         return sum(r is not None for r in self.requests)
 
-    def add(self, prompt, budget, sampling=None, controls=None):
+    def add(self, prompt, budget, sampling=None, controls=None, source=None):
         """Queues a request (it is prefilled and inserted by the next
         `step`s); returns its `SlotRequest`. `sampling` and `controls`: one
-        row's settings of `Sampling` and `Controls`. A prompt plus budget
-        past the model's window is refused."""
+        row's settings of `Sampling` and `Controls`; `source`: an
+        encoder-decoder's source ids (its `prompt` the decoder's start). A
+        prompt plus budget past the model's window is refused."""
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise ValueError("A prompt needs at least one token.")
@@ -150,11 +174,32 @@ class Slots:
         if len(prompt) + budget > self.window:
             raise ValueError(f"The prompt ({len(prompt)} tokens) plus the budget ({budget}) is more than the "
                              f"model's window of {self.window} positions.")
+        source = self._checked_source(source)
         row_sampling = samplers.Sampling(1, self.model.vocabulary_size, **(sampling or {}))
         row_controls = Controls(1, self.model.vocabulary_size, **(controls or {}))
-        request = SlotRequest(prompt, int(budget), row_sampling, row_controls)
+        request = SlotRequest(prompt, int(budget), row_sampling, row_controls, source)
         self.waiting.append(request)
         return request
+
+    def _checked_source(self, source):
+        """An encoder-decoder's source ids as a list (None for a decoder-only model), checked."""
+        name = type(self.model).__name__
+        if not self.encoder_decoder:
+            if source is not None:
+                raise ValueError(f"{name} is decoder-only and takes no `source`.")
+            return None
+        if source is None:
+            raise ValueError(f"{name} is an encoder-decoder: a request needs its `source` (the encoder's token ids), "
+                             "its `prompt` the decoder's start tokens.")
+        source = [int(t) for t in source]
+        if not source:
+            raise ValueError("A source needs at least one token.")
+        if not all(0 <= t < self.model.source_vocabulary_size for t in source):
+            raise ValueError(f"A source's token ids must be in [0, {self.model.source_vocabulary_size}).")
+        if len(source) > self.window:
+            raise ValueError(f"The source ({len(source)} tokens) is longer than the model's window of {self.window} "
+                             "positions.")
+        return source
 
     def finish(self, request):
         """Ends `request` now (cancelled, or a stop string came): its slot is free at once."""
@@ -190,6 +235,8 @@ class Slots:
         end = len(request.prompt) - 1  # the last prompt token is the first decoding step's input
         if request.cache is None:
             self._grow(len(request.prompt) + request.budget)
+            if request.source is not None:
+                self._encode(request)
             request.cache, request.prefilled = self._start_cache(request)
             if self._ready(request):
                 return
@@ -205,13 +252,40 @@ class Slots:
             piece = request.prompt[start:start + chunk][: max(end - start, 0)]
             ids[0, : len(piece)] = piece
             function = _function(self.model, ("slot prefill", chunk, self.length), PrefillChunk, self.model)
-            request.cache = function.raw(request.cache, ids, np.array(start, "int32"))
+            request.cache = function.raw(request.cache, ids, np.array(start, "int32"), request.context)
             request.prefilled = min(start + chunk, end)
             if self._ready(request):
                 self._remember(request)
                 return
             if self.prefill_chunk is not None:
                 return
+
+    def _encode(self, request):
+        """The request's context: its source encoded at its length's bucket
+        (a power of two, at least 16, at most the window: a few programs),
+        zero-padded to the slots' source length, grown first if shorter."""
+        bucket = min(_power_of_two(max(len(request.source), SOURCE_BUCKET)), self.window)
+        self._grow_source(bucket)
+        ids, mask = prompts.right_pad([request.source], bucket, 0)
+        function = _function(self.model, ("slot encode", bucket, self.source_length), Encode, self.model,
+                             self.source_length)
+        request.context = function.raw(ids, mask)
+
+    def _grow_source(self, needed):
+        """The slots' source length at least `needed` (doubling, at most the
+        window): their context and the waiting requests' contexts
+        zero-padded, the padding mask off there."""
+        if needed <= self.source_length:
+            return
+        length = self.source_length
+        while length < needed:
+            length = min(2 * length, self.window)
+        if self.context is not None:
+            self.context = grow_context(self.context, length)
+        for request in self.waiting:
+            if request.context is not None:
+                request.context = grow_context(request.context, length)
+        self.source_length = length
 
     def _start_cache(self, request):
         """The request's own (1, ..., L) cache: its cached prefix blocks
@@ -245,6 +319,14 @@ class Slots:
         function = _function(self.model, ("slot insert", self.batch, self.length), Insert, self.model)
         self.cache = function.raw(self.cache, request.cache, np.array(slot, "int32"))
         request.cache = None
+        if request.context is not None:  # an encoder-decoder's context, beside its keys and values
+            if self.context is None:
+                self.context = tree.map_structure(lambda x: ops.zeros((self.batch, *x.shape[1:]), x.dtype),
+                                                  request.context)
+            key = ("slot context insert", self.batch, self.source_length)
+            self.context = _function(self.model, key, Insert, self.model).raw(self.context, request.context,
+                                                                               np.array(slot, "int32"))
+            request.context = None
         self.token_ids[slot] = 0
         self.token_ids[slot, : len(prompt)] = prompt
         self.position[slot] = len(prompt) - 1
@@ -262,15 +344,16 @@ class Slots:
             request.slot = None
         if request in self.waiting:
             self.waiting.remove(request)
-        request.cache = None
+        request.cache = request.context = None
 
     def _decode(self):
         controlled = bool(self.controlled.any())
         variant = self._variant()
-        key = ("slot step", self.batch, self.length, variant, controlled)
-        function = _function(self.model, key, SlotStep, self.model, variant, controlled)
-        cache, tokens, probabilities = function.raw(self.cache, self.token_ids, self.position, self.prompt_lengths,
-                                                    self.sampling, *((self.controls,) if controlled else ()))
+        key = ("slot step", self.batch, self.length, variant, controlled, self.suppress_token_ids)
+        function = _function(self.model, key, SlotStep, self.model, variant, controlled, self.suppress_token_ids)
+        cache, tokens, probabilities = function.raw(self.cache, self.context, self.token_ids, self.position,
+                                                    self.prompt_lengths, self.sampling,
+                                                    *((self.controls,) if controlled else ()))
         self.cache = cache
         tokens, probabilities = ops.convert_to_numpy(tokens), ops.convert_to_numpy(probabilities)
         gained = []
@@ -322,7 +405,8 @@ class SlotStep(loop._ModelFunction):
     token after it (the engine's `loop.Chooser`: the controls, when on,
     then `samplers.choose`, the draw's counter the new token's position).
 
-    Call arguments: `cache` the slots' (B, ..., L) cache, `token_ids` (B, L)
+    Call arguments: `cache` the slots' (B, ..., L) cache, `context` an
+    encoder-decoder's (B, ...) context (else None), `token_ids` (B, L)
     int32 each slot's tokens so far, `position` (B,) int32 each slot's
     last token's position, `prompt_lengths` (B,) int32, `sampling` the
     dict of `Sampling.arrays()` (B rows), and (when `controlled`) the dict
@@ -330,38 +414,75 @@ class SlotStep(loop._ModelFunction):
     probabilities (B,) float32)`.
     """
 
-    def __init__(self, model, variant, controlled):
+    def __init__(self, model, variant, controlled, suppress_token_ids=()):
         super().__init__(model)
-        self.chooser = loop.Chooser((), variant, controlled)
+        self.chooser = loop.Chooser(suppress_token_ids, variant, controlled)
 
-    def __call__(self, cache, token_ids, position, prompt_lengths, sampling, *controls):
+    def __call__(self, cache, context, token_ids, position, prompt_lengths, sampling, *controls):
         compiled.count_trace()
         last = ops.take_along_axis(token_ids, position[:, None], axis=1)  # (B, 1)
-        logits, cache = self.model.call_with_cache(last, cache, position, None)  # (B, 1, V)
+        logits, cache = self.model.call_with_cache(last, cache, position, context)  # (B, 1, V)
         token, logits = self.chooser.given(sampling, controls)(logits[:, 0], token_ids, position + 1, prompt_lengths)
         return cache, token, loop.record(logits, token)["probability"]
 
-    def what(self, cache, token_ids, *rest):
+    def what(self, cache, context, token_ids, *rest):
         return f"the slots' decoding step for {token_ids.shape[0]} slots, cache length {token_ids.shape[1]}"
 
 
 class PrefillChunk(loop._ModelFunction):
     """The traced prefill of one chunk of a request's prompt: (1, C) ids
     at positions start.. written to its own (1, ..., L) cache. Call
-    arguments: `cache`, `ids`, `start` () int32. Returns the cache."""
+    arguments: `cache`, `ids`, `start` () int32, `context` an
+    encoder-decoder's (1, ...) context (else None). Returns the cache."""
 
-    def __call__(self, cache, ids, start):
+    def __call__(self, cache, ids, start, context):
         compiled.count_trace()
-        _, cache = self.model.call_with_cache(ids, cache, start, None)
+        _, cache = self.model.call_with_cache(ids, cache, start, context)
         return cache
 
-    def what(self, cache, ids, start):
+    def what(self, cache, ids, start, context):
         return f"the slots' prefill of {ids.shape[1]} positions, cache length {tree.flatten(cache)[0].shape[3]}"
 
 
+class Encode(loop._ModelFunction):
+    """The traced encoding of a request's source: (1, S') ids and padding
+    mask through the encoder-decoder's `start`, its context zero-padded to
+    the slots' source length S (`grow_context`). Returns the context."""
+
+    def __init__(self, model, length):
+        super().__init__(model)
+        self.length = length
+
+    def __call__(self, source_ids, source_padding_mask):
+        compiled.count_trace()
+        return grow_context(self.model.start(source_ids, source_padding_mask), self.length)
+
+    def what(self, source_ids, source_padding_mask):
+        return f"the slots' encoding of a source of {source_ids.shape[1]} positions, source length {self.length}"
+
+
+def grow_context(context, length):
+    """An encoder-decoder's context with its source positions zero-padded to
+    `length`: axis 1 of a (B, S) mask, axis 3 of a (B, 2, h, S, k) tensor
+    (`zoo.generation.interface`). Zeros in the mask hide the new positions."""
+
+    def pad(x):
+        axis = 1 if len(x.shape) == 2 else 3
+        extra = length - x.shape[axis]
+        if extra == 0:
+            return x
+        shape = list(x.shape)
+        shape[axis] = extra
+        return ops.concatenate([x, ops.zeros(shape, x.dtype)], axis=axis)
+
+    return tree.map_structure(pad, context)
+
+
 class Insert(loop._ModelFunction):
-    """The traced insertion of a prefilled request's (1, ..., L) cache into
-    slot `slot` of the slots' (B, ..., L) cache. Returns the slots' cache."""
+    """The traced insertion of a prefilled request's (1, ...) rows into slot
+    `slot` of the slots' (B, ...) tensors: its (1, ..., L) cache into the
+    slots' cache, or an encoder-decoder's (1, ...) context into theirs.
+    Returns the slots' tensors."""
 
     def __call__(self, cache, row, slot):
         compiled.count_trace()

@@ -8,6 +8,8 @@ import math
 import keras
 from keras import ops
 
+from zoo.layers.attention import is_per_row, positions
+
 
 def relative_position_bucket(relative_position, bidirectional, num_buckets, max_distance):
     """The bucket of each key-minus-query offset (int32, any shape), as T5
@@ -52,10 +54,12 @@ class RelativePositionBias(keras.layers.Layer):
         x: (B, T, ...) the queries (only the length is read).
         key_length: S; T when None (self-attention over x itself).
         start_index: the absolute position of x's first row (the cache
-            index in cached decoding).
+            index in cached decoding): a scalar, or (B,) one a row (a
+            server's slots, each at its own position).
 
     Returns:
-        (1, h, T, S) float bias, in the layer's compute dtype.
+        (1, h, T, S) float bias, in the layer's compute dtype; (B, h, T, S)
+        for a (B,) `start_index`.
 
     Example:
     ```python
@@ -84,6 +88,8 @@ class RelativePositionBias(keras.layers.Layer):
     def call(self, x, key_length=None, start_index=0):
         query_length = ops.shape(x)[1]
         key_length = query_length if key_length is None else key_length
+        if is_per_row(start_index):
+            return self._per_row(query_length, key_length, start_index)
         query_positions = ops.arange(query_length, dtype="int32") + ops.cast(start_index, "int32")
         key_positions = ops.arange(key_length, dtype="int32")
         relative = ops.expand_dims(key_positions, 0) - ops.expand_dims(query_positions, 1)  # (T, S)
@@ -91,9 +97,19 @@ class RelativePositionBias(keras.layers.Layer):
         bias = ops.take(ops.cast(self.embeddings, self.compute_dtype), buckets, axis=0)  # (T, S, h)
         return ops.expand_dims(ops.transpose(bias, (2, 0, 1)), 0)  # (1, h, T, S)
 
+    def _per_row(self, query_length, key_length, start_index):
+        """The bias of each row's queries from its own start: (B, h, T, S)."""
+        query_positions = positions(query_length, start_index)  # (B, T)
+        key_positions = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)  # (1, S)
+        relative = ops.expand_dims(key_positions, 0) - ops.expand_dims(query_positions, 2)  # (B, T, S)
+        buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
+        bias = ops.take(ops.cast(self.embeddings, self.compute_dtype), buckets, axis=0)  # (B, T, S, h)
+        return ops.transpose(bias, (0, 3, 1, 2))  # (B, h, T, S)
+
     def compute_output_spec(self, x, key_length=None, start_index=0):
         length = x.shape[1]
-        return keras.KerasTensor((1, self.num_heads, length, length if key_length is None else key_length),
+        rows = x.shape[0] if is_per_row(start_index) else 1
+        return keras.KerasTensor((rows, self.num_heads, length, length if key_length is None else key_length),
                                  dtype=self.compute_dtype)
 
     def get_config(self):

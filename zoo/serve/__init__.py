@@ -39,8 +39,8 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
             KEY`); None reads `ZOO_API_KEY`, and without either the server is
             open to whoever can reach the address.
         name: the model's id in the API; by default the target as given.
-        max_batch: the most requests decoded together (a decoder-only
-            model's slots: requests join and leave them at any step).
+        max_batch: the most requests decoded together (the slots:
+            requests join and leave them at any step).
         quantize: "int8", "int4" or "float8" applied in memory after loading.
         max_request_bytes: the largest request body read (413 past it).
         read_timeout: seconds a request body may take to arrive (408 past it).
@@ -49,7 +49,8 @@ def serve(target, host="127.0.0.1", port=8000, api_key=None, name=None, max_batc
             tokens between decoding steps, so that running streams keep
             flowing while a long prompt is read.
         prefix_cache_tokens: the most prompt tokens whose keys and values
-            are kept for later prompts that begin the same way (0: none).
+            are kept for later prompts that begin the same way (0: none;
+            a decoder-only model's).
         draft: a draft model of the same tokenizer (a target as `target`):
             speculative decoding (`zoo.generation.speculative`), each
             request decoded alone, its tokens proposed by the draft and

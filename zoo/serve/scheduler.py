@@ -1,26 +1,27 @@
 """The model's one thread: requests decoded together, joining at any step.
 
-Every model call of `zoo serve` runs on this thread. A decoder-only
-model decodes in slots (`zoo.generation.slots.Slots`, continuous
-batching): `max_batch` slots, each with its own rows of one key/value
-cache, its own position, sampler, seed and controls. A request is
-prefilled (in chunks of `prefill_chunk` tokens between decoding steps,
-when set; its prompt's first blocks copied from the prefix cache when it
-holds them) and takes a free slot before the next step; one compiled step
-then decodes every slot, and a request that ends or is cancelled frees its
-slot at once, so no request waits for another's batch to end. The
-requests beyond the free slots wait in a queue of at most `max_queue`:
-one more is refused (`QueueFull`) rather than kept waiting without end. A
-request cancelled while it waits leaves the queue; one cancelled while it
-decodes ends its row.
+Every model call of `zoo serve` runs on this thread. A model decodes in
+slots (`zoo.generation.slots.Slots`, continuous batching): `max_batch`
+slots, each with its own rows of one key/value cache, its own position,
+sampler, seed and controls. A request is prefilled (in chunks of
+`prefill_chunk` tokens between decoding steps, when set; its prompt's
+first blocks copied from the prefix cache when it holds them; an
+encoder-decoder's source encoded first, its encoder output then kept
+beside its keys and values) and takes a free slot before the next step;
+one compiled step then decodes every slot, and a request that ends or is
+cancelled frees its slot at once, so no request waits for another's
+batch to end. The requests beyond the free slots wait in a queue of at
+most `max_queue`: one more is refused (`QueueFull`) rather than kept
+waiting without end. A request cancelled while it waits leaves the
+queue; one cancelled while it decodes ends its row.
 
-An encoder-decoder, and a request with a `constraint`, decode by static
-batching: requests that arrive while the thread is busy, or within
-`gather_seconds` of one another when it is idle, form a batch, one
-`zoo.text.TextGeneration` per batch (right-padded prompts, shapes rounded
-up, a batch of several requests to `max_batch` rows); at most
-`max_batches` of them take turns, one decoding step each, beside the
-slots' steps.
+A request with a `constraint`, and every request under speculative
+decoding, decode by static batching: requests that arrive while the
+thread is busy, or within `gather_seconds` of one another when it is
+idle, form a batch, one `zoo.text.TextGeneration` per batch
+(right-padded prompts, shapes rounded up, a batch of several requests to
+`max_batch` rows); at most `max_batches` of them take turns, one
+decoding step each, beside the slots' steps.
 
 A `ModelJob` (a `ScoreJob`: the log-probabilities of given tokens,
 `zoo.score`; an `EmbedJob`: sentence embeddings, `zoo.embed`) runs on the
@@ -41,7 +42,7 @@ import time
 import zoo
 from zoo.generation.slots import Slots
 from zoo.text.text_generation import TextRow
-from zoo.text.tokens import auto_stop_ids, tokenizer_of
+from zoo.text.tokens import auto_stop_ids, sampled_decoding, special_id, tokenizer_of
 
 PIECE, END, ERROR = "piece", "end", "error"
 
@@ -146,8 +147,8 @@ class Scheduler:
 
     Args:
         model: a language model carrying its tokenizer.
-        max_batch: the most requests decoding together (a decoder-only
-            model's slots; an encoder-decoder's batch).
+        max_batch: the most requests decoding together (the slots; a
+            static batch's rows).
         max_queue: the most requests waiting; `submit` refuses one more
             with `QueueFull`.
         max_batches: the most static batches decoding at once (taking turns).
@@ -157,7 +158,8 @@ class Scheduler:
         prefill_chunk: None prefills a prompt whole; an int, in chunks of
             that many tokens between decoding steps (slots).
         prefix_cache_tokens: the most prompt positions whose keys and
-            values the prefix cache keeps (slots); 0 keeps none.
+            values the prefix cache keeps (slots of a decoder-only model);
+            0 keeps none.
         speculation: None, or the settings of speculative decoding
             (`zoo.generation.speculative`: `assistant_model`, a draft
             model, or `prompt_lookup_num_tokens`, ...); each request then
@@ -172,7 +174,7 @@ class Scheduler:
             batches.
         waiting: the requests submitted and not yet decoding.
         running: the requests decoding now.
-        slots: the `Slots` of a decoder-only model, else None.
+        slots: the `Slots`, or None (speculative decoding).
     """
 
     def __init__(self, model, max_batch=8, max_queue=64, max_batches=8, gather_seconds=0.04, prefill_chunk=None,
@@ -181,9 +183,9 @@ class Scheduler:
         self.speculation = speculation
         self.max_batches, self.gather_seconds = max_batches, gather_seconds
         self.slots = None
-        if speculation is None and not getattr(model, "is_encoder_decoder", False) and hasattr(model, "call_with_cache"):
-            self.slots = Slots(model, max_batch, auto_stop_ids(tokenizer_of(model, "zoo serve")),
-                               prefill_chunk=prefill_chunk, prefix_cache_tokens=prefix_cache_tokens)
+        if speculation is None and hasattr(model, "call_with_cache"):
+            self.slots = Slots(model, max_batch, prefill_chunk=prefill_chunk, prefix_cache_tokens=prefix_cache_tokens,
+                               **_decoding_ends(model))
         self.ended = collections.deque(maxlen=1000)
         self.batch_sizes = collections.deque(maxlen=1000)
         self.waiting = self.running = 0
@@ -250,7 +252,7 @@ class Scheduler:
                 self.running = sum(batch.decoding for batch in active) + len(rows)
 
     def _in_slots(self, job):
-        """Whether `job` decodes in a slot (a decoder-only model's, with no constraint)."""
+        """Whether `job` decodes in a slot (with no constraint)."""
         return self.slots is not None and getattr(job, "constraint", None) is None
 
     def _slot_step(self, rows):
@@ -327,8 +329,13 @@ class _SlotRow:
         try:
             sampling = dict(sampler=job.sampler, temperature=job.temperature, top_p=job.top_p, seed=job.seed)
             controls = {name: value for name, value in job.controls.items() if value is not None}
-            self.request = slots.add(job.prompt_ids, job.max_tokens, sampling, controls)
-            self.text = TextRow(tokenizer, job.prompt_ids, len(job.prompt_ids), tuple(job.stop),
+            prompt, budget, source = job.prompt_ids, job.max_tokens, None
+            if slots.encoder_decoder:  # the prompt is the source; the decoder starts as `zoo.generate` starts it
+                prompt, _, settled = sampled_decoding(tokenizer)
+                source, controls = job.prompt_ids, {**settled, **controls}
+                budget = min(budget, slots.window - len(prompt))
+            self.request = slots.add(prompt, budget, sampling, controls, source=source)
+            self.text = TextRow(tokenizer, prompt if source is None else [], len(job.prompt_ids), tuple(job.stop),
                                 slots.stop_token_ids)
         except Exception as error:  # the request hears why, and the server goes on
             self.fail(error)
@@ -425,6 +432,16 @@ class _Batch:
             if not self.ended[row]:
                 self.ended[row] = True
                 job.put((ERROR, message))
+
+
+def _decoding_ends(model):
+    """The slots' stop ids and suppressed ids, as `zoo.text.TextGeneration`
+    decodes the model: an encoder-decoder stops at its `[END]` and never
+    chooses what its checkpoint bars (Marian's `<pad>`)."""
+    tokenizer = tokenizer_of(model, "zoo serve")
+    if not getattr(model, "is_encoder_decoder", False):
+        return dict(stop_token_ids=auto_stop_ids(tokenizer))
+    return dict(stop_token_ids=[special_id(tokenizer, "end")], suppress_token_ids=sampled_decoding(tokenizer)[1])
 
 
 # What a row without a control gets: the control's off value.

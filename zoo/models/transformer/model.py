@@ -262,11 +262,14 @@ class EncoderDecoder(ZooModel):
     def call_with_cache(self, token_ids, cache, cache_index, context):
         """The cached step: (B, T) target ids at positions cache_index.. ->
         ((B, T, V) float32 logits, cache with those positions written), in
-        inference mode. `context` comes from `start`."""
+        inference mode. `cache_index` is a scalar, or (B,) one a row (each
+        row at its own position: the positions, the cache write, the causal
+        mask and T5's bias all read it per row). `context` comes from
+        `start`."""
         cross_caches, source_padding_mask = context
         x, new_cache = self.embed_target(token_ids, start_index=cache_index, training=False), []
         bias = self._position_bias(self.decoder_position_bias, x, key_length=ops.shape(cache[0])[3],
-                                   start_index=cache_index)  # (1, h, T, S_max)
+                                   start_index=cache_index)  # (1 or B, h, T, L)
         for block, block_cache, cross_cache in zip(self.decoder_blocks, cache, cross_caches):
             x, block_cache = block.call(
                 x,
