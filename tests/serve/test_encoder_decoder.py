@@ -58,6 +58,7 @@ def test_a_completion_is_the_greedy_translation_of_its_prompt(served, translator
     assert "".join(chunk.choices[0].text for chunk in pieces) == expected[0]
 
 
+@pytest.mark.integration  # a server of its own, and a stream slowed down
 def test_a_request_joins_a_running_translation_in_the_slots(translator):
     server = Server(translator, name="translator", max_batch=4)
     slots = server.service.scheduler.slots

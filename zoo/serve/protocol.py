@@ -460,7 +460,7 @@ class Health(Response):
     model: str
     waiting: int
     running: int
-    slots: SlotsHealth | None = None  # a decoder-only model's (continuous batching)
+    slots: SlotsHealth | None = None  # the slots (continuous batching), when the model decodes in them
     limits: HealthLimits
 
 
