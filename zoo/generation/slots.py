@@ -20,6 +20,13 @@ inserted into a free slot (`Insert`); every step then runs one compiled
 cached step takes a (B,) `cache_index`), empty slots masked by the host.
 A finished or cancelled request frees its slot at once.
 
+A request may follow a grammar (`zoo.generation.constraints`: a JSON
+schema, a regular expression, choices): its slot's row of the packed
+bitmask of allowed tokens is written by its own llguidance matcher
+before each step, and the step removes the disallowed tokens' logits
+for the constrained slots alone (one program for any grammars; free
+slots untouched).
+
 What `zoo.generate` holds holds here: a row's draw at a position comes
 from its seed and that position alone, and the first new token's logits
 come from a one-token step on the prompt's last token, as in the engine's
@@ -47,6 +54,7 @@ import numpy as np
 from keras import ops, tree
 
 from zoo.generation import compiled, loop, samplers
+from zoo.generation.constraints import Constraints
 from zoo.generation.controls import Controls
 from zoo.generation.interface import check_model
 
@@ -64,11 +72,14 @@ class SlotRequest:
             (the budget, or the model's window), or None.
         cached_tokens: how many prompt positions came from the prefix cache.
         slot: its slot while it decodes, else None.
+        constraint: its one row's `Constraints` (its grammar), or None.
+        error: why it was stopped (its grammar cannot go on), or None.
     """
 
-    def __init__(self, prompt, budget, sampling, controls):
+    def __init__(self, prompt, budget, sampling, controls, constraint=None):
         self.prompt, self.budget = list(prompt), budget
-        self.sampling, self.controls = sampling, controls
+        self.sampling, self.controls, self.constraint = sampling, controls, constraint
+        self.error = None
         self.new_tokens, self.probabilities = [], []
         self.finish_reason = None
         self.cached_tokens = 0
@@ -94,13 +105,16 @@ class Slots:
         prefix_cache_tokens: the most prompt positions kept in the prefix
             cache; 0 keeps none.
         block_tokens: the positions of one prefix-cache block.
+        tokenizer: the tokenizer whose tokens a constrained request's
+            grammar reads (`zoo.generation.constraints.vocabulary`); the
+            model's own when None.
 
     Attributes:
         prefix_cache: the `PrefixCache`, or None.
     """
 
     def __init__(self, model, max_batch=8, stop_token_ids=(), *, prefill_chunk=None, prefix_cache_tokens=0,
-                 block_tokens=16):
+                 block_tokens=16, tokenizer=None):
         check_model(model)
         if model.is_encoder_decoder:
             raise ValueError(f"{type(model).__name__} is an encoder-decoder; slots decode decoder-only models.")
@@ -123,6 +137,9 @@ class Slots:
         self.sampling = samplers.Sampling(max_batch, model.vocabulary_size).arrays()  # greedy
         self.controls = Controls(max_batch, model.vocabulary_size).arrays()  # off
         self.controlled = np.zeros(max_batch, bool)
+        self.tokenizer = tokenizer
+        self.bitmask = None  # (B, W) int32, each constrained slot's allowed tokens; made by the first grammar
+        self.constrained = np.zeros(max_batch, bool)
         self.requests = [None] * max_batch  # each slot's request
         self.waiting = collections.deque()  # added, not yet in a slot
 
@@ -135,11 +152,13 @@ class Slots:
     def in_use(self):
         return sum(r is not None for r in self.requests)
 
-    def add(self, prompt, budget, sampling=None, controls=None):
+    def add(self, prompt, budget, sampling=None, controls=None, constraint=None):
         """Queues a request (it is prefilled and inserted by the next
         `step`s); returns its `SlotRequest`. `sampling` and `controls`: one
-        row's settings of `Sampling` and `Controls`. A prompt plus budget
-        past the model's window is refused."""
+        row's settings of `Sampling` and `Controls`; `constraint`: the
+        grammar its tokens follow (`zoo.generation.constraints.grammar`'s
+        str), or None. A prompt plus budget past the model's window, or a
+        grammar no token can begin, is refused."""
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise ValueError("A prompt needs at least one token.")
@@ -152,9 +171,25 @@ class Slots:
                              f"model's window of {self.window} positions.")
         row_sampling = samplers.Sampling(1, self.model.vocabulary_size, **(sampling or {}))
         row_controls = Controls(1, self.model.vocabulary_size, **(controls or {}))
-        request = SlotRequest(prompt, int(budget), row_sampling, row_controls)
+        request = SlotRequest(prompt, int(budget), row_sampling, row_controls, self._constraint(constraint))
         self.waiting.append(request)
         return request
+
+    def _constraint(self, grammar):
+        """One row's `Constraints` of `grammar`, or None without one."""
+        if grammar is None:
+            return None
+        if not isinstance(grammar, str):
+            raise ValueError("`constraint` must be a grammar (a str of zoo.generation.constraints.grammar) or None; "
+                             f"got {type(grammar).__name__}.")
+        tokenizer = self.tokenizer or getattr(self.model, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError(f"Constrained decoding reads the vocabulary's text: the {type(self.model).__name__} "
+                             "carries no tokenizer; attach one (model.tokenizer = ...) or pass `tokenizer=`.")
+        constraint = Constraints(tokenizer, self.model.vocabulary_size, self.stop_token_ids, [grammar])
+        if self.bitmask is None:
+            self.bitmask = np.full((self.batch, constraint.bitmask.shape[1]), -1, "int32")
+        return constraint
 
     def finish(self, request):
         """Ends `request` now (cancelled, or a stop string came): its slot is free at once."""
@@ -254,23 +289,28 @@ class Slots:
         for name, values in request.controls.arrays().items():
             self.controls[name][slot] = values[0]
         self.controlled[slot] = request.controls.active
+        if request.constraint is not None:
+            self.bitmask[slot] = request.constraint.bitmask[0]
+            self.constrained[slot] = True
 
     def _release(self, request):
         if request.slot is not None:
             self.requests[request.slot] = None
             self.controlled[request.slot] = False
+            self.constrained[request.slot] = False
             request.slot = None
         if request in self.waiting:
             self.waiting.remove(request)
         request.cache = None
 
     def _decode(self):
-        controlled = bool(self.controlled.any())
+        controlled, constrained = bool(self.controlled.any()), bool(self.constrained.any())
         variant = self._variant()
-        key = ("slot step", self.batch, self.length, variant, controlled)
-        function = _function(self.model, key, SlotStep, self.model, variant, controlled)
+        key = ("slot step", self.batch, self.length, variant, controlled, constrained)
+        function = _function(self.model, key, SlotStep, self.model, variant, controlled, constrained)
         cache, tokens, probabilities = function.raw(self.cache, self.token_ids, self.position, self.prompt_lengths,
-                                                    self.sampling, *((self.controls,) if controlled else ()))
+                                                    self.sampling, *((self.controls,) if controlled else ()),
+                                                    *((self.bitmask, self.constrained) if constrained else ()))
         self.cache = cache
         tokens, probabilities = ops.convert_to_numpy(tokens), ops.convert_to_numpy(probabilities)
         gained = []
@@ -282,7 +322,9 @@ class Slots:
             self.token_ids[slot, self.position[slot]] = token
             request.new_tokens.append(token)
             request.probabilities.append(float(probabilities[slot]))
-            if token in self.stop_token_ids:
+            if self._consume(request, token):
+                request.finish_reason = STOP
+            elif token in self.stop_token_ids:
                 request.finish_reason = STOP
             elif len(request.new_tokens) >= request.budget:
                 request.finish_reason = LENGTH
@@ -290,6 +332,20 @@ class Slots:
             if request.finished:
                 self._release(request)
         return gained
+
+    def _consume(self, request, token):
+        """Advances a constrained request's grammar by `token` and writes
+        its slot's next mask; True when it has ended (its grammar is
+        complete, or cannot go on: then `request.error` says why)."""
+        if request.constraint is None:
+            return False
+        try:
+            ended = request.constraint.consume(0, token)
+        except (ValueError, RuntimeError) as error:  # this request's grammar alone stops
+            request.error = error
+            return True
+        self.bitmask[request.slot] = request.constraint.bitmask[0]
+        return ended
 
     def _variant(self):
         """`Sampling.variant` of the slots in use: greedy slots alone compile
@@ -325,20 +381,22 @@ class SlotStep(loop._ModelFunction):
     Call arguments: `cache` the slots' (B, ..., L) cache, `token_ids` (B, L)
     int32 each slot's tokens so far, `position` (B,) int32 each slot's
     last token's position, `prompt_lengths` (B,) int32, `sampling` the
-    dict of `Sampling.arrays()` (B rows), and (when `controlled`) the dict
-    of `Controls.arrays()`. Returns `(cache, tokens (B,) int32,
+    dict of `Sampling.arrays()` (B rows), (when `controlled`) the dict
+    of `Controls.arrays()`, and (when `constrained`) the (B, W) int32
+    packed bitmask of allowed tokens and the (B,) bool flags of the
+    constrained slots (`zoo.generation.constraints.apply`). Returns `(cache, tokens (B,) int32,
     probabilities (B,) float32)`.
     """
 
-    def __init__(self, model, variant, controlled):
+    def __init__(self, model, variant, controlled, constrained=False):
         super().__init__(model)
-        self.chooser = loop.Chooser((), variant, controlled)
+        self.chooser = loop.Chooser((), variant, controlled, constrained)
 
-    def __call__(self, cache, token_ids, position, prompt_lengths, sampling, *controls):
+    def __call__(self, cache, token_ids, position, prompt_lengths, sampling, *rest):
         compiled.count_trace()
         last = ops.take_along_axis(token_ids, position[:, None], axis=1)  # (B, 1)
         logits, cache = self.model.call_with_cache(last, cache, position, None)  # (B, 1, V)
-        token, logits = self.chooser.given(sampling, controls)(logits[:, 0], token_ids, position + 1, prompt_lengths)
+        token, logits = self.chooser.given(sampling, rest)(logits[:, 0], token_ids, position + 1, prompt_lengths)
         return cache, token, loop.record(logits, token)["probability"]
 
     def what(self, cache, token_ids, *rest):

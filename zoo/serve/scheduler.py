@@ -14,7 +14,7 @@ one more is refused (`QueueFull`) rather than kept waiting without end. A
 request cancelled while it waits leaves the queue; one cancelled while it
 decodes ends its row.
 
-An encoder-decoder, and a request with a `constraint`, decode by static
+An encoder-decoder decodes by static
 batching: requests that arrive while the thread is busy, or within
 `gather_seconds` of one another when it is idle, form a batch, one
 `zoo.text.TextGeneration` per batch (right-padded prompts, shapes rounded
@@ -182,8 +182,9 @@ class Scheduler:
         self.max_batches, self.gather_seconds = max_batches, gather_seconds
         self.slots = None
         if speculation is None and not getattr(model, "is_encoder_decoder", False) and hasattr(model, "call_with_cache"):
-            self.slots = Slots(model, max_batch, auto_stop_ids(tokenizer_of(model, "zoo serve")),
-                               prefill_chunk=prefill_chunk, prefix_cache_tokens=prefix_cache_tokens)
+            tokenizer = tokenizer_of(model, "zoo serve")
+            self.slots = Slots(model, max_batch, auto_stop_ids(tokenizer), prefill_chunk=prefill_chunk,
+                               prefix_cache_tokens=prefix_cache_tokens, tokenizer=tokenizer)
         self.ended = collections.deque(maxlen=1000)
         self.batch_sizes = collections.deque(maxlen=1000)
         self.waiting = self.running = 0
@@ -250,8 +251,8 @@ class Scheduler:
                 self.running = sum(batch.decoding for batch in active) + len(rows)
 
     def _in_slots(self, job):
-        """Whether `job` decodes in a slot (a decoder-only model's, with no constraint)."""
-        return self.slots is not None and getattr(job, "constraint", None) is None
+        """Whether `job` decodes in a slot (a decoder-only model's)."""
+        return self.slots is not None
 
     def _slot_step(self, rows):
         """One step of the slots; the rows that ended leave `rows`."""
@@ -327,7 +328,7 @@ class _SlotRow:
         try:
             sampling = dict(sampler=job.sampler, temperature=job.temperature, top_p=job.top_p, seed=job.seed)
             controls = {name: value for name, value in job.controls.items() if value is not None}
-            self.request = slots.add(job.prompt_ids, job.max_tokens, sampling, controls)
+            self.request = slots.add(job.prompt_ids, job.max_tokens, sampling, controls, job.constraint)
             self.text = TextRow(tokenizer, job.prompt_ids, len(job.prompt_ids), tuple(job.stop),
                                 slots.stop_token_ids)
         except Exception as error:  # the request hears why, and the server goes on
@@ -336,6 +337,9 @@ class _SlotRow:
     def advance(self):
         """Gives out the text its new tokens make; ends the job when its request has finished."""
         request = self.request
+        if request.error is not None:
+            self.fail(request.error)
+            return
         piece = self.text.update(request.new_tokens, request.finish_reason)
         if self.text.finish_reason is not None and not request.finished:
             self.slots.finish(request)  # a stop string: the slot is free at once
