@@ -51,7 +51,7 @@ import collections
 import hashlib
 
 import numpy as np
-from keras import ops, tree
+from keras import backend, ops, tree
 
 from zoo.generation import compiled, loop, samplers
 from zoo.generation.constraints import Constraints
@@ -228,10 +228,9 @@ class Slots:
             request.cache, request.prefilled = self._start_cache(request)
             if self._ready(request):
                 return
-        if self.prefill_chunk is None:  # the rest whole, its length bucketed (a few programs)
-            chunk = min(max(_power_of_two(end - request.prefilled), 16), self.length)
-        else:
-            chunk = min(self.prefill_chunk, self.length)
+        # The rest whole (or at most `prefill_chunk` of it), its length bucketed to a power of
+        # two: a few programs, and a short rest (a prompt after its cached prefix) costs little.
+        chunk = min(max(_power_of_two(end - request.prefilled), 16), self.prefill_chunk or self.length, self.length)
         while True:
             # A chunk of C positions ending inside the prompt: the last one overlaps the positions
             # before it (their keys and values computed again, the same) rather than run past L.
@@ -258,7 +257,7 @@ class Slots:
         if not blocks:
             return empty, 0
         filled = len(blocks) * self.prefix_cache.block_tokens
-        arrays = [np.array(ops.convert_to_numpy(x)) for x in tree.flatten(empty)]
+        arrays = [np.zeros(x.shape, _numpy_dtype(x)) for x in tree.flatten(empty)]
         for b, block in enumerate(blocks):
             at = slice(b * self.prefix_cache.block_tokens, (b + 1) * self.prefix_cache.block_tokens)
             for layer, values in zip(arrays, block):
@@ -388,6 +387,8 @@ class SlotStep(loop._ModelFunction):
     probabilities (B,) float32)`.
     """
 
+    donates_first = True  # the cache, written in place on JAX
+
     def __init__(self, model, variant, controlled, constrained=False):
         super().__init__(model)
         self.chooser = loop.Chooser((), variant, controlled, constrained)
@@ -408,6 +409,8 @@ class PrefillChunk(loop._ModelFunction):
     at positions start.. written to its own (1, ..., L) cache. Call
     arguments: `cache`, `ids`, `start` () int32. Returns the cache."""
 
+    donates_first = True  # the cache, written in place on JAX
+
     def __call__(self, cache, ids, start):
         compiled.count_trace()
         _, cache = self.model.call_with_cache(ids, cache, start, None)
@@ -420,6 +423,8 @@ class PrefillChunk(loop._ModelFunction):
 class Insert(loop._ModelFunction):
     """The traced insertion of a prefilled request's (1, ..., L) cache into
     slot `slot` of the slots' (B, ..., L) cache. Returns the slots' cache."""
+
+    donates_first = True  # the cache, written in place on JAX
 
     def __call__(self, cache, row, slot):
         compiled.count_trace()
@@ -492,6 +497,10 @@ class PrefixCache:
             self.entries[key] = [np.array(layer[0, :, :, at]) for layer in arrays]
             while self.tokens > self.capacity_tokens:
                 self.entries.popitem(last=False)
+
+
+def _numpy_dtype(x):
+    return np.dtype(backend.standardize_dtype(x.dtype))
 
 
 def _power_of_two(n):

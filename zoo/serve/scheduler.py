@@ -163,6 +163,9 @@ class Scheduler:
             model, or `prompt_lookup_num_tokens`, ...); each request then
             decodes in a batch of its own (no slots), its tokens proposed
             and checked several at a time.
+        continuous: False decodes a decoder-only model by static
+            batching too, as an encoder-decoder (llama.cpp server's
+            `--no-cont-batching`: a benchmark's baseline).
 
     Attributes:
         ended: the latest ended jobs, `(job id, new tokens computed, finish
@@ -176,12 +179,13 @@ class Scheduler:
     """
 
     def __init__(self, model, max_batch=8, max_queue=64, max_batches=8, gather_seconds=0.04, prefill_chunk=None,
-                 prefix_cache_tokens=0, speculation=None):
+                 prefix_cache_tokens=0, speculation=None, continuous=True):
         self.model, self.max_batch, self.max_queue = model, max_batch, max_queue
         self.speculation = speculation
         self.max_batches, self.gather_seconds = max_batches, gather_seconds
         self.slots = None
-        if speculation is None and not getattr(model, "is_encoder_decoder", False) and hasattr(model, "call_with_cache"):
+        if (continuous and speculation is None and not getattr(model, "is_encoder_decoder", False)
+                and hasattr(model, "call_with_cache")):
             tokenizer = tokenizer_of(model, "zoo serve")
             self.slots = Slots(model, max_batch, auto_stop_ids(tokenizer), prefill_chunk=prefill_chunk,
                                prefix_cache_tokens=prefix_cache_tokens, tokenizer=tokenizer)
