@@ -318,3 +318,86 @@ def test_a_grammar_the_vocabulary_cannot_spell_is_refused(char_lm):
         with pytest.raises(ValueError, match="Row 0's constraint cannot") as error:
             zoo.generate(char_lm, "a", max_new_tokens=8, regex=regex)
         assert "\n" not in str(error.value)
+
+
+# --- Constrained requests in slots (continuous batching) -----------------------------------------
+
+
+def test_constrained_requests_in_slots_get_generates_tokens(char_lm):
+    """Requests with grammars and a free one, joining the slots at different
+    steps, each get the tokens `Decoding` gives it alone; every constrained
+    output is valid, and a slot freed by a grammar's end takes the next."""
+    from zoo.generation.slots import STOP, Slots
+
+    end = _end(char_lm)
+    prompts = [char_lm.tokenizer(text).tolist() for text in ("ab", "xyz", "c", "abc d")]
+    grammars = [constraints.grammar(json_schema=SCHEMA), None, constraints.grammar(regex=REGEX),
+                constraints.grammar(choices=CHOICES)]
+    settings = [dict(sampler="top_k", top_k=8, seed=2), dict(sampler="top_p", top_p=0.9, seed=4), None,
+                dict(sampler="temperature", temperature=1.5, seed=9)]
+    budget = 120
+    expected = [Decoding(char_lm, [p], budget, s, [end], constraints=None if g is None else [g]).run().new_tokens[0]
+                for p, g, s in zip(prompts, grammars, settings)]
+    slots = Slots(char_lm, max_batch=2, stop_token_ids=[end], prefill_chunk=2)
+    joins = {0: 0, 1: 1, 3: 2, 4: 3}
+    requests, step = [], 0
+    while step <= max(joins) or slots.busy:
+        if step in joins:
+            i = joins[step]
+            requests.append(slots.add(prompts[i], budget, settings[i], constraint=grammars[i]))
+        slots.step()
+        step += 1
+    for request, want in zip(requests, expected):
+        assert request.new_tokens == want and request.error is None
+    texts = [char_lm.tokenizer.detokenize([t for t in r.new_tokens if t != end]) for r in requests]
+    jsonschema.validate(json.loads(texts[0]), SCHEMA)
+    assert re.fullmatch(REGEX, texts[2]) and texts[3] in CHOICES
+    assert requests[0].finish_reason == STOP and not slots.constrained.any() and slots.in_use == 0
+
+
+def test_one_slot_step_program_serves_every_grammar(char_lm):
+    from zoo.generation.slots import Slots
+
+    slots = Slots(char_lm, max_batch=2, stop_token_ids=[_end(char_lm)])
+    prompt = char_lm.tokenizer("ab").tolist()
+
+    def run(*grammars):
+        for grammar in grammars:
+            slots.add(prompt, 20, dict(sampler="top_k", top_k=4, seed=0), constraint=grammar)
+        while slots.busy:
+            slots.step()
+
+    run(constraints.grammar(regex="[0-9]+"), None)
+    before = trace_count()
+    run(constraints.grammar(choices=CHOICES), constraints.grammar(json_schema=SCHEMA))
+    run(None, constraints.grammar(regex="[a-z]+ [a-z]+"))
+    assert trace_count() == before
+
+
+def test_slots_refuse_a_grammar_before_it_takes_a_slot(char_lm):
+    from zoo.generation.slots import Slots
+
+    slots = Slots(char_lm, max_batch=1, stop_token_ids=[_end(char_lm)])
+    with pytest.raises(ValueError, match="`constraint` must be a grammar"):
+        slots.add([1, 2], 8, constraint={"regex": "a"})
+    untokenized = Slots(zoo.build("gpt-nano", "causal_lm", vocabulary_size=64), max_batch=1)
+    with pytest.raises(ValueError, match="carries no tokenizer") as error:
+        untokenized.add([1, 2], 8, constraint=constraints.grammar(regex="[0-9]+"))
+    assert "\n" not in str(error.value)
+    assert not slots.busy and not untokenized.busy
+
+
+def test_a_grammar_that_cannot_go_on_ends_its_request_alone(char_lm):
+    """A grammar whose text no token continues stops its own request, with
+    the reason, and frees its slot; the request beside it goes on."""
+    from zoo.generation.slots import Slots
+
+    prompt = char_lm.tokenizer("ab").tolist()
+    slots = Slots(char_lm, max_batch=2)
+    stuck = slots.add(prompt, 8, constraint=constraints.grammar(regex="[0-9]€"))  # no token holds "€"
+    free = slots.add(prompt, 6)
+    while slots.busy:
+        slots.step()
+    assert isinstance(stuck.error, ValueError) and "cannot be completed" in str(stuck.error)
+    assert len(stuck.new_tokens) == 1 and stuck.finished and stuck.slot is None
+    assert free.error is None and free.new_tokens == Decoding(char_lm, [prompt], 6).run().new_tokens[0]

@@ -95,6 +95,12 @@ class Compiled:
     closure shares one, so compiling one function per shape (by design)
     would read as retracing. Its `what(*arrays)`, if it has one, names the
     program in the line a compilation writes on stderr.
+
+    A function whose `donates_first` is True gives its first input (a
+    key/value cache it returns updated) to the program on JAX, which then
+    writes the new cache into the same buffers (`jax.jit`'s
+    `donate_argnums`) instead of copying the whole cache for each new
+    position; the caller must not read that input again.
     """
 
     def __init__(self, function):
@@ -107,7 +113,9 @@ class Compiled:
         elif self.backend == "jax":
             import jax
 
-            self.compiled = jax.jit(self.stateless)
+            self.donating = bool(getattr(function, "donates_first", False))
+            self.compiled = jax.jit(self.stateless_donating, donate_argnums=(1,)) if self.donating else jax.jit(
+                self.stateless)
         else:
             self.compiled = function
 
@@ -126,6 +134,11 @@ class Compiled:
             # matching a `tf.function`'s signature on every call costs
             # milliseconds, a stream calls once per token.
             return called(*arrays)
+        return self._call_jax(arrays)
+
+    def _call_jax(self, arrays):
+        if self.donating:
+            return self.compiled(self._state(), arrays[0], arrays[1:])
         return self.compiled(self._state(), arrays)
 
     def _first_call(self, signature, arrays):
@@ -135,7 +148,7 @@ class Compiled:
             if self.backend == "jax":
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    outputs = self.compiled(self._state(), arrays)
+                    outputs = self._call_jax(arrays)
                 for warning in caught:
                     if compile_cache.repair_jax([warning], self.cache):
                         compiling.note("a corrupt cache entry was compiled again")
@@ -188,6 +201,10 @@ class Compiled:
                                   zip(model.non_trainable_variables, non_trainable))
         with keras.StatelessScope(state_mapping=mapping):
             return self.function(*arrays)
+
+    def stateless_donating(self, state, first, rest):
+        """`stateless` with the first input apart, for `donate_argnums`."""
+        return self.stateless(state, (first, *rest))
 
 
 def _signature(arrays):

@@ -20,6 +20,13 @@ inserted into a free slot (`Insert`); every step then runs one compiled
 cached step takes a (B,) `cache_index`), empty slots masked by the host.
 A finished or cancelled request frees its slot at once.
 
+A request may follow a grammar (`zoo.generation.constraints`: a JSON
+schema, a regular expression, choices): its slot's row of the packed
+bitmask of allowed tokens is written by its own llguidance matcher
+before each step, and the step removes the disallowed tokens' logits
+for the constrained slots alone (one program for any grammars; free
+slots untouched).
+
 What `zoo.generate` holds holds here: a row's draw at a position comes
 from its seed and that position alone, and the first new token's logits
 come from a one-token step on the prompt's last token, as in the engine's
@@ -55,9 +62,10 @@ import collections
 import hashlib
 
 import numpy as np
-from keras import ops, tree
+from keras import backend, ops, tree
 
 from zoo.generation import compiled, loop, prompts, samplers
+from zoo.generation.constraints import Constraints
 from zoo.generation.controls import Controls
 from zoo.generation.interface import check_model
 
@@ -78,11 +86,14 @@ class SlotRequest:
             (the budget, or the model's window), or None.
         cached_tokens: how many prompt positions came from the prefix cache.
         slot: its slot while it decodes, else None.
+        constraint: its one row's `Constraints` (its grammar), or None.
+        error: why it was stopped (its grammar cannot go on), or None.
     """
 
-    def __init__(self, prompt, budget, sampling, controls, source=None):
+    def __init__(self, prompt, budget, sampling, controls, constraint=None, source=None):
         self.prompt, self.budget, self.source = list(prompt), budget, source
-        self.sampling, self.controls = sampling, controls
+        self.sampling, self.controls, self.constraint = sampling, controls, constraint
+        self.error = None
         self.new_tokens, self.probabilities = [], []
         self.finish_reason = None
         self.cached_tokens = 0
@@ -110,6 +121,9 @@ class Slots:
         prefix_cache_tokens: the most prompt positions kept in the prefix
             cache; 0 keeps none (and an encoder-decoder takes none).
         block_tokens: the positions of one prefix-cache block.
+        tokenizer: the tokenizer whose tokens a constrained request's
+            grammar reads (`zoo.generation.constraints.vocabulary`); the
+            model's own when None.
         suppress_token_ids: ids never chosen (Marian's `<pad>`), as
             `zoo.generate`'s.
 
@@ -118,7 +132,7 @@ class Slots:
     """
 
     def __init__(self, model, max_batch=8, stop_token_ids=(), *, prefill_chunk=None, prefix_cache_tokens=0,
-                 block_tokens=16, suppress_token_ids=()):
+                 block_tokens=16, tokenizer=None, suppress_token_ids=()):
         check_model(model)
         for name, value, least in (("max_batch", max_batch, 1), ("prefix_cache_tokens", prefix_cache_tokens, 0),
                                    ("block_tokens", block_tokens, 1)):
@@ -146,6 +160,9 @@ class Slots:
         self.sampling = samplers.Sampling(max_batch, model.vocabulary_size).arrays()  # greedy
         self.controls = Controls(max_batch, model.vocabulary_size).arrays()  # off
         self.controlled = np.zeros(max_batch, bool)
+        self.tokenizer = tokenizer
+        self.bitmask = None  # (B, W) int32, each constrained slot's allowed tokens; made by the first grammar
+        self.constrained = np.zeros(max_batch, bool)
         self.requests = [None] * max_batch  # each slot's request
         self.waiting = collections.deque()  # added, not yet in a slot
 
@@ -158,12 +175,14 @@ class Slots:
     def in_use(self):
         return sum(r is not None for r in self.requests)
 
-    def add(self, prompt, budget, sampling=None, controls=None, source=None):
+    def add(self, prompt, budget, sampling=None, controls=None, constraint=None, source=None):
         """Queues a request (it is prefilled and inserted by the next
         `step`s); returns its `SlotRequest`. `sampling` and `controls`: one
-        row's settings of `Sampling` and `Controls`; `source`: an
-        encoder-decoder's source ids (its `prompt` the decoder's start). A
-        prompt plus budget past the model's window is refused."""
+        row's settings of `Sampling` and `Controls`; `constraint`: the
+        grammar its tokens follow (`zoo.generation.constraints.grammar`'s
+        str), or None; `source`: an encoder-decoder's source ids (its
+        `prompt` the decoder's start). A prompt plus budget past the
+        model's window, or a grammar no token can begin, is refused."""
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise ValueError("A prompt needs at least one token.")
@@ -177,7 +196,7 @@ class Slots:
         source = self._checked_source(source)
         row_sampling = samplers.Sampling(1, self.model.vocabulary_size, **(sampling or {}))
         row_controls = Controls(1, self.model.vocabulary_size, **(controls or {}))
-        request = SlotRequest(prompt, int(budget), row_sampling, row_controls, source)
+        request = SlotRequest(prompt, int(budget), row_sampling, row_controls, self._constraint(constraint), source)
         self.waiting.append(request)
         return request
 
@@ -200,6 +219,22 @@ class Slots:
             raise ValueError(f"The source ({len(source)} tokens) is longer than the model's window of {self.window} "
                              "positions.")
         return source
+
+    def _constraint(self, grammar):
+        """One row's `Constraints` of `grammar`, or None without one."""
+        if grammar is None:
+            return None
+        if not isinstance(grammar, str):
+            raise ValueError("`constraint` must be a grammar (a str of zoo.generation.constraints.grammar) or None; "
+                             f"got {type(grammar).__name__}.")
+        tokenizer = self.tokenizer or getattr(self.model, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError(f"Constrained decoding reads the vocabulary's text: the {type(self.model).__name__} "
+                             "carries no tokenizer; attach one (model.tokenizer = ...) or pass `tokenizer=`.")
+        constraint = Constraints(tokenizer, self.model.vocabulary_size, self.stop_token_ids, [grammar])
+        if self.bitmask is None:
+            self.bitmask = np.full((self.batch, constraint.bitmask.shape[1]), -1, "int32")
+        return constraint
 
     def finish(self, request):
         """Ends `request` now (cancelled, or a stop string came): its slot is free at once."""
@@ -240,10 +275,9 @@ class Slots:
             request.cache, request.prefilled = self._start_cache(request)
             if self._ready(request):
                 return
-        if self.prefill_chunk is None:  # the rest whole, its length bucketed (a few programs)
-            chunk = min(max(_power_of_two(end - request.prefilled), 16), self.length)
-        else:
-            chunk = min(self.prefill_chunk, self.length)
+        # The rest whole (or at most `prefill_chunk` of it), its length bucketed to a power of
+        # two: a few programs, and a short rest (a prompt after its cached prefix) costs little.
+        chunk = min(max(_power_of_two(end - request.prefilled), 16), self.prefill_chunk or self.length, self.length)
         while True:
             # A chunk of C positions ending inside the prompt: the last one overlaps the positions
             # before it (their keys and values computed again, the same) rather than run past L.
@@ -297,7 +331,7 @@ class Slots:
         if not blocks:
             return empty, 0
         filled = len(blocks) * self.prefix_cache.block_tokens
-        arrays = [np.array(ops.convert_to_numpy(x)) for x in tree.flatten(empty)]
+        arrays = [np.zeros(x.shape, _numpy_dtype(x)) for x in tree.flatten(empty)]
         for b, block in enumerate(blocks):
             at = slice(b * self.prefix_cache.block_tokens, (b + 1) * self.prefix_cache.block_tokens)
             for layer, values in zip(arrays, block):
@@ -336,24 +370,30 @@ class Slots:
         for name, values in request.controls.arrays().items():
             self.controls[name][slot] = values[0]
         self.controlled[slot] = request.controls.active
+        if request.constraint is not None:
+            self.bitmask[slot] = request.constraint.bitmask[0]
+            self.constrained[slot] = True
 
     def _release(self, request):
         if request.slot is not None:
             self.requests[request.slot] = None
             self.controlled[request.slot] = False
+            self.constrained[request.slot] = False
             request.slot = None
         if request in self.waiting:
             self.waiting.remove(request)
         request.cache = request.context = None
 
     def _decode(self):
-        controlled = bool(self.controlled.any())
+        controlled, constrained = bool(self.controlled.any()), bool(self.constrained.any())
         variant = self._variant()
-        key = ("slot step", self.batch, self.length, variant, controlled, self.suppress_token_ids)
-        function = _function(self.model, key, SlotStep, self.model, variant, controlled, self.suppress_token_ids)
+        key = ("slot step", self.batch, self.length, variant, controlled, constrained, self.suppress_token_ids)
+        function = _function(self.model, key, SlotStep, self.model, variant, controlled, constrained,
+                             self.suppress_token_ids)
         cache, tokens, probabilities = function.raw(self.cache, self.context, self.token_ids, self.position,
                                                     self.prompt_lengths, self.sampling,
-                                                    *((self.controls,) if controlled else ()))
+                                                    *((self.controls,) if controlled else ()),
+                                                    *((self.bitmask, self.constrained) if constrained else ()))
         self.cache = cache
         tokens, probabilities = ops.convert_to_numpy(tokens), ops.convert_to_numpy(probabilities)
         gained = []
@@ -365,7 +405,9 @@ class Slots:
             self.token_ids[slot, self.position[slot]] = token
             request.new_tokens.append(token)
             request.probabilities.append(float(probabilities[slot]))
-            if token in self.stop_token_ids:
+            if self._consume(request, token):
+                request.finish_reason = STOP
+            elif token in self.stop_token_ids:
                 request.finish_reason = STOP
             elif len(request.new_tokens) >= request.budget:
                 request.finish_reason = LENGTH
@@ -373,6 +415,20 @@ class Slots:
             if request.finished:
                 self._release(request)
         return gained
+
+    def _consume(self, request, token):
+        """Advances a constrained request's grammar by `token` and writes
+        its slot's next mask; True when it has ended (its grammar is
+        complete, or cannot go on: then `request.error` says why)."""
+        if request.constraint is None:
+            return False
+        try:
+            ended = request.constraint.consume(0, token)
+        except (ValueError, RuntimeError) as error:  # this request's grammar alone stops
+            request.error = error
+            return True
+        self.bitmask[request.slot] = request.constraint.bitmask[0]
+        return ended
 
     def _variant(self):
         """`Sampling.variant` of the slots in use: greedy slots alone compile
@@ -409,20 +465,24 @@ class SlotStep(loop._ModelFunction):
     encoder-decoder's (B, ...) context (else None), `token_ids` (B, L)
     int32 each slot's tokens so far, `position` (B,) int32 each slot's
     last token's position, `prompt_lengths` (B,) int32, `sampling` the
-    dict of `Sampling.arrays()` (B rows), and (when `controlled`) the dict
-    of `Controls.arrays()`. Returns `(cache, tokens (B,) int32,
+    dict of `Sampling.arrays()` (B rows), (when `controlled`) the dict
+    of `Controls.arrays()`, and (when `constrained`) the (B, W) int32
+    packed bitmask of allowed tokens and the (B,) bool flags of the
+    constrained slots (`zoo.generation.constraints.apply`). Returns `(cache, tokens (B,) int32,
     probabilities (B,) float32)`.
     """
 
-    def __init__(self, model, variant, controlled, suppress_token_ids=()):
-        super().__init__(model)
-        self.chooser = loop.Chooser(suppress_token_ids, variant, controlled)
+    donates_first = True  # the cache, written in place on JAX
 
-    def __call__(self, cache, context, token_ids, position, prompt_lengths, sampling, *controls):
+    def __init__(self, model, variant, controlled, constrained=False, suppress_token_ids=()):
+        super().__init__(model)
+        self.chooser = loop.Chooser(suppress_token_ids, variant, controlled, constrained)
+
+    def __call__(self, cache, context, token_ids, position, prompt_lengths, sampling, *rest):
         compiled.count_trace()
         last = ops.take_along_axis(token_ids, position[:, None], axis=1)  # (B, 1)
         logits, cache = self.model.call_with_cache(last, cache, position, context)  # (B, 1, V)
-        token, logits = self.chooser.given(sampling, controls)(logits[:, 0], token_ids, position + 1, prompt_lengths)
+        token, logits = self.chooser.given(sampling, rest)(logits[:, 0], token_ids, position + 1, prompt_lengths)
         return cache, token, loop.record(logits, token)["probability"]
 
     def what(self, cache, context, token_ids, *rest):
@@ -434,6 +494,8 @@ class PrefillChunk(loop._ModelFunction):
     at positions start.. written to its own (1, ..., L) cache. Call
     arguments: `cache`, `ids`, `start` () int32, `context` an
     encoder-decoder's (1, ...) context (else None). Returns the cache."""
+
+    donates_first = True  # the cache, written in place on JAX
 
     def __call__(self, cache, ids, start, context):
         compiled.count_trace()
@@ -483,6 +545,8 @@ class Insert(loop._ModelFunction):
     `slot` of the slots' (B, ...) tensors: its (1, ..., L) cache into the
     slots' cache, or an encoder-decoder's (1, ...) context into theirs.
     Returns the slots' tensors."""
+
+    donates_first = True  # the cache, written in place on JAX
 
     def __call__(self, cache, row, slot):
         compiled.count_trace()
@@ -555,6 +619,10 @@ class PrefixCache:
             self.entries[key] = [np.array(layer[0, :, :, at]) for layer in arrays]
             while self.tokens > self.capacity_tokens:
                 self.entries.popitem(last=False)
+
+
+def _numpy_dtype(x):
+    return np.dtype(backend.standardize_dtype(x.dtype))
 
 
 def _power_of_two(n):

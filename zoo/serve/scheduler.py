@@ -15,13 +15,13 @@ most `max_queue`: one more is refused (`QueueFull`) rather than kept
 waiting without end. A request cancelled while it waits leaves the
 queue; one cancelled while it decodes ends its row.
 
-A request with a `constraint`, and every request under speculative
-decoding, decode by static batching: requests that arrive while the
-thread is busy, or within `gather_seconds` of one another when it is
-idle, form a batch, one `zoo.text.TextGeneration` per batch
-(right-padded prompts, shapes rounded up, a batch of several requests to
-`max_batch` rows); at most `max_batches` of them take turns, one
-decoding step each, beside the slots' steps.
+Under speculative decoding (and with `continuous=False`), requests
+decode by static batching: requests that arrive while the thread is
+busy, or within `gather_seconds` of one another when it is idle, form a
+batch, one `zoo.text.TextGeneration` per batch (right-padded prompts,
+shapes rounded up, a batch of several requests to `max_batch` rows); at
+most `max_batches` of them take turns, one decoding step each, beside
+the slots' steps.
 
 A `ModelJob` (a `ScoreJob`: the log-probabilities of given tokens,
 `zoo.score`; an `EmbedJob`: sentence embeddings, `zoo.embed`) runs on the
@@ -165,6 +165,9 @@ class Scheduler:
             model, or `prompt_lookup_num_tokens`, ...); each request then
             decodes in a batch of its own (no slots), its tokens proposed
             and checked several at a time.
+        continuous: False decodes by static batching, without slots
+            (llama.cpp server's `--no-cont-batching`: a benchmark's
+            baseline).
 
     Attributes:
         ended: the latest ended jobs, `(job id, new tokens computed, finish
@@ -174,18 +177,19 @@ class Scheduler:
             batches.
         waiting: the requests submitted and not yet decoding.
         running: the requests decoding now.
-        slots: the `Slots`, or None (speculative decoding).
+        slots: the `Slots`, or None (speculative decoding; `continuous=False`).
     """
 
     def __init__(self, model, max_batch=8, max_queue=64, max_batches=8, gather_seconds=0.04, prefill_chunk=None,
-                 prefix_cache_tokens=0, speculation=None):
+                 prefix_cache_tokens=0, speculation=None, continuous=True):
         self.model, self.max_batch, self.max_queue = model, max_batch, max_queue
         self.speculation = speculation
         self.max_batches, self.gather_seconds = max_batches, gather_seconds
         self.slots = None
-        if speculation is None and hasattr(model, "call_with_cache"):
+        if continuous and speculation is None and hasattr(model, "call_with_cache"):
+            tokenizer = tokenizer_of(model, "zoo serve")
             self.slots = Slots(model, max_batch, prefill_chunk=prefill_chunk, prefix_cache_tokens=prefix_cache_tokens,
-                               **_decoding_ends(model))
+                               tokenizer=tokenizer, **_decoding_ends(model, tokenizer))
         self.ended = collections.deque(maxlen=1000)
         self.batch_sizes = collections.deque(maxlen=1000)
         self.waiting = self.running = 0
@@ -252,8 +256,8 @@ class Scheduler:
                 self.running = sum(batch.decoding for batch in active) + len(rows)
 
     def _in_slots(self, job):
-        """Whether `job` decodes in a slot (with no constraint)."""
-        return self.slots is not None and getattr(job, "constraint", None) is None
+        """Whether `job` decodes in a slot."""
+        return self.slots is not None
 
     def _slot_step(self, rows):
         """One step of the slots; the rows that ended leave `rows`."""
@@ -334,7 +338,7 @@ class _SlotRow:
                 prompt, _, settled = sampled_decoding(tokenizer)
                 source, controls = job.prompt_ids, {**settled, **controls}
                 budget = min(budget, slots.window - len(prompt))
-            self.request = slots.add(prompt, budget, sampling, controls, source=source)
+            self.request = slots.add(prompt, budget, sampling, controls, job.constraint, source=source)
             self.text = TextRow(tokenizer, prompt if source is None else [], len(job.prompt_ids), tuple(job.stop),
                                 slots.stop_token_ids)
         except Exception as error:  # the request hears why, and the server goes on
@@ -343,6 +347,9 @@ class _SlotRow:
     def advance(self):
         """Gives out the text its new tokens make; ends the job when its request has finished."""
         request = self.request
+        if request.error is not None:
+            self.fail(request.error)
+            return
         piece = self.text.update(request.new_tokens, request.finish_reason)
         if self.text.finish_reason is not None and not request.finished:
             self.slots.finish(request)  # a stop string: the slot is free at once
@@ -434,11 +441,10 @@ class _Batch:
                 job.put((ERROR, message))
 
 
-def _decoding_ends(model):
+def _decoding_ends(model, tokenizer):
     """The slots' stop ids and suppressed ids, as `zoo.text.TextGeneration`
     decodes the model: an encoder-decoder stops at its `[END]` and never
     chooses what its checkpoint bars (Marian's `<pad>`)."""
-    tokenizer = tokenizer_of(model, "zoo serve")
     if not getattr(model, "is_encoder_decoder", False):
         return dict(stop_token_ids=auto_stop_ids(tokenizer))
     return dict(stop_token_ids=[special_id(tokenizer, "end")], suppress_token_ids=sampled_decoding(tokenizer)[1])
