@@ -442,6 +442,14 @@ def _write_rows(cache, kv, cache_index):
     """The cache with each row's T new positions written from its own
     `cache_index`: (B, 2, g, S, k), (B, 2, g, T, k), (B,) -> (B, 2, g, S, k)."""
     length, new = cache.shape[3], kv.shape[3]
+    if new == 1 and cache.shape[0] is not None:
+        # A decoding step: each row's one position written where it lies (one update of
+        # (1, 2, g, 1, k) a row, done in place by XLA), not a select over the whole cache.
+        index = ops.cast(cache_index, "int32")
+        kv = ops.cast(kv, cache.dtype)
+        for b in range(cache.shape[0]):
+            cache = ops.slice_update(cache, [b, 0, 0, index[b], 0], kv[b:b + 1])
+        return cache
     offset = ops.expand_dims(ops.arange(length, dtype="int32"), 0) - ops.expand_dims(
         ops.cast(cache_index, "int32"), 1)  # (B, S): a slot's place among the new positions
     inside = ops.logical_and(offset >= 0, offset < new)[:, None, None, :, None]  # (B, 1, 1, S, 1)
