@@ -42,7 +42,7 @@ test: $(STAMP) browser
 	KERAS_BACKEND=jax $(PY) -m pytest -q $(XDIST) $(JAX_QUICK) --ignore=tests/layers/test_docstrings.py
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q $(XDIST)
 
-# A contributor's inner loop, about two minutes: one fast file of each package, on TensorFlow.
+# A contributor's inner loop, under a minute: one fast file of each package, on TensorFlow.
 QUICK := tests/layers/test_layer_normalization.py tests/generation/test_interface.py \
 	tests/tokenizers/test_tokenizers.py tests/data/test_columns.py tests/models/test_config.py \
 	tests/checkpoints/test_errors.py tests/training/test_schedules.py tests/text/test_text_api.py \
