@@ -1,5 +1,6 @@
 """Servers of `zoo serve` on 127.0.0.1, in this process (a thread runs uvicorn)."""
 
+import json
 import threading
 import time
 
@@ -62,3 +63,37 @@ def served(lm):
     server = Server(lm)
     yield server
     server.stop()
+
+
+def join_mid_stream(server, streamed, joining):
+    """Streams the completion body `streamed` and, once its first piece has
+    come, posts `joining`, the slots' steps slowed so that it surely joins
+    mid-stream. Returns `(the stream's text, the joining request's answer)`."""
+    import httpx
+
+    slots = server.service.scheduler.slots
+    step = slots.step
+
+    def slow_step():
+        time.sleep(0.05)
+        return step()
+
+    slots.step = slow_step
+    first_piece, texts = threading.Event(), {}
+
+    def stream():
+        pieces = []
+        with httpx.stream("POST", server.url + "/v1/completions", json={**streamed, "stream": True},
+                          timeout=120) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    pieces.extend(choice["text"] for choice in json.loads(line[6:])["choices"])
+                    first_piece.set()
+        texts["streamed"] = "".join(pieces)
+
+    streaming = threading.Thread(target=stream)
+    streaming.start()
+    assert first_piece.wait(120)
+    answer = httpx.post(server.url + "/v1/completions", json=joining, timeout=120).json()
+    streaming.join(120)
+    return texts["streamed"], answer

@@ -5,9 +5,6 @@ slots, a request joining a running stream and getting its answer alone;
 what it cannot answer refused in one line (echo, logprobs, best_of,
 chat)."""
 
-import json
-import threading
-import time
 
 import httpx
 import keras
@@ -15,7 +12,7 @@ import openai
 import pytest
 
 import zoo
-from tests.serve.conftest import Server
+from tests.serve.conftest import Server, join_mid_stream
 from zoo.tokenizers import WordTokenizer
 
 ENGLISH = ["a dog runs in the park", "two dogs run", "the cat sat on the mat", "a man sleeps"]
@@ -63,36 +60,14 @@ def test_a_request_joins_a_running_translation_in_the_slots(translator):
     server = Server(translator, name="translator", max_batch=4)
     slots = server.service.scheduler.slots
     assert slots is not None and slots.encoder_decoder
-    step = slots.step
-
-    def slow_step():  # a model slow enough that the second request surely arrives mid-stream
-        time.sleep(0.05)
-        return step()
-
-    slots.step = slow_step
     try:
-        first_piece, texts = threading.Event(), {}
-
-        def stream():
-            body = {"model": "translator", "prompt": ENGLISH[2], "max_tokens": 11, "temperature": 0, "stream": True}
-            pieces = []
-            with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as response:
-                for line in response.iter_lines():
-                    if line.startswith("data: {"):
-                        pieces.extend(choice["text"] for choice in json.loads(line[6:])["choices"])
-                        first_piece.set()
-            texts["long"] = "".join(pieces)
-
-        streaming = threading.Thread(target=stream)
-        streaming.start()
-        assert first_piece.wait(120)
-        body = {"model": "translator", "prompt": ENGLISH[1], "max_tokens": 6, "temperature": 0.9, "seed": 5}
-        answer = httpx.post(server.url + "/v1/completions", json=body, timeout=120).json()
-        streaming.join(120)
+        long, answer = join_mid_stream(
+            server, {"model": "translator", "prompt": ENGLISH[2], "max_tokens": 11, "temperature": 0},
+            {"model": "translator", "prompt": ENGLISH[1], "max_tokens": 6, "temperature": 0.9, "seed": 5})
         assert max(server.service.scheduler.batch_sizes) == 2  # decoded beside the stream
         alone = zoo.stream(translator, ENGLISH[1], max_new_tokens=6, sampler="temperature", temperature=0.9, seed=5)
         assert answer["choices"][0]["text"] == "".join(alone)
-        assert texts["long"] == zoo.translate(translator, [ENGLISH[2]], num_beams=1, max_length=11)[0]
+        assert long == zoo.translate(translator, [ENGLISH[2]], num_beams=1, max_length=11)[0]
         assert answer["usage"]["prompt_tokens"] == len(translator.source_tokenizer(ENGLISH[1]))
         health = httpx.get(server.url + "/health").json()
         assert health["slots"]["slots"] == 4 and health["slots"]["in_use"] == 0

@@ -4,15 +4,12 @@ a prompt that begins as an earlier one did reads its first blocks from
 the prefix cache (`usage.prompt_tokens_details.cached_tokens`) and gets
 the same answer; `/health` reports the slots."""
 
-import json
-import threading
-import time
 
 import httpx
 import pytest
 
 import zoo
-from tests.serve.conftest import Server
+from tests.serve.conftest import Server, join_mid_stream
 
 pytest.importorskip("starlette")
 
@@ -21,38 +18,14 @@ LONG = "ROMEO: But soft, what"  # 21 characters: one block of 16 tokens, and the
 
 def test_a_request_joins_a_running_stream_and_gets_its_answer_alone(lm):
     server = Server(lm, max_batch=4, prefill_chunk=4)
-    slots = server.service.scheduler.slots
-    step = slots.step
-
-    def slow_step():  # a model slow enough that the second request surely arrives mid-stream
-        time.sleep(0.05)
-        return step()
-
-    slots.step = slow_step
     try:
-        first_piece, texts = threading.Event(), {}
-
-        def stream():
-            body = {"model": "lm", "prompt": "R", "max_tokens": 30, "temperature": 0, "stream": True}
-            pieces = []
-            with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as response:
-                for line in response.iter_lines():
-                    if line.startswith("data: {"):
-                        choices = json.loads(line[6:])["choices"]
-                        pieces.extend(choice["text"] for choice in choices)
-                        first_piece.set()
-            texts["long"] = "".join(pieces)
-
-        streaming = threading.Thread(target=stream)
-        streaming.start()
-        assert first_piece.wait(120)
-        body = {"model": "lm", "prompt": "JULIET: ", "max_tokens": 6, "temperature": 0.9, "seed": 5}
-        answer = httpx.post(server.url + "/v1/completions", json=body, timeout=120).json()
-        streaming.join(120)
+        long, answer = join_mid_stream(
+            server, {"model": "lm", "prompt": "R", "max_tokens": 30, "temperature": 0},
+            {"model": "lm", "prompt": "JULIET: ", "max_tokens": 6, "temperature": 0.9, "seed": 5})
         assert max(server.service.scheduler.batch_sizes) == 2  # decoded beside the stream
         assert answer["choices"][0]["text"] == zoo.generate(lm, "JULIET: ", max_new_tokens=6, sampler="temperature",
                                                             temperature=0.9, seed=5)[len("JULIET: "):]
-        assert texts["long"] == zoo.generate(lm, "R", max_new_tokens=30)[1:]
+        assert long == zoo.generate(lm, "R", max_new_tokens=30)[1:]
         health = httpx.get(server.url + "/health").json()
         assert health["slots"]["slots"] == 4 and health["slots"]["in_use"] == 0
     finally:
