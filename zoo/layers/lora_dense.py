@@ -6,6 +6,7 @@ Shape letters: B batch, T length, d_in and d_out the widths.
 import keras
 from keras import ops
 
+from zoo.kernels import integer_matmul
 from zoo.layers.dequantized import after
 
 
@@ -69,8 +70,9 @@ class LoraDense(keras.layers.Dense):
         groups, the groups' scales and zero points (groups, d_out) and each
         input row's group (d_in,). A kernel with one scale per column
         multiplies the integers (the inputs quantized too where Keras'
-        config says so) and de-scales the product; one in groups with zero
-        points is dequantized first.
+        config says so, then in `zoo.kernels.integer_matmul`, which reads
+        the int8 kernel itself on a CPU) and de-scales the product; one in
+        groups with zero points is dequantized first.
 
         In training, both products read the weights through `after`
         (zoo.layers.dequantized): the forward pass's once x exists, the
@@ -98,7 +100,9 @@ class LoraDense(keras.layers.Dense):
             if self.inputs_quantizer:
                 inputs, inputs_scale = self.inputs_quantizer(inputs, axis=-1)
                 scale = ops.multiply(scale, inputs_scale)
-            x = ops.matmul(inputs, self._integer_kernel(weights[0]))
+                x = integer_matmul(inputs, self._integer_kernel(weights[0]))  # int32
+            else:
+                x = ops.matmul(inputs, self._integer_kernel(weights[0]))
             return ops.divide(ops.cast(x, self.compute_dtype), scale), gradient
 
         return product(inputs, *[ops.convert_to_tensor(w) for w in weights])

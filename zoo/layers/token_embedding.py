@@ -6,6 +6,7 @@ Shape letters: B batch, T length, d width, V vocabulary.
 import keras
 from keras import ops
 
+from zoo.kernels import integer_matmul
 from zoo.layers.dequantized import after
 
 # On a GPU the tied head's product is computed this many logits wide at a time.
@@ -108,7 +109,7 @@ class TokenEmbedding(keras.layers.Embedding):
         if not reverse:
             _check_ids(inputs, self.input_dim)
             return super()._int8_call(inputs)
-        return self._integer_reverse(inputs, ops.transpose(self._embeddings))  # (d, V) int8
+        return self._integer_reverse(inputs, self._embeddings)
 
     def _int4_call(self, inputs, reverse=False):
         if not reverse:
@@ -116,13 +117,13 @@ class TokenEmbedding(keras.layers.Embedding):
             return super()._int4_call(inputs)
         if getattr(self, "_int4_block_size", None) in (None, -1):  # one scale per token: exact integer product
             table = keras.quantizers.unpack_int4(self._embeddings, self.output_dim, axis=-1)  # (V, d) int8
-            return self._integer_reverse(inputs, ops.transpose(table))
+            return self._integer_reverse(inputs, table)
         # Groups with zero points do not factor out of the product: dequantize the table by looking up every id.
         table = super()._int4_call(ops.arange(self.input_dim, dtype="int32"))  # (V, d)
         return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))
 
-    def _integer_reverse(self, inputs, kernel):
-        """(B, T, d) hidden states times the (d, V) integer table, de-scaled.
+    def _integer_reverse(self, inputs, table):
+        """(B, T, d) hidden states times the (V, d) integer table, transposed, de-scaled.
         The rounding of the hidden states has no gradient, so the gradient
         passes it straight through the de-quantized table (as Keras' int8
         Dense does): what trains below a quantized tied head (LoRA adapters,
@@ -134,15 +135,16 @@ class TokenEmbedding(keras.layers.Embedding):
         def product(hidden):
             def gradient(*args, upstream=None):
                 upstream = args[0] if upstream is None else upstream  # TensorFlow passes it first, JAX by name
-                table = ops.divide(ops.cast(after(kernel, upstream), self.compute_dtype), after(scale, upstream))  # (d, V)
-                return ops.matmul(ops.cast(upstream, self.compute_dtype), ops.transpose(table))  # (B, T, d)
+                kernel = ops.divide(ops.cast(after(ops.transpose(table), upstream), self.compute_dtype),
+                                    after(scale, upstream))  # (d, V)
+                return ops.matmul(ops.cast(upstream, self.compute_dtype), ops.transpose(kernel))  # (B, T, d)
 
             if self.inputs_quantizer:
                 hidden, hidden_scale = self.inputs_quantizer(hidden)  # (B, T, d) int8, (B, T, 1)
-                logits = ops.matmul(hidden, kernel)
+                logits = integer_matmul(hidden, table, transposed=True)  # (B, T, V) int32
             else:
                 hidden_scale = ops.ones((1,), dtype=self.compute_dtype)
-                logits = ops.matmul(ops.cast(hidden, self.compute_dtype), ops.cast(kernel, self.compute_dtype))
+                logits = ops.matmul(ops.cast(hidden, self.compute_dtype), ops.transpose(ops.cast(table, self.compute_dtype)))
             logits = ops.cast(logits, self.compute_dtype)  # (B, T, V)
             return ops.divide(logits, ops.multiply(hidden_scale, scale)), gradient
 

@@ -1,0 +1,128 @@
+"""zoo.kernels.integer_matmul: int8 x int8 -> int32 products equal to
+NumPy's, exactly, on every backend; on JAX with a CPU through the compiled
+kernel (a custom call in the program), which is compiled once, rebuilt
+when its file is corrupt, and replaced by XLA's dot where it cannot be
+compiled.
+"""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from zoo import kernels
+from zoo.layers import LoraDense
+from zoo.layers.token_embedding import TokenEmbedding
+
+ON_JAX = keras.config.backend() == "jax"
+jax_only = pytest.mark.skipif(not ON_JAX, reason="the kernel is called from JAX's programs")
+
+
+def compiled(fn):
+    if ON_JAX:
+        import jax
+
+        return jax.jit(fn)
+    import tensorflow as tf
+
+    return tf.function(fn, jit_compile=True)
+
+
+# (M, K, N): one decoding row, the tiles of up to 4 rows read straight from the weights, and
+# more rows (tiles of 6 from the packed weights, with every remainder); K not a multiple of 4,
+# N not a multiple of 64 or of 4.
+SHAPES = [(1, 576, 576), (2, 7, 3), (3, 130, 65), (4, 64, 128), (5, 9, 70), (7, 33, 64), (13, 100, 129), (1, 1, 1)]
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["kn", "nk"])
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_integer_products_are_numpys_exactly(m, k, n, transposed):
+    rng = np.random.default_rng(m * 1000 + k + n)
+    x = rng.integers(-128, 128, (m, k)).astype(np.int8)  # the whole int8 range, -128 included
+    x[0, : min(k, 3)] = [-128, 127, -1][: min(k, 3)]
+    w = rng.integers(-128, 128, (n, k) if transposed else (k, n)).astype(np.int8)
+    expected = x.astype(np.int64) @ (w.T if transposed else w).astype(np.int64)
+    def product(x, w):
+        return kernels.integer_matmul(x, w, transposed=transposed)
+
+    for call in (product, compiled(product)):
+        got = ops.convert_to_numpy(call(ops.convert_to_tensor(x), ops.convert_to_tensor(w)))
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_leading_axes_are_kept():
+    rng = np.random.default_rng(0)
+    x = rng.integers(-127, 128, (2, 3, 40)).astype(np.int8)  # (B, T, K)
+    w = rng.integers(-127, 128, (40, 5)).astype(np.int8)
+    got = ops.convert_to_numpy(compiled(kernels.integer_matmul)(x, w))
+    np.testing.assert_array_equal(got, np.einsum("btk,kn->btn", x.astype(np.int64), w.astype(np.int64)))
+
+
+def _program(fn, *args):
+    import jax
+
+    return jax.jit(fn).lower(*args).as_text()
+
+
+@jax_only
+def test_on_a_cpu_the_quantized_layers_call_the_kernel_and_agree_with_xlas_dot():
+    if kernels.library() is None:
+        pytest.skip("no C++ compiler here: the kernel could not be compiled")
+    assert kernels.native()
+    keras.utils.set_random_seed(0)
+    dense = LoraDense(96, use_bias=True, bias_initializer="random_normal")
+    dense.build((None, 72))
+    dense.quantize("int8")
+    table = TokenEmbedding(130, 72)
+    table.build((None, None))
+    table.quantize("int8")
+    x = np.random.default_rng(1).standard_normal((3, 2, 72)).astype("float32")
+
+    def step():  # a new function each time: JAX keeps the trace of a function it has seen
+        return lambda x: (dense(x), table(x, reverse=True))
+
+    assert _program(step(), x).count(kernels.TARGET) == 2  # both products, nothing else
+    with_kernel = [np.asarray(y) for y in compiled(step())(x)]
+    with kernels.off():
+        assert kernels.TARGET not in _program(step(), x)
+        with_dot = [np.asarray(y) for y in compiled(step())(x)]
+    for got, expected in zip(with_kernel, with_dot):
+        np.testing.assert_array_equal(got, expected)  # the same integers, de-scaled by the same operations
+
+
+@jax_only
+def test_a_corrupt_kernel_file_is_compiled_again(tmp_path, monkeypatch):
+    if kernels._compiler() is None:
+        pytest.skip("no C++ compiler here")
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path))
+    path = kernels._library_path()
+    assert str(path).startswith(str(tmp_path))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\x7fELF not a library")
+    lib = kernels._open(path)
+    assert lib.ZooIntegerMatmulVnni() in (0, 1)
+    assert path.read_bytes()[:4] == b"\x7fELF" and path.stat().st_size > 1000
+    assert list(path.parent.iterdir()) == [path]  # no temporary left beside it
+
+
+@jax_only
+def test_without_a_compiler_the_products_are_xlas_and_one_line_says_why(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path))
+    monkeypatch.setattr(kernels, "_compiler", lambda: None)
+    kernels.library.cache_clear()
+    try:
+        assert kernels.library() is None and not kernels.native()
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no C++ compiler" in err and "XLA's dot" in err
+        x = np.arange(-6, 6, dtype=np.int8).reshape(3, 4)
+        w = np.arange(8, dtype=np.int8).reshape(4, 2)
+        assert kernels.TARGET not in _program(kernels.integer_matmul, x, w)
+        np.testing.assert_array_equal(np.asarray(kernels.integer_matmul(x, w)), x.astype(np.int32) @ w)
+    finally:
+        kernels.library.cache_clear()  # the next call loads the machine's kernel again
+
+
+def test_zoo_kernels_0_switches_them_off(monkeypatch):
+    monkeypatch.setenv("ZOO_KERNELS", "0")
+    assert not kernels.enabled() and not kernels.native()

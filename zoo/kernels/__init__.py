@@ -1,0 +1,200 @@
+"""Products XLA's CPU backend lacks, as kernels called from inside XLA programs.
+
+XLA's CPU backend converts an int8 operand of a dot to a 4-byte buffer
+before it multiplies, and in a decoding loop it converts every int8 kernel
+once, outside the loop: each token then reads 4 bytes a weight, and an
+int8 model decodes no faster than a float32 one
+(benchmarks/deployment/int8_matvec.py). `integer_matmul` multiplies int8
+activations by int8 weights reading one byte a weight, as llama.cpp's q8_0
+and CTranslate2's int8 products do, and gives the same int32 results as
+XLA's dot.
+
+On JAX with a CPU, it calls the kernel in `integer_matmul.cc` through
+XLA's FFI (AVX512-VNNI where the CPU has it, plain loops elsewhere), on
+XLA's own threads. The kernel is compiled from its source the first time
+a process needs it, with the machine's C++ compiler (`$CXX`, else g++ or
+c++) at `-O3 -march=native`, into
+
+    $ZOO_HOME/kernels/<key>/integer_matmul.so      (~/.cache/zoo/kernels/...)
+
+where `<key>` hashes the source, the compiler's version, jaxlib's version
+and this machine's CPU, so a second process loads it. Elsewhere (TensorFlow,
+a GPU, `ZOO_KERNELS=0`, or no compiler: one line on stderr says so)
+`integer_matmul` is `ops.matmul` of the same integers.
+
+Shape letters: M rows of activations (batch times positions), K inputs,
+N outputs.
+"""
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from keras import ops
+
+from zoo.compile_cache import OFF, machine
+from zoo.files import atomic_path, zoo_home
+
+SOURCE = Path(__file__).with_name("integer_matmul.cc")
+TARGET = "zoo_integer_matmul"
+_OFF = []  # depth of `off()` blocks
+
+
+def enabled():
+    """Whether the kernels may be used: `ZOO_KERNELS` is not 0 (or false,
+    no, off) and no `off()` block is open."""
+    return not _OFF and os.environ.get("ZOO_KERNELS", "1").strip().lower() not in OFF
+
+
+@contextlib.contextmanager
+def off():
+    """Within this block `integer_matmul` is `ops.matmul`, XLA's own
+    product, in the functions traced inside the block (JAX keeps a
+    function's trace): to compare the two, or for a program traced to
+    leave the process, where the kernel is not registered."""
+    _OFF.append(True)
+    try:
+        yield
+    finally:
+        _OFF.pop()
+
+
+def integer_matmul(x, w, transposed=False):
+    """x (..., K) int8 times w (K, N) int8, or times w^T for w (N, K) with
+    `transposed`: (..., N) int32, the exact integer products.
+
+    Args:
+        x: int8 activations (..., K).
+        w: int8 weights, (K, N) (a Dense kernel) or (N, K) (an embedding
+            table used as the output head) with `transposed`.
+        transposed: whether w is (N, K).
+    """
+    if not native():
+        return ops.matmul(x, ops.transpose(w) if transposed else w)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    n = w.shape[0] if transposed else w.shape[1]
+    rows = jnp.reshape(x, (-1, x.shape[-1]))  # (M, K)
+    product = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((rows.shape[0], n), jnp.int32))
+    y = product(rows, jnp.asarray(w), transposed=bool(transposed), threads=np.int64(0))  # (M, N)
+    return jnp.reshape(y, tuple(x.shape[:-1]) + (n,))
+
+
+def native():
+    """Whether `integer_matmul` calls the kernel here: JAX on a CPU, the
+    kernels on, and the kernel compiled and registered."""
+    if not enabled() or _backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu" and library() is not None
+
+
+@functools.cache
+def library():
+    """The compiled kernel, loaded and registered with XLA once per process
+    (compiled first when this machine has no copy), or None where it
+    cannot be compiled (said once on stderr)."""
+    try:
+        lib = _open(_library_path())
+    except (OSError, subprocess.SubprocessError, RuntimeError) as error:
+        sys.stderr.write(f"zoo: int8 products use XLA's dot: the kernel did not compile ({_first_line(error)})\n")
+        return None
+    import jax
+
+    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.ZooIntegerMatmul), platform="cpu")
+    return lib
+
+
+def vnni():
+    """Whether the compiled kernel multiplies with AVX512-VNNI (else plain loops); None without a kernel."""
+    lib = library()
+    return None if lib is None else bool(lib.ZooIntegerMatmulVnni())
+
+
+def _open(path):
+    """The library at `path`, compiled first where it is missing; a file
+    there that does not load as the kernel (corrupt, truncated, foreign)
+    is removed and compiled again."""
+    if path.exists():
+        try:
+            return _symbols(ctypes.CDLL(str(path)))
+        except (OSError, AttributeError):
+            path.unlink(missing_ok=True)
+    _compile(path)
+    return _symbols(ctypes.CDLL(str(path)))
+
+
+def _symbols(lib):
+    for name in ("ZooIntegerMatmul", "ZooIntegerMatmulVnni"):
+        getattr(lib, name)  # AttributeError where it is missing
+    return lib
+
+
+def _compile(path):
+    compiler = _compiler()
+    if compiler is None:
+        raise RuntimeError("no C++ compiler: set CXX, or install g++")
+    import jax.ffi
+
+    start = time.perf_counter()
+    with atomic_path(path) as tmp:
+        command = [compiler, "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w",
+                   "-I", jax.ffi.include_dir(), str(SOURCE), "-o", str(tmp)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"{compiler} exited with {done.returncode}: {done.stderr.strip()}")
+    sys.stderr.write(f"zoo: compiled the int8 product kernel ({SOURCE.name}) in {time.perf_counter() - start:.1f} s\n")
+
+
+def _library_path():
+    compiler = _compiler()
+    parts = [SOURCE.read_bytes().decode(), f"compiler={compiler} {_compiler_version(compiler)}",
+             f"jaxlib={_version('jaxlib')}", machine()]
+    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    return zoo_home() / "kernels" / key / "integer_matmul.so"
+
+
+def _compiler():
+    for name in (os.environ.get("CXX"), "g++", "c++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+@functools.cache
+def _compiler_version(compiler):
+    if compiler is None:
+        return ""
+    try:
+        return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def _backend():
+    import keras
+
+    return keras.config.backend()
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
