@@ -45,6 +45,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
+from zoo.kernels import integer_matmul  # noqa: E402
+
 # SmolLM2-135M's projections: q/o, k/v, gate/up, down, the tied head.
 SHAPES = ((576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152))
 
@@ -97,6 +99,8 @@ VARIANTS = {
     "float32 dot": lambda x, w: ops.matmul(x, w["float"]),
     "int8 convert+dot": lambda x, w: ops.divide(ops.matmul(x, ops.cast(w["q8"], "float32")), w["s8"]),
     "int8 x int8 -> int32 dot": lambda x, w: _integer_dot(x, w),
+    "int8 x int8 -> int32 dot of 2 rows": lambda x, w: _integer_dot(x, w, rows=2),
+    "int8 x int8 -> int32 zoo.kernels": lambda x, w: _integer_dot(x, w, product=integer_matmul),
     "int8 fused": lambda x, w: ops.divide(
         ops.sum(ops.multiply(x[:, :, None], ops.cast(w["q8"], "float32")), axis=1), w["s8"]),
     "int8 fused rows": lambda x, w: ops.divide(
@@ -108,9 +112,12 @@ VARIANTS = {
 BYTES_PER_WEIGHT = {"float32 dot": 4, "int4 convert+dot": 0.5, "int4 fused": 0.5}
 
 
-def _integer_dot(x, w):
+def _integer_dot(x, w, rows=None, product=ops.matmul):
     xq, x_scale = quantize_rows(x)
-    y = ops.matmul(xq, w["q8"])  # int32 (Keras' backends multiply int8 operands into int32)
+    batch = xq.shape[0]
+    if rows is not None and batch < rows:  # zero rows below, dropped after the product
+        xq = ops.concatenate([xq, ops.zeros((rows - batch, xq.shape[1]), "int8")], axis=0)
+    y = product(xq, w["q8"])[:batch]  # int32 (Keras' backends multiply int8 operands into int32)
     return ops.divide(ops.cast(y, "float32"), ops.multiply(x_scale, w["s8"]))
 
 

@@ -28,10 +28,17 @@ def compiled(fn):
     return tf.function(fn, jit_compile=True)
 
 
-# (M, K, N): one decoding row, the tiles of up to 4 rows read straight from the weights, and
-# more rows (tiles of 6 from the packed weights, with every remainder); K not a multiple of 4,
-# N not a multiple of 64 or of 4.
+# (M, K, N): one decoding row, up to 4 (the kernel's rows on JAX), more (XLA's product); K not a
+# multiple of 4, N not a multiple of 64 or of 4.
 SHAPES = [(1, 576, 576), (2, 7, 3), (3, 130, 65), (4, 64, 128), (5, 9, 70), (7, 33, 64), (13, 100, 129), (1, 1, 1)]
+
+
+def operands(m, k, n, transposed):
+    rng = np.random.default_rng(m * 1000 + k + n)
+    x = rng.integers(-128, 128, (m, k)).astype(np.int8)  # the whole int8 range, -128 included
+    x[0, : min(k, 3)] = [-128, 127, -1][: min(k, 3)]
+    w = rng.integers(-128, 128, (n, k) if transposed else (k, n)).astype(np.int8)
+    return x, w, x.astype(np.int64) @ (w.T if transposed else w).astype(np.int64)
 
 
 @pytest.mark.parametrize("transposed", [False, True], ids=["kn", "nk"])
@@ -59,6 +66,27 @@ def test_leading_axes_are_kept():
     np.testing.assert_array_equal(got, np.einsum("btk,kn->btn", x.astype(np.int64), w.astype(np.int64)))
 
 
+@jax_only
+@pytest.mark.parametrize("transposed", [False, True], ids=["kn", "nk"])
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_the_kernel_itself_at_any_rows_is_numpys_exactly(m, k, n, transposed):
+    if not kernels.native():
+        pytest.skip("no C++ compiler here: the kernel could not be compiled")
+    x, w, expected = operands(m, k, n, transposed)
+    got = np.asarray(kernels._kernel_product(x, w, transposed))
+    np.testing.assert_array_equal(got, expected)
+
+
+@jax_only
+def test_the_kernel_takes_up_to_kernel_rows_rows_and_xla_more():
+    if not kernels.native():
+        pytest.skip("no C++ compiler here: the kernel could not be compiled")
+    w = np.ones((8, 3), np.int8)
+    for m in (1, kernels.KERNEL_ROWS, kernels.KERNEL_ROWS + 1):
+        program = _program(lambda x: kernels.integer_matmul(x, w), np.ones((m, 8), np.int8))
+        assert (kernels.TARGET in program) == (m <= kernels.KERNEL_ROWS), m
+
+
 def _program(fn, *args):
     import jax
 
@@ -77,7 +105,7 @@ def test_on_a_cpu_the_quantized_layers_call_the_kernel_and_agree_with_xlas_dot()
     table = TokenEmbedding(130, 72)
     table.build((None, None))
     table.quantize("int8")
-    x = np.random.default_rng(1).standard_normal((3, 2, 72)).astype("float32")
+    x = np.random.default_rng(1).standard_normal((2, 1, 72)).astype("float32")  # a decoding step of 2 rows
 
     def step():  # a new function each time: JAX keeps the trace of a function it has seen
         return lambda x: (dense(x), table(x, reverse=True))

@@ -1,26 +1,32 @@
 """Products XLA's CPU backend lacks, as kernels called from inside XLA programs.
 
-XLA's CPU backend converts an int8 operand of a dot to a 4-byte buffer
-before it multiplies, and in a decoding loop it converts every int8 kernel
-once, outside the loop: each token then reads 4 bytes a weight, and an
-int8 model decodes no faster than a float32 one
-(benchmarks/deployment/int8_matvec.py). `integer_matmul` multiplies int8
-activations by int8 weights reading one byte a weight, as llama.cpp's q8_0
-and CTranslate2's int8 products do, and gives the same int32 results as
-XLA's dot.
+XLA's CPU backend multiplies int8 matrices into int32 with oneDNN's
+integer kernels, but a single row, a decoding step at batch 1, it
+multiplies by a loop over the weights converted to a 4-byte copy (and in
+a decoding loop it converts every int8 kernel once, outside the loop):
+each token then reads 4 bytes a weight, and an int8 model decodes no
+faster than a float32 one (benchmarks/deployment/int8_matvec.py).
 
-On JAX with a CPU, it calls the kernel in `integer_matmul.cc` through
-XLA's FFI (AVX512-VNNI where the CPU has it, plain loops elsewhere), on
-XLA's own threads. The kernel is compiled from its source the first time
-a process needs it, with the machine's C++ compiler (`$CXX`, else g++ or
-c++) at `-O3 -march=native`, into
+On JAX with a CPU, `integer_matmul` sends products of up to `KERNEL_ROWS`
+rows to the kernel in `integer_matmul.cc`, called through XLA's FFI on
+XLA's own threads (AVX512-VNNI where the CPU has it, plain loops
+elsewhere): it reads one byte a weight, as llama.cpp's q8_0 and
+CTranslate2's int8 products do, and gives the same int32 results as
+XLA's product. More rows, and every product elsewhere (TensorFlow, a GPU,
+`ZOO_KERNELS=0`, no compiler), are XLA's. (Multiplying a single row as
+two, a row of zeros below, reaches XLA's integer kernels in a loop of
+products alone, but made a model's decoding step slower: 37 against 32 ms
+a token on TensorFlow at SmolLM2-135M's shape.)
+
+The kernel is compiled from its source the first time a process needs it,
+with the machine's C++ compiler (`$CXX`, else g++ or c++) at
+`-O3 -march=native`, into
 
     $ZOO_HOME/kernels/<key>/integer_matmul.so      (~/.cache/zoo/kernels/...)
 
 where `<key>` hashes the source, the compiler's version, jaxlib's version
-and this machine's CPU, so a second process loads it. Elsewhere (TensorFlow,
-a GPU, `ZOO_KERNELS=0`, or no compiler: one line on stderr says so)
-`integer_matmul` is `ops.matmul` of the same integers.
+and this machine's CPU, so a second process loads it. Where it cannot be
+compiled, one line on stderr says why.
 
 Shape letters: M rows of activations (batch times positions), K inputs,
 N outputs.
@@ -45,6 +51,7 @@ from zoo.files import atomic_path, zoo_home
 
 SOURCE = Path(__file__).with_name("integer_matmul.cc")
 TARGET = "zoo_integer_matmul"
+KERNEL_ROWS = 4  # up to this many rows the kernel is faster than XLA's int8 product, beyond it slower
 _OFF = []  # depth of `off()` blocks
 
 
@@ -69,7 +76,9 @@ def off():
 
 def integer_matmul(x, w, transposed=False):
     """x (..., K) int8 times w (K, N) int8, or times w^T for w (N, K) with
-    `transposed`: (..., N) int32, the exact integer products.
+    `transposed`: (..., N) int32, the exact integer products: the kernel
+    for up to `KERNEL_ROWS` rows where it is compiled (`native()`), else
+    XLA's product.
 
     Args:
         x: int8 activations (..., K).
@@ -77,8 +86,23 @@ def integer_matmul(x, w, transposed=False):
             table used as the output head) with `transposed`.
         transposed: whether w is (N, K).
     """
-    if not native():
-        return ops.matmul(x, ops.transpose(w) if transposed else w)
+    rows = _rows(x)
+    if rows is not None and rows <= KERNEL_ROWS and native():
+        return _kernel_product(x, w, transposed)
+    return ops.matmul(x, ops.transpose(w) if transposed else w)
+
+
+def _rows(x):
+    """M, the rows of x (its leading axes multiplied), or None where one is not known."""
+    rows = 1
+    for size in x.shape[:-1]:
+        if size is None:
+            return None
+        rows *= size
+    return rows
+
+
+def _kernel_product(x, w, transposed):
     import jax
     import jax.numpy as jnp
     import numpy as np

@@ -118,12 +118,10 @@ inline void Store(const int8_t* x, int64_t K, int32_t* y, int64_t N, int64_t m0,
   }
 }
 
-// y[m0:m0+R, n0:n0+64] of y = x w, w (K, N), with w's quads either made
-// as they are read (packed == nullptr: a few rows, each weight read once)
-// or read from `packed` (many rows: the quads made once for all of them).
+// y[m0:m0+R, n0:n0+64] of y = x w, w (K, N): each weight is read once for
+// the R rows.
 template <int R>
-void KnTile(const int8_t* x, const int8_t* w, const __m512i* packed, int32_t* y, int64_t K, int64_t N, int64_t m0,
-            int64_t n0) {
+void KnTile(const int8_t* x, const int8_t* w, int32_t* y, int64_t K, int64_t N, int64_t m0, int64_t n0) {
   const int64_t width = std::min(kColumns, N - n0);
   const __mmask64 columns = width == 64 ? ~0ULL : (1ULL << width) - 1;
   __m512i acc[R][4];
@@ -131,26 +129,10 @@ void KnTile(const int8_t* x, const int8_t* w, const __m512i* packed, int32_t* y,
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_si512();
   __m512i quads[4];
   for (int64_t k = 0; k < K; k += 4) {
-    if (packed == nullptr) {
-      Quads(w, K, N, k, n0, columns, quads);
-    } else {
-      for (int j = 0; j < 4; ++j) quads[j] = _mm512_load_si512(packed + k + j);
-    }
+    Quads(w, K, N, k, n0, columns, quads);
     Accumulate<R>(x, K, m0, k, quads, acc);
   }
   Store<R>(x, K, y, N, m0, n0, width, acc);
-}
-
-template <int R>
-void KnRows(const int8_t* x, const int8_t* w, const __m512i* packed, int32_t* y, int64_t M, int64_t K, int64_t N,
-            int64_t n0) {
-  int64_t m0 = 0;
-  for (; m0 + R <= M; m0 += R) KnTile<R>(x, w, packed, y, K, N, m0, n0);
-  if (m0 < M) {
-    if constexpr (R > 1) {
-      KnRows<R - 1>(x + m0 * K, w, packed, y + m0 * N, M - m0, K, N, n0);
-    }
-  }
 }
 
 // y[m0:m0+R, n0:n0+4] of y = x w^T, w (N, K): each column's sum runs along
@@ -179,20 +161,15 @@ void NkTile(const int8_t* x, const int8_t* w, int32_t* y, int64_t K, int64_t N, 
   }
 }
 
-// The 64 columns of a unit, all rows: up to 4 rows straight from w, more
-// in tiles of 6 from w's quads made once.
+// The 64 columns of a unit, all rows, in tiles of up to 4 rows.
 void KnUnit(const int8_t* x, const int8_t* w, int32_t* y, int64_t M, int64_t K, int64_t N, int64_t n0) {
-  if (M <= 4) {
-    KnRows<4>(x, w, nullptr, y, M, K, N, n0);
-    return;
+  int64_t m0 = 0;
+  for (; m0 + 4 <= M; m0 += 4) KnTile<4>(x, w, y, K, N, m0, n0);
+  switch (M - m0) {
+    case 3: KnTile<3>(x, w, y, K, N, m0, n0); break;
+    case 2: KnTile<2>(x, w, y, K, N, m0, n0); break;
+    case 1: KnTile<1>(x, w, y, K, N, m0, n0); break;
   }
-  const int64_t K4 = (K + 3) / 4 * 4;
-  thread_local std::vector<__m512i> packed;
-  packed.resize(K4);
-  const int64_t width = std::min(kColumns, N - n0);
-  const __mmask64 columns = width == 64 ? ~0ULL : (1ULL << width) - 1;
-  for (int64_t k = 0; k < K; k += 4) Quads(w, K, N, k, n0, columns, packed.data() + k);
-  KnRows<6>(x, w, packed.data(), y, M, K, N, n0);
 }
 
 void NkUnit(const int8_t* x, const int8_t* w, int32_t* y, int64_t M, int64_t K, int64_t N, int64_t n0) {
