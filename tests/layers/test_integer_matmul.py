@@ -154,3 +154,26 @@ def test_without_a_compiler_the_products_are_xlas_and_one_line_says_why(tmp_path
 def test_zoo_kernels_0_switches_them_off(monkeypatch):
     monkeypatch.setenv("ZOO_KERNELS", "0")
     assert not kernels.enabled() and not kernels.native()
+
+
+@jax_only
+def test_an_int8_llama_generates_the_same_tokens_with_the_kernel_as_with_xlas_product():
+    if not kernels.native():
+        pytest.skip("no C++ compiler here: the kernel could not be compiled")
+    import zoo
+
+    def int8_llama():  # a model of its own each time: its compiled loops are its own
+        keras.utils.set_random_seed(0)
+        lm = zoo.build("llama-nano")
+        lm.quantize("int8")
+        return lm
+
+    prompts = [[5, 17, 3, 99, 42], [7, 7, 1]]
+    sampling = dict(max_new_tokens=12, sampler="temperature", temperature=2.0, seed=3, logprobs=1)
+    for batch in (prompts[:1], prompts):  # a step of 1 row and of 2, both the kernel's
+        with_kernel = zoo.generate(int8_llama(), batch, **sampling)
+        with kernels.off():
+            with_dot = zoo.generate(int8_llama(), batch, **sampling)
+        assert with_kernel.sequences == with_dot.sequences
+        assert len(set(with_kernel.sequences[0])) > 3  # sampled: the tokens vary
+        np.testing.assert_array_equal(with_kernel.token_logprobs, with_dot.token_logprobs)
