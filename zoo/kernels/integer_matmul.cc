@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -161,28 +162,28 @@ void NkTile(const int8_t* x, const int8_t* w, int32_t* y, int64_t K, int64_t N, 
   }
 }
 
-// The 64 columns of a unit, all rows, in tiles of up to 4 rows.
-void KnUnit(const int8_t* x, const int8_t* w, int32_t* y, int64_t M, int64_t K, int64_t N, int64_t n0) {
+// tile(rows, m0) over all M rows, in tiles of 4 and one of what is left;
+// rows is a compile-time constant (std::integral_constant), so each tile's
+// accumulators stay in registers.
+template <typename Tile>
+void RowTiles(int64_t M, const Tile& tile) {
   int64_t m0 = 0;
-  for (; m0 + 4 <= M; m0 += 4) KnTile<4>(x, w, y, K, N, m0, n0);
+  for (; m0 + 4 <= M; m0 += 4) tile(std::integral_constant<int, 4>{}, m0);
   switch (M - m0) {
-    case 3: KnTile<3>(x, w, y, K, N, m0, n0); break;
-    case 2: KnTile<2>(x, w, y, K, N, m0, n0); break;
-    case 1: KnTile<1>(x, w, y, K, N, m0, n0); break;
+    case 3: tile(std::integral_constant<int, 3>{}, m0); break;
+    case 2: tile(std::integral_constant<int, 2>{}, m0); break;
+    case 1: tile(std::integral_constant<int, 1>{}, m0); break;
   }
 }
 
+// The 64 columns of a unit from n0, all rows.
+void KnUnit(const int8_t* x, const int8_t* w, int32_t* y, int64_t M, int64_t K, int64_t N, int64_t n0) {
+  RowTiles(M, [&](auto rows, int64_t m0) { KnTile<decltype(rows)::value>(x, w, y, K, N, m0, n0); });
+}
+
 void NkUnit(const int8_t* x, const int8_t* w, int32_t* y, int64_t M, int64_t K, int64_t N, int64_t n0) {
-  const int64_t n1 = std::min(N, n0 + kColumns);
-  for (int64_t n = n0; n < n1; n += 4) {
-    int64_t m0 = 0;
-    for (; m0 + 4 <= M; m0 += 4) NkTile<4>(x, w, y, K, N, m0, n);
-    switch (M - m0) {
-      case 3: NkTile<3>(x, w, y, K, N, m0, n); break;
-      case 2: NkTile<2>(x, w, y, K, N, m0, n); break;
-      case 1: NkTile<1>(x, w, y, K, N, m0, n); break;
-    }
-  }
+  for (int64_t n = n0; n < std::min(N, n0 + kColumns); n += 4)
+    RowTiles(M, [&](auto rows, int64_t m0) { NkTile<decltype(rows)::value>(x, w, y, K, N, m0, n); });
 }
 
 constexpr bool kVnni = true;
