@@ -105,12 +105,11 @@ def _rows(x):
 def _kernel_product(x, w, transposed):
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     n = w.shape[0] if transposed else w.shape[1]
     rows = jnp.reshape(x, (-1, x.shape[-1]))  # (M, K)
     product = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((rows.shape[0], n), jnp.int32))
-    y = product(rows, jnp.asarray(w), transposed=bool(transposed), threads=np.int64(0))  # (M, N)
+    y = product(rows, jnp.asarray(w), transposed=bool(transposed))  # (M, N)
     return jnp.reshape(y, tuple(x.shape[:-1]) + (n,))
 
 
@@ -138,12 +137,6 @@ def library():
 
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.ZooIntegerMatmul), platform="cpu")
     return lib
-
-
-def vnni():
-    """Whether the compiled kernel multiplies with AVX512-VNNI (else plain loops); None without a kernel."""
-    lib = library()
-    return None if lib is None else bool(lib.ZooIntegerMatmulVnni())
 
 
 def _open(path):

@@ -40,8 +40,8 @@ constexpr int64_t kAhead = 16;     // rows of w prefetched ahead
 // starts late finds nothing left and returns; the caller waits only for
 // units already claimed, which are running.
 template <typename F>
-void ParallelFor(ffi::ThreadPool& pool, int64_t units, int64_t threads, const F& work) {
-  threads = std::min(threads, units);
+void ParallelFor(ffi::ThreadPool& pool, int64_t units, const F& work) {
+  const int64_t threads = std::min(pool.num_threads(), units);
   if (threads <= 1) {
     for (int64_t i = 0; i < units; ++i) work(i);
     return;
@@ -217,7 +217,7 @@ constexpr bool kVnni = false;
 #endif
 
 ffi::Error IntegerMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
-                         ffi::ResultBuffer<ffi::S32> y, bool transposed, int64_t threads) {
+                         ffi::ResultBuffer<ffi::S32> y, bool transposed) {
   const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
   if (xd.size() != 2 || wd.size() != 2 || yd.size() != 2)
     return ffi::Error::InvalidArgument("integer_matmul: expected x (M, K), w (K, N) or (N, K) and y (M, N)");
@@ -229,11 +229,10 @@ ffi::Error IntegerMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buff
   const int8_t* ws = w.typed_data();
   int32_t* ys = y->typed_data();
   const int64_t units = (N + kColumns - 1) / kColumns;
-  if (threads <= 0) threads = pool.num_threads();
   if (transposed)
-    ParallelFor(pool, units, threads, [&](int64_t u) { NkUnit(xs, ws, ys, M, K, N, u * kColumns); });
+    ParallelFor(pool, units, [&](int64_t u) { NkUnit(xs, ws, ys, M, K, N, u * kColumns); });
   else
-    ParallelFor(pool, units, threads, [&](int64_t u) { KnUnit(xs, ws, ys, M, K, N, u * kColumns); });
+    ParallelFor(pool, units, [&](int64_t u) { KnUnit(xs, ws, ys, M, K, N, u * kColumns); });
   return ffi::Error::Success();
 }
 
@@ -245,8 +244,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooIntegerMatmul, IntegerMatmul,
                                   .Arg<ffi::Buffer<ffi::S8>>()
                                   .Arg<ffi::Buffer<ffi::S8>>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Attr<bool>("transposed")
-                                  .Attr<int64_t>("threads"));
+                                  .Attr<bool>("transposed"));
 
 // Whether this build multiplies with AVX512-VNNI (1) or plain loops (0).
 extern "C" int ZooIntegerMatmulVnni() { return kVnni ? 1 : 0; }

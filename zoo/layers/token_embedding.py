@@ -135,9 +135,9 @@ class TokenEmbedding(keras.layers.Embedding):
         def product(hidden):
             def gradient(*args, upstream=None):
                 upstream = args[0] if upstream is None else upstream  # TensorFlow passes it first, JAX by name
-                kernel = ops.divide(ops.cast(after(ops.transpose(table), upstream), self.compute_dtype),
-                                    after(scale, upstream))  # (d, V)
-                return ops.matmul(ops.cast(upstream, self.compute_dtype), ops.transpose(kernel))  # (B, T, d)
+                dequantized = ops.divide(ops.cast(after(table, upstream), self.compute_dtype),
+                                         after(scale, upstream)[:, None])  # (V, d)
+                return ops.matmul(ops.cast(upstream, self.compute_dtype), dequantized)  # (B, T, d)
 
             if self.inputs_quantizer:
                 hidden, hidden_scale = self.inputs_quantizer(hidden)  # (B, T, d) int8, (B, T, 1)
