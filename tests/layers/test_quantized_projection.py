@@ -122,3 +122,23 @@ def test_the_int4_tied_head_is_the_product_with_the_groups_dequantized_table():
     groups = np.asarray(ops.convert_to_numpy(table.g_idx)).astype(int)  # (d,)
     dequantized = (rows - numpy(table.embeddings_zero)[:, groups]) * numpy(table.embeddings_scale)[:, groups]
     assert_head_matches(table, hidden, hidden.astype(np.float64) @ dequantized.T)
+
+
+def test_the_int8_tied_heads_input_gradient_is_through_the_dequantized_table():
+    table, hidden = tied_head("int8"), inputs()
+    upstream = np.random.default_rng(2).standard_normal((BATCH, 1, 40)).astype("float32")  # (B, T, V)
+    dequantized = numpy(table._embeddings) / numpy(table.embeddings_scale)[:, None]  # (V, d)
+    expected = upstream.astype(np.float64) @ dequantized  # (B, T, d)
+    if keras.config.backend() == "jax":
+        import jax
+
+        got = jax.grad(lambda h: ops.sum(table(h, reverse=True) * upstream))(ops.convert_to_tensor(hidden))
+    else:
+        import tensorflow as tf
+
+        h = tf.constant(hidden)
+        with tf.GradientTape() as tape:
+            tape.watch(h)
+            loss = tf.reduce_sum(table(h, reverse=True) * upstream)
+        got = tape.gradient(loss, h)
+    np.testing.assert_allclose(numpy(got), expected, rtol=1e-5, atol=1e-5)
