@@ -51,7 +51,7 @@ def test_rows_at_their_own_positions_equal_each_row_alone(lm):
         alone.append(keras.ops.convert_to_numpy(logits)[0, -1])
         _, cache = lm.call_with_cache(np.array([prompt[:-1]], "int32"), lm.empty_cache(1, 32), 0)
         before.append(cache)
-    cache = tuple(keras.ops.concatenate(layers, axis=0) for layers in zip(*before))
+    cache = keras.tree.map_structure(lambda *rows: keras.ops.concatenate(rows, axis=0), *before)
     last = np.array([[prompt[-1]] for prompt in prompts], "int32")
     index = np.array([len(prompt) - 1 for prompt in prompts], "int32")
     logits, cache = lm.call_with_cache(last, cache, index)
@@ -65,17 +65,17 @@ def test_rows_at_their_own_positions_equal_each_row_alone(lm):
 
 def test_per_row_cache_write_and_mask_against_numpy():
     rng = np.random.default_rng(1)
-    cache = rng.normal(size=(3, 2, 2, 10, 4))
-    kv = rng.normal(size=(3, 2, 2, 3, 4))
+    cache = rng.normal(size=(3, 2, 10, 4))  # (B, g, S, k) keys
+    new = rng.normal(size=(3, 2, 3, 4))
     index = np.array([0, 4, 7], "int32")
     expected = cache.copy()
     for b, i in enumerate(index):
-        expected[b, :, :, i:i + 3] = kv[b]
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(_write_rows(cache, kv, index)), expected)
+        expected[b, :, i:i + 3] = new[b]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(_write_rows(cache, new, index)), expected)
     expected_one = cache.copy()
     for b, i in enumerate(index):
-        expected_one[b, :, :, i] = kv[b, :, :, 0]
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(_write_rows(cache, kv[:, :, :, :1], index)), expected_one)
+        expected_one[b, :, i] = new[b, :, 0]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(_write_rows(cache, new[:, :, :1], index)), expected_one)
 
     mask = keras.ops.convert_to_numpy(merge_masks(np.zeros((3, 2, 4)), np.zeros((3, 10, 4)), use_causal_mask=True,
                                                   query_start=index, sliding_window=3))
@@ -170,10 +170,11 @@ def test_a_cached_prefill_gives_a_fresh_prefills_logits(lm):
 
 def test_the_prefix_cache_keeps_its_bound_least_recently_used_out():
     cache = PrefixCache(block_tokens=2, capacity_tokens=4)
-    layers = (np.arange(2 * 1 * 8 * 3, dtype="float32").reshape(1, 2, 1, 8, 3),)
+    layers = tuple(np.arange(1 * 8 * 3, dtype="float32").reshape(1, 1, 8, 3) + i for i in range(2))  # keys, values
     cache.store([1, 2, 3, 4, 5], layers)  # blocks [1, 2] and [1, 2][3, 4]
     assert cache.tokens == 4 and len(cache.lookup([1, 2, 3, 4, 9])) == 2
-    np.testing.assert_array_equal(cache.lookup([1, 2])[0][0], layers[0][0, :, :, 0:2])
+    for held, layer in zip(cache.lookup([1, 2])[0], layers):
+        np.testing.assert_array_equal(held, layer[0, :, 0:2])
     cache.store([9, 9, 1, 2], layers)  # a new first block pushes out the least recently used
     assert cache.tokens == 4
     assert len(cache.lookup([9, 9, 1, 2])) == 2 and len(cache.lookup([1, 2, 3, 4])) == 0

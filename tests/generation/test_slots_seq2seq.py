@@ -59,7 +59,7 @@ def test_rows_at_their_own_positions_equal_each_row_alone(seq2seq):
         _, cache = model.call_with_cache(np.array([target[:-1]], "int32"), model.empty_cache(1, 16), 0, own)
         caches.append(cache)
     context = model.start(*right_pad(sources, 9, 0))  # the sources side by side, right-padded
-    cache = tuple(keras.ops.concatenate(layers, axis=0) for layers in zip(*caches))
+    cache = keras.tree.map_structure(lambda *rows: keras.ops.concatenate(rows, axis=0), *caches)
     last = np.array([[target[-1]] for target in targets], "int32")
     index = np.array([len(target) - 1 for target in targets], "int32")
     logits, _ = model.call_with_cache(last, cache, index, context)

@@ -504,7 +504,7 @@ def test_fully_masked_row_gives_zeros_not_nan_in_mixed_bfloat16(dropout):
 
 def _empty_cache(batch, length, layer_or_heads, width):
     heads = layer_or_heads if isinstance(layer_or_heads, int) else layer_or_heads.num_heads
-    return ops.zeros((batch, 2, heads, length, width // heads))  # (B, 2, h, S_max, k)
+    return tuple(ops.zeros((batch, heads, length, width // heads)) for _ in range(2))  # keys, values: (B, h, S_max, k)
 
 
 @pytest.mark.parametrize("index_as_tensor", [False, True])
@@ -520,16 +520,17 @@ def test_cached_attention_equals_full_causal_pass(index_as_tensor):
     for start, end in steps:
         index = ops.convert_to_tensor(start, "int32") if index_as_tensor else start
         out, cache = layer(x[:, start:end], cache=cache, cache_index=index)
-        assert tuple(cache.shape) == (B, 2, H, s_max, D // H)
+        assert [tuple(x.shape) for x in cache] == [(B, H, s_max, D // H)] * 2
         outputs.append(to_np(out))
     np.testing.assert_allclose(np.concatenate(outputs, axis=1), full, atol=ATOL)
     # The cache holds each position's keys and values, the reference's.
     qkv = x.astype(np.float64) @ to_np(layer.query_key_value_dense.kernel) + to_np(
         layer.query_key_value_dense.bias
     )
-    keys = qkv[..., D : 2 * D].reshape(B, T, H, D // H).transpose(0, 2, 1, 3)  # (B, h, T, k)
-    np.testing.assert_allclose(to_np(cache)[:, 0, :, :T], keys, atol=ATOL)
-    np.testing.assert_array_equal(to_np(cache)[:, :, :, T:], 0.0)
+    for held, width in zip(cache, (slice(D, 2 * D), slice(2 * D, 3 * D))):  # the keys, then the values
+        expected = qkv[..., width].reshape(B, T, H, D // H).transpose(0, 2, 1, 3)  # (B, h, T, k)
+        np.testing.assert_allclose(to_np(held)[:, :, :T], expected, atol=ATOL)
+        np.testing.assert_array_equal(to_np(held)[:, :, T:], 0.0)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -545,7 +546,7 @@ def test_cached_decoder_block_equals_full_pass(norm_first, cross_attention):
     cross = {}
     if cross_attention:
         cross_cache = block.compute_cross_attention_cache(extra["encoder_output"])
-        assert tuple(cross_cache.shape) == (B, 2, H, S, D // H)
+        assert [tuple(x.shape) for x in cross_cache] == [(B, H, S, D // H)] * 2
         cross = {"cross_attention_cache": cross_cache, "encoder_padding_mask": extra["encoder_padding_mask"]}
     outputs = []
     for t in range(T):

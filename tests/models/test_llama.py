@@ -196,7 +196,7 @@ def test_grouped_query_attention_shares_each_key_value_head_and_caches_only_thos
     np.testing.assert_allclose(full, out, atol=1e-5)
     _, weights = layer(x, use_causal_mask=True, return_attention_scores=True)  # the explicit (non-fused) path
     np.testing.assert_allclose(_np(weights), np_softmax(logits), atol=1e-5)
-    cache = np.zeros((2, 2, key_value_heads, 5, 4), "float32")  # (B, 2, g, S, k): g heads only
+    cache = (np.zeros((2, key_value_heads, 5, 4), "float32"),) * 2  # keys, values: (B, g, S, k), g heads only
     step, cache = layer(x, cache=cache, cache_index=0)
     np.testing.assert_allclose(_np(step), full, atol=1e-5)
     with pytest.raises(ValueError, match="num_key_value_heads.*dividing num_heads=4"):
@@ -219,7 +219,7 @@ def test_cached_prefill_and_steps_equal_the_full_pass(variant):
     ids = np.random.default_rng(6).integers(0, SMALL["vocabulary_size"], (2, 9)).astype("int32")
     full = _np(lm({"token_ids": ids}))
     cache = lm.empty_cache(2, 12)
-    assert cache[0].shape == (2, 2, lm.backbone.num_key_value_heads, 12, lm.backbone.head_dim)
+    assert [x.shape for x in cache[0]] == [(2, lm.backbone.num_key_value_heads, 12, lm.backbone.head_dim)] * 2
     logits, cache = lm.call_with_cache(ids[:, :5], cache, 0)
     steps = [_np(logits)]
     for i in range(5, 9):

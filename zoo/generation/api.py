@@ -35,7 +35,7 @@ import dataclasses
 import numpy as np
 
 from zoo.generation import compiled, constraints, prompts, samplers, speculative
-from zoo.generation.beam import BeamSearchLoop
+from zoo.generation.beam import BEAM_FIRST_STAGE, BeamSearchLoop
 from zoo.generation.controls import NGRAM_MOST
 from zoo.generation.engine import Decoding, Request, check_stop_tokens
 from zoo.generation.interface import check_model
@@ -320,7 +320,7 @@ def beam_search(
     stop_token_ids = check_stop_tokens(stop_token_ids, model.vocabulary_size)
     suppress_token_ids = samplers.check_suppressed(suppress_token_ids, model.vocabulary_size)
     request = Request(model, batch, max_new_tokens, stop_token_ids, source, source_padding_mask, bucket=True,
-                      suppress_token_ids=suppress_token_ids)
+                      suppress_token_ids=suppress_token_ids, first_stage=BEAM_FIRST_STAGE)
     if model.vocabulary_size < 2:
         raise ValueError("Beam search needs a vocabulary of at least 2 tokens.")
     config = ("beam", num_beams, float(length_penalty), float(temperature), *length_controls)

@@ -33,6 +33,10 @@ from zoo.generation.controls import repeated_ngram_ends
 from zoo.generation.loop import describe_shapes, next_function, prefill, run_in_stages
 
 _NEG = -1e9  # the score of "no hypothesis": finite, so sums never NaN
+# The first cache stage's length. Each step reorders every beam's whole
+# cache stage (read and written once), so short stages pay: K beams of
+# 16 positions, not 64, while the first tokens are decoded.
+BEAM_FIRST_STAGE = 16
 
 
 class BeamSearch:
@@ -99,7 +103,7 @@ class BeamSearch:
             next: `next(token_ids (B*K, L), cache, index) -> (logits
                 (B*K, V), None, cache)`, the logits for position `index`.
             prompt: (B, L) int32, right-padded prompts followed by padding.
-            cache: a nested structure of (B, 2, h, S, k) tensors (the
+            cache: a nested structure of (B, h, S, k) tensors (the
                 prefilled key/value cache, S = stages[0]); repeated here
                 once per beam.
             mask: (B, L) bool, True at prompt tokens (which are kept).

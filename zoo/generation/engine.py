@@ -226,7 +226,7 @@ class Decoding:
                 continue
             # Past the prefill the prompts' padded width P plays no part: one program serves every P.
             shapes = request.shapes[:1] + request.shapes[2:]
-            if tree.flatten(cache)[0].shape[3] < stage_length:
+            if tree.flatten(cache)[0].shape[-2] < stage_length:
                 grow = _function(model, ("grow", shapes, stage_length), loop.Grow, model, stage_length)
                 cache = grow.raw(cache)
             key = ("advance", shapes, stage_length, self.stop_token_ids, self.suppress_token_ids, self._static())
@@ -360,7 +360,7 @@ class Request:
     functions' key)."""
 
     def __init__(self, model, rows, max_new_tokens, stop_token_ids, source, source_padding_mask, bucket=False,
-                 suppress_token_ids=()):
+                 suppress_token_ids=(), first_stage=loop.FIRST_STAGE):
         if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
             raise ValueError(f"`max_new_tokens` must be an integer >= 1; got {max_new_tokens!r}.")
         self.max_new_tokens = max_new_tokens = int(max_new_tokens)
@@ -404,7 +404,7 @@ class Request:
         elif source is not None or source_padding_mask is not None:
             raise ValueError(f"{type(model).__name__} is decoder-only and takes no `source`.")
         # What the traced functions depend on (the rest are their array inputs).
-        self.static = Static(self.shapes, self.stop_token_ids, loop.stage_lengths(longest, length),
+        self.static = Static(self.shapes, self.stop_token_ids, loop.stage_lengths(longest, length, first_stage),
                              tuple(suppress_token_ids))
 
 

@@ -10,8 +10,9 @@ decoding loop:
     model.is_encoder_decoder    # True: `generate` takes a `source`
     model.empty_cache(batch_size, length)
         # -> the zero key/value cache: a tuple (or any nested structure)
-        #    of tensors with the batch on axis 0 and the position on axis 3,
-        #    e.g. N per-layer (B, 2, h, length, k) tensors
+        #    of tensors with the batch on axis 0 and the position on the
+        #    axis before the last, e.g. N per-layer pairs of (B, h, length, k)
+        #    keys and values
     model.call_with_cache(token_ids, cache, cache_index, context)
         # token_ids (B, T) int32 at positions cache_index..cache_index+T-1
         # -> ((B, T, V) logits, the cache with those positions written);
@@ -23,8 +24,9 @@ and, for an encoder-decoder (`is_encoder_decoder = True`), also
     model.start(source_ids, source_padding_mask)
         # -> the `context` every step reads (e.g. the projected encoder
         #    output): a nested structure of tensors, batch on axis 0 and
-        #    the source position on axis 1 (a (B, S) mask) or axis 3 (as
-        #    the cache's, e.g. (B, 2, h, S, k) keys and values), where
+        #    the source position on axis 1 (a (B, S) mask) or on the axis
+        #    before the last (as the cache's, e.g. (B, h, S, k) keys and
+        #    values), where
         #    `Slots` zero-pads a context to a longer source
 
 A decoder-only model gets `context=None`. The loop first calls

@@ -62,12 +62,12 @@ def describe_shapes(shapes):
     return words + (f", source {shapes[3]}" if len(shapes) > 3 else "")
 
 
-def stage_lengths(prompt_length, length):
+def stage_lengths(prompt_length, length, first_stage=FIRST_STAGE):
     """Cache lengths of the stages, e.g. (8, 1032) -> (64, 128, 256, 512,
-    1032): doubling from `FIRST_STAGE` (at least the prompt), the last one
+    1032): doubling from `first_stage` (at least the prompt), the last one
     the full `length`."""
     stages = []
-    size = max(FIRST_STAGE, prompt_length)
+    size = max(first_stage, prompt_length)
     while 2 * size <= length:
         stages.append(size)
         size *= 2
@@ -75,11 +75,11 @@ def stage_lengths(prompt_length, length):
 
 
 def grow_cache(cache, length):
-    """Zero-pad each (B, 2, h, S, k) cache of a nested structure to S = length."""
+    """Zero-pad each (B, ..., S, k) tensor of a nested cache to S = length."""
 
     def pad(x):
-        extra = length - x.shape[3]
-        return x if extra == 0 else ops.pad(x, [[0, 0], [0, 0], [0, 0], [0, extra], [0, 0]])
+        extra = length - x.shape[-2]
+        return x if extra == 0 else ops.pad(x, [[0, 0]] * (len(x.shape) - 2) + [[0, extra], [0, 0]])
 
     return tree.map_structure(pad, cache)
 

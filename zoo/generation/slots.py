@@ -335,7 +335,7 @@ class Slots:
         for b, block in enumerate(blocks):
             at = slice(b * self.prefix_cache.block_tokens, (b + 1) * self.prefix_cache.block_tokens)
             for layer, values in zip(arrays, block):
-                layer[0, :, :, at] = values
+                layer[0, ..., at, :] = values
         request.cached_tokens = filled
         return tree.pack_sequence_as(empty, [ops.convert_to_tensor(a) for a in arrays]), filled
 
@@ -503,7 +503,7 @@ class PrefillChunk(loop._ModelFunction):
         return cache
 
     def what(self, cache, ids, start, context):
-        return f"the slots' prefill of {ids.shape[1]} positions, cache length {tree.flatten(cache)[0].shape[3]}"
+        return f"the slots' prefill of {ids.shape[1]} positions, cache length {tree.flatten(cache)[0].shape[-2]}"
 
 
 class Encode(loop._ModelFunction):
@@ -525,11 +525,12 @@ class Encode(loop._ModelFunction):
 
 def grow_context(context, length):
     """An encoder-decoder's context with its source positions zero-padded to
-    `length`: axis 1 of a (B, S) mask, axis 3 of a (B, 2, h, S, k) tensor
+    `length`: axis 1 of a (B, S) mask, the axis before the last of a
+    (B, h, S, k) tensor
     (`zoo.generation.interface`). Zeros in the mask hide the new positions."""
 
     def pad(x):
-        axis = 1 if len(x.shape) == 2 else 3
+        axis = 1 if len(x.shape) == 2 else len(x.shape) - 2
         extra = length - x.shape[axis]
         if extra == 0:
             return x
@@ -616,7 +617,7 @@ class PrefixCache:
             if arrays is None:
                 arrays = [ops.convert_to_numpy(x) for x in tree.flatten(cache)]
             at = slice(b * self.block_tokens, (b + 1) * self.block_tokens)
-            self.entries[key] = [np.array(layer[0, :, :, at]) for layer in arrays]
+            self.entries[key] = [np.array(layer[0, ..., at, :]) for layer in arrays]
             while self.tokens > self.capacity_tokens:
                 self.entries.popitem(last=False)
 

@@ -67,14 +67,14 @@ class DecoderBlock(keras.layers.Layer):
         attention_bias: (1 or B, h, T, T) added to the self-attention's
             logits (T5's relative position bias).
         use_causal_mask: True (the default) hides future positions.
-        self_attention_cache: for cached decoding, (B, 2, g, S_max, k)
-            keys and values of the positions decoded so far; the new ones
+        self_attention_cache: for cached decoding, the (keys, values),
+            each (B, g, S_max, k), of the positions decoded so far; the new ones
             are written at `cache_index`. The causal mask over absolute
             positions hides the empty slots, so no padding mask is needed:
             prompts are right-padded and no real position ever attends to
             padding (keras-hub's cached decoding).
         cache_index: the absolute position of x's first row.
-        cross_attention_cache: (B, 2, h, S, k) from
+        cross_attention_cache: (keys, values), each (B, h, S, k), from
             `compute_cross_attention_cache`, in place of `encoder_output`
             in cached decoding.
         return_attention_scores: also return the attention weights.
@@ -97,7 +97,7 @@ class DecoderBlock(keras.layers.Layer):
     y = block(x, memory)  # (2, 5, 8), causal self-attention then cross-attention
 
     # Cached decoding gives the same outputs one position at a time.
-    cache = np.zeros((2, 2, 2, 5, 4), "float32")  # (B, 2, h, T, k)
+    cache = (np.zeros((2, 2, 5, 4), "float32"),) * 2  # keys, values: (B, h, T, k)
     cross_cache = block.compute_cross_attention_cache(memory)
     first, cache = block(x[:, :1], self_attention_cache=cache, cache_index=0, cross_attention_cache=cross_cache)
     np.testing.assert_allclose(first, y[:, :1], atol=1e-5)
@@ -318,7 +318,7 @@ class DecoderBlock(keras.layers.Layer):
 
     def compute_cross_attention_cache(self, encoder_output):
         """The encoder output (B, S, d) projected once to this block's
-        cross-attention keys and values, (B, 2, h, S, k): the
+        cross-attention keys and values, each (B, h, S, k): the
         `cross_attention_cache` of cached decoding."""
         self._check_encoder_output(encoder_output, encoder_output)
         if not self.built:

@@ -83,14 +83,14 @@ class MultiHeadAttention(keras.layers.Layer):
         padding_mask: (B, S), False (or 0) at padded keys.
         attention_mask: (B, T, S), False where a query may not attend.
         use_causal_mask: query t attends to keys s <= t only.
-        cache: for cached decoding. Self-attention: (B, 2, g, S_max, k),
-            the keys and values of all positions so far, head-major (each
-            of K and V is the (B, h, S, k) operand of the attention
-            product, so no step transposes the whole cache); the new
-            positions' keys and values are written at `cache_index`, and
-            the causal mask over absolute positions (always on with a
-            cache) hides the empty slots. Cross-attention: (B, 2, g, S, k) from `compute_key_value`, read
-            only.
+        cache: for cached decoding, a pair `(keys, values)` of (B, g, S, k)
+            tensors, head-major: each is the operand of the attention
+            product as it is, so no step copies or transposes the cache.
+            Self-attention: S = S_max, the keys and values of all
+            positions so far; the new positions' keys and values are
+            written at `cache_index`, and the causal mask over absolute
+            positions (always on with a cache) hides the empty slots.
+            Cross-attention: from `compute_key_value`, read only.
         cache_index: the absolute position of the first query (with a
             self-attention cache): a scalar, or (B,) int32, each row at its
             own position (a server's slots; the rows' positions, causal
@@ -119,7 +119,7 @@ class MultiHeadAttention(keras.layers.Layer):
     weights.shape  # (2, 2, 5, 5): (B, h, T, S)
 
     # Cached decoding: the same outputs, one position at a time.
-    cache = np.zeros((2, 2, 2, 5, 4), "float32")  # (B, 2, g, S_max, k)
+    cache = (np.zeros((2, 2, 5, 4), "float32"),) * 2  # keys, values: (B, g, S_max, k)
     first, cache = layer(x[:, :1], cache=cache, cache_index=0)
     np.testing.assert_allclose(first, out[:, :1], atol=1e-5)
     ```
@@ -248,11 +248,12 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.reshape(x, (batch, length, heads, self.head_dim))
 
     def compute_key_value(self, key_value):
-        """Project a cross-attention sequence once: (B, S, d_kv) -> (B, 2, g, S, k)."""
+        """Project a cross-attention sequence once: (B, S, d_kv) -> (keys,
+        values), each (B, g, S, k), head-major."""
         x = self.key_value_dense(key_value)  # (B, S, 2 g k)
         b, length = ops.shape(key_value)[0], ops.shape(key_value)[1]  # not x's: see `_heads`
         x = ops.reshape(x, (b, length, 2, self.num_key_value_heads, self.head_dim))
-        return ops.transpose(x, (0, 2, 3, 1, 4))  # (B, 2, g, S, k), head-major
+        return tuple(ops.transpose(x[:, :, i], (0, 2, 1, 3)) for i in range(2))  # 2 x (B, g, S, k)
 
     def call(
         self,
@@ -325,8 +326,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 "sequence to attend to as `key_value`."
             )
         q = self._heads(self.query_dense(query), self.num_heads, sequence=query)  # (B, T, h, k)
-        kv = self.compute_key_value(key_value) if key_value_cache is None else key_value_cache  # (B, 2, g, S, k)
-        return q, kv[:, 0], kv[:, 1]
+        key, value = self.compute_key_value(key_value) if key_value_cache is None else key_value_cache
+        return q, key, value  # (B, T, h, k), 2 x (B, g, S, k)
 
     def _project_self(self, query, key_value, cache, cache_index):
         """Q, K and V from the query, normed and rotated where the layer
@@ -357,13 +358,14 @@ class MultiHeadAttention(keras.layers.Layer):
         key = ops.transpose(key, (0, 2, 1, 3))  # (B, g, T, k)
         value = ops.transpose(value, (0, 2, 1, 3))  # (B, g, T, k)
         if cache is not None:
-            # Write the new positions into the preallocated cache.
-            kv = ops.cast(ops.stack([key, value], axis=1), cache.dtype)  # (B, 2, g, T, k)
+            # Write the new positions into the preallocated keys and values.
             if is_per_row(cache_index):
-                cache = _write_rows(cache, kv, cache_index)
+                cache = tuple(_write_rows(whole, new, cache_index) for whole, new in zip(cache, (key, value)))
             else:
-                cache = ops.slice_update(cache, [0, 0, 0, ops.cast(cache_index, "int32"), 0], kv)
-            key, value = cache[:, 0], cache[:, 1]  # (B, g, S, k)
+                start = [0, 0, ops.cast(cache_index, "int32"), 0]
+                cache = tuple(ops.slice_update(whole, start, ops.cast(new, whole.dtype))
+                              for whole, new in zip(cache, (key, value)))
+            key, value = cache  # (B, g, S, k)
         return q, key, value, cache
 
     def _fused_attention(self, q, key, value, mask, causal_only):
@@ -438,22 +440,23 @@ class MultiHeadAttention(keras.layers.Layer):
         return config
 
 
-def _write_rows(cache, kv, cache_index):
-    """The cache with each row's T new positions written from its own
-    `cache_index`: (B, 2, g, S, k), (B, 2, g, T, k), (B,) -> (B, 2, g, S, k)."""
-    length, new = cache.shape[3], kv.shape[3]
+def _write_rows(cache, new_positions, cache_index):
+    """The keys (or values) with each row's T new positions written from
+    its own `cache_index`: (B, g, S, k), (B, g, T, k), (B,) -> (B, g, S, k)."""
+    length, new = cache.shape[2], new_positions.shape[2]
+    new_positions = ops.cast(new_positions, cache.dtype)
     if new == 1 and cache.shape[0] is not None:
         # A decoding step: each row's one position written where it lies (one update of
-        # (1, 2, g, 1, k) a row, done in place by XLA), not a select over the whole cache.
+        # (1, g, 1, k) a row, done in place by XLA), not a select over the whole cache.
         index = ops.cast(cache_index, "int32")
-        kv = ops.cast(kv, cache.dtype)
         for b in range(cache.shape[0]):
-            cache = ops.slice_update(cache, [b, 0, 0, index[b], 0], kv[b:b + 1])
+            cache = ops.slice_update(cache, [b, 0, index[b], 0], new_positions[b:b + 1])
         return cache
     offset = ops.expand_dims(ops.arange(length, dtype="int32"), 0) - ops.expand_dims(
         ops.cast(cache_index, "int32"), 1)  # (B, S): a slot's place among the new positions
-    inside = ops.logical_and(offset >= 0, offset < new)[:, None, None, :, None]  # (B, 1, 1, S, 1)
+    inside = ops.logical_and(offset >= 0, offset < new)[:, None, :, None]  # (B, 1, S, 1)
     if new != 1:  # each slot's new position, gathered along S
-        taken = ops.clip(offset, 0, new - 1)[:, None, None, :, None]
-        kv = ops.take_along_axis(kv, ops.broadcast_to(taken, (*kv.shape[:3], length, kv.shape[4])), axis=3)
-    return ops.where(inside, kv, cache)
+        taken = ops.clip(offset, 0, new - 1)[:, None, :, None]
+        new_positions = ops.take_along_axis(
+            new_positions, ops.broadcast_to(taken, (*new_positions.shape[:2], length, new_positions.shape[3])), axis=2)
+    return ops.where(inside, new_positions, cache)

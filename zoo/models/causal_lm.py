@@ -77,7 +77,7 @@ class CausalLM(ZooModel):
 
     def empty_cache(self, batch_size, length):
         """The zero key/value cache of `call_with_cache`: N per-block
-        (B, 2, g, length, k) tensors."""
+        (keys, values), each (B, g, length, k)."""
         return self.backbone.empty_cache(batch_size, length)
 
     def call_with_cache(self, token_ids, cache, cache_index, context=None):

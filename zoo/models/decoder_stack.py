@@ -58,7 +58,8 @@ class DecoderStack:
 
         Args:
             token_ids: (B, T) int32.
-            cache: N per-block (B, 2, g, S_max, k) self-attention caches
+            cache: N per-block (keys, values) self-attention caches, each
+                (B, g, S_max, k)
                 (`empty_cache`); the new positions are written at
                 `cache_index`.
             cache_index: the absolute position of the first token.
@@ -84,11 +85,12 @@ class DecoderStack:
         return self.logits(hidden), cache
 
     def empty_cache(self, batch_size, length):
-        """N per-block (B, 2, g, length, k) zero caches (head-major keys and
-        values of the g key/value heads), a tuple rather than one stacked
-        tensor, so that a compiled loop updates each in place."""
-        shape = (batch_size, 2, self.num_key_value_heads, length, self.head_dim)
-        return tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in self.blocks)
+        """N per-block (keys, values) zero caches, each (B, g, length, k)
+        (head-major, the g key/value heads): tensors of their own rather
+        than one stacked tensor, so that a compiled loop updates each in
+        place and the attention reads each as it is."""
+        shape = (batch_size, self.num_key_value_heads, length, self.head_dim)
+        return tuple(tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in range(2)) for _ in self.blocks)
 
     def attention_scores(self, inputs):
         """The attention weights of every block and head for `inputs` (the

@@ -36,7 +36,8 @@ class LlamaBackbone(RotaryDecoder):
                              intermediate_dim=32, num_key_value_heads=2, max_sequence_length=32)
     hidden = backbone({"token_ids": np.array([[5, 6, 7, 8]])})  # (1, 4, 16)
     cache = backbone.empty_cache(1, 8)
-    cache[0].shape  # (1, 2, 2, 8, 4): (B, 2, g, S, k), g = 2 key/value heads
+    keys, values = cache[0]  # the first block's
+    keys.shape  # (1, 2, 8, 4): (B, g, S, k), g = 2 key/value heads
     ```
 
     References:

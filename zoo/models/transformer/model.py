@@ -245,19 +245,21 @@ class EncoderDecoder(ZooModel):
 
     def start(self, source_ids, source_padding_mask):
         """Encode the source once for cached decoding -> the `context` of
-        `call_with_cache`: (N per-block (B, 2, h, S, k) cross-attention keys
-        and values, the (B, S) source padding mask). Every tensor in it has
-        the batch on axis 0."""
+        `call_with_cache`: (N per-block cross-attention (keys, values), each
+        (B, h, S, k), the (B, S) source padding mask). Every tensor in it
+        has the batch on axis 0."""
         encoded = self.encode(source_ids, source_padding_mask, training=False)  # (B, S, d)
         cross_caches = tuple(block.compute_cross_attention_cache(encoded) for block in self.decoder_blocks)
         return cross_caches, source_padding_mask
 
     def empty_cache(self, batch_size, length):
-        """N per-block (B, 2, h, length, k) zero self-attention caches, a
-        tuple rather than one stacked tensor, so that a compiled loop
-        updates each in place."""
-        shape = (batch_size, 2, self.num_heads, length, self.head_dim or self.hidden_dim // self.num_heads)
-        return tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in self.decoder_blocks)
+        """N per-block (keys, values) zero self-attention caches, each
+        (B, h, length, k): tensors of their own rather than one stacked
+        tensor, so that a compiled loop updates each in place and the
+        attention reads each as it is."""
+        shape = (batch_size, self.num_heads, length, self.head_dim or self.hidden_dim // self.num_heads)
+        return tuple(tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in range(2))
+                     for _ in self.decoder_blocks)
 
     def call_with_cache(self, token_ids, cache, cache_index, context):
         """The cached step: (B, T) target ids at positions cache_index.. ->
@@ -268,7 +270,7 @@ class EncoderDecoder(ZooModel):
         `start`."""
         cross_caches, source_padding_mask = context
         x, new_cache = self.embed_target(token_ids, start_index=cache_index, training=False), []
-        bias = self._position_bias(self.decoder_position_bias, x, key_length=ops.shape(cache[0])[3],
+        bias = self._position_bias(self.decoder_position_bias, x, key_length=ops.shape(cache[0][0])[2],
                                    start_index=cache_index)  # (1 or B, h, T, L)
         for block, block_cache, cross_cache in zip(self.decoder_blocks, cache, cross_caches):
             x, block_cache = block.call(
