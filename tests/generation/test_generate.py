@@ -179,6 +179,25 @@ def test_encoder_decoder_beam_search_scores(seq2seq):
             np.testing.assert_allclose(score, _log_probs(seq2seq, start, new, source), rtol=1e-4)
 
 
+@pytest.mark.parametrize("family", ["gpt", "seq2seq"])
+def test_beam_search_through_cache_stages_equals_one_stage(family, request, monkeypatch):
+    # 24 new tokens cross the stage of 16 positions, where each beam's
+    # cache grows; one stage of the whole length never grows.
+    model = request.getfixturevalue(family)
+    kwargs = dict(num_beams=3, length_penalty=1.0)
+    if family == "seq2seq":
+        kwargs.update(source=SOURCES)
+    prompts = GPT_PROMPTS if family == "gpt" else STARTS
+    staged = beam_search(model, prompts, 24, **kwargs)
+    monkeypatch.setattr("zoo.generation.api.BEAM_FIRST_STAGE", 64)
+    before = trace_count()
+    whole = beam_search(model, prompts, 24, **kwargs)
+    assert trace_count() == before + 1  # another program: one stage of 64 positions
+    assert staged.sequences == whole.sequences
+    assert len({t for row in staged.sequences for beam in row for t in beam}) > 3
+    np.testing.assert_allclose(staged.scores, whole.scores, rtol=1e-5)
+
+
 # --- Stop tokens, compilation ----------------------------------------------------
 
 
