@@ -253,7 +253,8 @@ class MultiHeadAttention(keras.layers.Layer):
         x = self.key_value_dense(key_value)  # (B, S, 2 g k)
         b, length = ops.shape(key_value)[0], ops.shape(key_value)[1]  # not x's: see `_heads`
         x = ops.reshape(x, (b, length, 2, self.num_key_value_heads, self.head_dim))
-        return tuple(ops.transpose(x[:, :, i], (0, 2, 1, 3)) for i in range(2))  # 2 x (B, g, S, k)
+        x = ops.transpose(x, (0, 2, 3, 1, 4))  # (B, 2, g, S, k), head-major
+        return x[:, 0], x[:, 1]  # 2 x (B, g, S, k)
 
     def call(
         self,
