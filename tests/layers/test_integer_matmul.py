@@ -2,7 +2,8 @@
 NumPy's, exactly, on every backend; on JAX with a CPU through the compiled
 kernel (a custom call in the program), which is compiled once, rebuilt
 when its file is corrupt, and replaced by XLA's dot where it cannot be
-compiled.
+compiled. zoo.kernels.int4_matmul: float x int4 in groups (a Dense kernel,
+a tied head) equal to float64 NumPy's product of the dequantized weights.
 """
 
 import keras
@@ -177,3 +178,136 @@ def test_an_int8_llama_generates_the_same_tokens_with_the_kernel_as_with_xlas_pr
         assert with_kernel.sequences == with_dot.sequences
         assert len(set(with_kernel.sequences[0])) > 3  # sampled: the tokens vary
         np.testing.assert_array_equal(with_kernel.token_logprobs, with_dot.token_logprobs)
+
+
+# --- int4 in groups: float x 4-bit -> float ------------------------------------------------------
+
+
+def _int4_dense(k, n, block, seed=0):
+    """A LoraDense (K, N) quantized to int4 in groups of `block`, and its kernel W (K, N) in float64
+    from its own 4-bit integers, zero points and scales (Keras' dequantization)."""
+    keras.utils.set_random_seed(seed)
+    dense = LoraDense(n)
+    dense.build((None, k))
+    dense.quantize("int4", config=keras.quantizers.Int4QuantizationConfig(block_size=block))
+    q = ops.convert_to_numpy(keras.quantizers.unpack_int4(dense._kernel, n, axis=-1)).astype(np.float64)
+    group = np.arange(k) // block
+    zero = ops.convert_to_numpy(dense.kernel_zero).astype(np.float64)[group]
+    scale = ops.convert_to_numpy(dense.kernel_scale).astype(np.float64)[group]
+    return dense, (q - zero) * scale
+
+
+# (M, K, N, block): K not a multiple of the block, N odd (a half-filled last byte), N past one tile of 64.
+INT4_SHAPES = [(1, 576, 1536, 128), (2, 300, 77, 64), (3, 130, 65, 32), (4, 64, 128, 64), (1, 256, 6, 128)]
+
+
+@jax_only
+@pytest.mark.parametrize("m,k,n,block", INT4_SHAPES)
+def test_the_int4_kernel_is_the_float64_product_of_the_dequantized_kernel(m, k, n, block):
+    if not kernels.native():
+        pytest.skip("no C++ compiler here: the kernel could not be compiled")
+    dense, w = _int4_dense(k, n, block)
+    x = np.random.default_rng(k + n).standard_normal((m, k)).astype("float32")
+    expected = x.astype(np.float64) @ w
+
+    def product(x):
+        return kernels.int4_matmul(x, dense._kernel, dense.kernel_scale, dense.kernel_zero, block, n)
+
+    for call in (product, compiled(product)):
+        got = np.asarray(call(x))
+        assert got.dtype == np.float32 and got.shape == (m, n)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@jax_only
+def test_an_int4_dense_in_groups_calls_the_kernel_up_to_kernel_rows_and_agrees_with_xlas_product():
+    if not kernels.native():
+        pytest.skip("no C++ compiler here: the kernel could not be compiled")
+    dense, w = _int4_dense(200, 70, 64)
+    for rows in (1, kernels.KERNEL_ROWS, kernels.KERNEL_ROWS + 1):
+        x = np.random.default_rng(rows).standard_normal((rows, 1, 200)).astype("float32")
+        layer = lambda: (lambda x: dense(x))  # noqa: E731  a new function each time: JAX keeps its trace
+        assert _program(layer(), x).count(kernels.INT4_TARGET) == (rows <= kernels.KERNEL_ROWS)
+        with_kernel = np.asarray(compiled(layer())(x))
+        with kernels.off():
+            assert kernels.INT4_TARGET not in _program(layer(), x)
+            with_dot = np.asarray(compiled(layer())(x))
+        expected = x.astype(np.float64) @ w + ops.convert_to_numpy(dense.bias)
+        for got in (with_kernel, with_dot):
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_the_int4_kernel_declines_what_it_does_not_take():
+    dense, _ = _int4_dense(64, 8, 32)
+    weights = (dense._kernel, dense.kernel_scale, dense.kernel_zero, 32, 8)
+    assert kernels.int4_matmul(np.zeros((kernels.KERNEL_ROWS + 1, 64), "float32"), *weights) is None  # XLA's rows
+    assert kernels.int4_matmul(np.zeros((1, 64), "float16"), *weights) is None  # not float32
+    with kernels.off():
+        assert kernels.int4_matmul(np.zeros((1, 64), "float32"), *weights) is None
+
+
+def _int4_table(v, d, block, seed=0):
+    """A TokenEmbedding (V, d) quantized to int4 in groups of `block` along d, and its table (V, d) in
+    float64 from its own 4-bit integers, zero points and scales."""
+    keras.utils.set_random_seed(seed)
+    table = TokenEmbedding(v, d)
+    table.build((None, None))
+    table.quantize("int4", config=keras.quantizers.Int4QuantizationConfig(block_size=block))
+    q = ops.convert_to_numpy(keras.quantizers.unpack_int4(table._embeddings, d, axis=-1)).astype(np.float64)
+    group = np.arange(d) // block
+    zero = ops.convert_to_numpy(table.embeddings_zero).astype(np.float64)[:, group]
+    scale = ops.convert_to_numpy(table.embeddings_scale).astype(np.float64)[:, group]
+    return table, (q - zero) * scale
+
+
+# (rows, V, d, block): d odd (a half-filled last byte), d past one group, V past one unit of 64.
+@pytest.mark.parametrize("rows,v,d,block", [(1, 1000, 576, 128), (3, 301, 77, 64), (4, 64, 130, 128), (2, 130, 72, 32)])
+def test_an_int4_tied_head_in_groups_is_the_float64_product_and_its_gradient(rows, v, d, block):
+    table, w = _int4_table(v, d, block)
+    x = np.random.default_rng(v + d).standard_normal((rows, 1, d)).astype("float32")
+    head = lambda: (lambda x: table(x, reverse=True))  # noqa: E731  a new function each time: JAX keeps its trace
+    uses_kernel = kernels.native() and rows <= kernels.KERNEL_ROWS
+    if ON_JAX:
+        assert _program(head(), x).count(kernels.INT4_TARGET) == uses_kernel
+    expected = x.astype(np.float64) @ w.T
+    got = ops.convert_to_numpy(compiled(head())(x))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    upstream = np.random.default_rng(1).standard_normal(expected.shape).astype("float32")
+    if ON_JAX:
+        import jax
+
+        gradient = jax.grad(lambda x: (table(x, reverse=True) * upstream).sum())(x)
+    else:
+        import tensorflow as tf
+
+        x = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(table(x, reverse=True) * upstream)
+        gradient = tape.gradient(loss, x)
+    np.testing.assert_allclose(ops.convert_to_numpy(gradient), upstream.astype(np.float64) @ w, rtol=1e-5,
+                               atol=1e-5 * np.abs(upstream @ w).max())
+
+
+@jax_only
+def test_an_int4_llama_in_groups_generates_as_with_the_dequantized_kernels():
+    if not kernels.native():
+        pytest.skip("no C++ compiler here: the kernel could not be compiled")
+    import zoo
+
+    def int4_llama():  # a model of its own each time: its compiled loops are its own
+        keras.utils.set_random_seed(0)
+        lm = zoo.build("llama-nano")
+        lm.quantize("int4", config=keras.quantizers.Int4QuantizationConfig(block_size=32))
+        return lm
+
+    lm = int4_llama()
+    step = lambda: (lambda ids: lm.call_with_cache(ids, lm.empty_cache(1, 8), 0)[0])  # noqa: E731  a decoding step
+    assert _program(step(), np.array([[5]], "int32")).count(kernels.INT4_TARGET) > 2  # the blocks' and the head's
+    sampling = dict(max_new_tokens=12, sampler="temperature", temperature=2.0, seed=3, logprobs=1)
+    with_kernel = zoo.generate(int4_llama(), [[5, 17, 3, 99, 42]], **sampling)
+    with kernels.off():
+        dequantized = zoo.generate(int4_llama(), [[5, 17, 3, 99, 42]], **sampling)
+    assert with_kernel.sequences == dequantized.sequences
+    assert len(set(with_kernel.sequences[0])) > 3  # sampled: the tokens vary
+    np.testing.assert_allclose(with_kernel.token_logprobs, dequantized.token_logprobs, atol=1e-4)

@@ -360,7 +360,7 @@ class Request:
     functions' key)."""
 
     def __init__(self, model, rows, max_new_tokens, stop_token_ids, source, source_padding_mask, bucket=False,
-                 suppress_token_ids=(), first_stage=loop.FIRST_STAGE):
+                 suppress_token_ids=(), first_stage=None):
         if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
             raise ValueError(f"`max_new_tokens` must be an integer >= 1; got {max_new_tokens!r}.")
         self.max_new_tokens = max_new_tokens = int(max_new_tokens)

@@ -62,12 +62,12 @@ def describe_shapes(shapes):
     return words + (f", source {shapes[3]}" if len(shapes) > 3 else "")
 
 
-def stage_lengths(prompt_length, length, first_stage=FIRST_STAGE):
+def stage_lengths(prompt_length, length, first_stage=None):
     """Cache lengths of the stages, e.g. (8, 1032) -> (64, 128, 256, 512,
-    1032): doubling from `first_stage` (at least the prompt), the last one
-    the full `length`."""
+    1032): doubling from `first_stage` (`FIRST_STAGE` when None; at least
+    the prompt), the last one the full `length`."""
     stages = []
-    size = max(first_stage, prompt_length)
+    size = max(FIRST_STAGE if first_stage is None else first_stage, prompt_length)
     while 2 * size <= length:
         stages.append(size)
         size *= 2

@@ -7,6 +7,13 @@ a decoding loop it converts every int8 kernel once, outside the loop):
 each token then reads 4 bytes a weight, and an int8 model decodes no
 faster than a float32 one (benchmarks/deployment/int8_matvec.py).
 
+Keras' int4 in groups (`quantize("int4")`, groups of 128) keeps the
+activations in float and dequantizes the kernel: in a decoding loop XLA
+makes that float copy once, outside the loop, so every token reads 4
+bytes a weight again. `int4_matmul` reads the 4-bit weights as they are
+and widens them to float in registers (a Dense kernel, and an embedding
+table as the tied output head).
+
 On JAX with a CPU, `integer_matmul` sends products of up to `KERNEL_ROWS`
 rows to the kernel in `integer_matmul.cc`, called through XLA's FFI on
 XLA's own threads (AVX512-VNNI where the CPU has it, plain loops
@@ -18,7 +25,7 @@ two, a row of zeros below, reaches XLA's integer kernels in a loop of
 products alone, but made a model's decoding step slower: 37 against 32 ms
 a token on TensorFlow at SmolLM2-135M's shape.)
 
-The kernel is compiled from its source the first time a process needs it,
+The kernels are compiled from their source the first time a process needs them,
 with the machine's C++ compiler (`$CXX`, else g++ or c++) at
 `-O3 -march=native`, into
 
@@ -44,6 +51,7 @@ import sys
 import time
 from pathlib import Path
 
+import keras
 from keras import ops
 
 from zoo.compile_cache import OFF, machine
@@ -51,6 +59,7 @@ from zoo.files import atomic_path, zoo_home
 
 SOURCE = Path(__file__).with_name("integer_matmul.cc")
 TARGET = "zoo_integer_matmul"
+INT4_TARGET = "zoo_int4_matmul"
 KERNEL_ROWS = 4  # up to this many rows the kernel is faster than XLA's int8 product, beyond it slower
 _OFF = []  # depth of `off()` blocks
 
@@ -92,6 +101,43 @@ def integer_matmul(x, w, transposed=False):
     return ops.matmul(x, ops.transpose(w) if transposed else w)
 
 
+def int4_matmul(x, kernel, scale, zero, block_size, units, transposed=False):
+    """x (..., K) float32 times Keras' int4 Dense kernel quantized in groups
+    of `block_size` inputs, or with `transposed` times the transpose of
+    Keras' int4 Embedding table quantized in groups (a tied output head):
+    (..., N) float32 with the 4-bit integers read as they are, or None where
+    the kernel does not take it (more than `KERNEL_ROWS` rows, x not
+    float32, an odd `block_size` when transposed, or not `native()`).
+
+    The kernel's W[k, n] = (q[k, n] - zero[g, n]) * scale[g, n] for the
+    group g = k // block_size (Keras' `g_idx` of a layer quantized by
+    `quantize("int4")`), the same sum as x . W in another order.
+
+    Args:
+        x: float32 activations (..., K).
+        kernel: (K, ceil(N / 2)) int8, two 4-bit integers a byte
+            (`keras.quantizers.pack_int4` along the last axis); transposed,
+            the table (N, ceil(K / 2)).
+        scale: (G, N) float32, G = ceil(K / block_size); transposed (N, G).
+        zero: int8 zero points, as `scale`.
+        block_size: the inputs of a group.
+        units: N.
+        transposed: whether `kernel` is an embedding table (N, ...).
+    """
+    rows = _rows(x)
+    if (rows is None or rows > KERNEL_ROWS or keras.backend.standardize_dtype(x.dtype) != "float32"
+            or (transposed and block_size % 2) or not native()):
+        return None
+    import jax
+    import jax.numpy as jnp
+
+    flat = jnp.reshape(x, (-1, x.shape[-1]))  # (M, K)
+    product = jax.ffi.ffi_call(INT4_TARGET, jax.ShapeDtypeStruct((flat.shape[0], units), jnp.float32))
+    y = product(flat, jnp.asarray(kernel), jnp.asarray(scale, jnp.float32), jnp.asarray(zero, jnp.int8),
+                block=int(block_size), transposed=bool(transposed))  # (M, N)
+    return jnp.reshape(y, tuple(x.shape[:-1]) + (units,))
+
+
 def _rows(x):
     """M, the rows of x (its leading axes multiplied), or None where one is not known."""
     rows = 1
@@ -131,11 +177,12 @@ def library():
     try:
         lib = _open(_library_path())
     except (OSError, subprocess.SubprocessError, RuntimeError) as error:
-        sys.stderr.write(f"zoo: int8 products use XLA's dot: the kernel did not compile ({_first_line(error)})\n")
+        sys.stderr.write(f"zoo: quantized products use XLA's dot: the kernels did not compile ({_first_line(error)})\n")
         return None
     import jax
 
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.ZooIntegerMatmul), platform="cpu")
+    jax.ffi.register_ffi_target(INT4_TARGET, jax.ffi.pycapsule(lib.ZooInt4Matmul), platform="cpu")
     return lib
 
 
@@ -153,7 +200,7 @@ def _open(path):
 
 
 def _symbols(lib):
-    for name in ("ZooIntegerMatmul", "ZooIntegerMatmulVnni"):
+    for name in ("ZooIntegerMatmul", "ZooInt4Matmul", "ZooIntegerMatmulVnni"):
         getattr(lib, name)  # AttributeError where it is missing
     return lib
 
@@ -171,7 +218,7 @@ def _compile(path):
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} exited with {done.returncode}: {done.stderr.strip()}")
-    sys.stderr.write(f"zoo: compiled the int8 product kernel ({SOURCE.name}) in {time.perf_counter() - start:.1f} s\n")
+    sys.stderr.write(f"zoo: compiled the quantized product kernels ({SOURCE.name}) in {time.perf_counter() - start:.1f} s\n")
 
 
 def _library_path():

@@ -1,4 +1,5 @@
-// int8 x int8 -> int32 matrix products on the CPU, as XLA FFI calls.
+// Quantized matrix products on the CPU, as XLA FFI calls: int8 x int8 ->
+// int32, and float x int4 in groups -> float.
 //
 // XLA's CPU backend converts an int8 operand of a dot to a 4-byte buffer
 // before multiplying, so a decoding step reads 4 bytes a weight whatever
@@ -15,6 +16,18 @@
 // output is subtracted at the end. Integer sums are exact in any order, so
 // the result does not depend on the blocking or the threads. Without
 // AVX512-VNNI the same sums run as plain loops.
+//
+//   y (M, N) = x (M, K) . W (K, N),  W[k, n] = (q[k, n] - z[g, n]) s[g, n],  g = k / B
+//
+// is Keras' int4 Dense kernel quantized in groups of B inputs: q signed
+// 4-bit integers packed two a byte along N (column 2j in the low nibble,
+// 2j + 1 in the high one), z int8 zero points and s float scales (G, N).
+// The 4-bit weights are read as they are, and widened to float in
+// registers: for each group, a = sum_k x[k] q[k, n] and y += s (a - z
+// sum_k x[k]), the same sum as x . W in another order. Transposed, W^T
+// (N, K) is Keras' int4 Embedding table quantized in groups along K (the
+// output head of a tied embedding): q packed two a byte along K, s and z
+// (N, G).
 
 #include <immintrin.h>
 
@@ -75,6 +88,20 @@ uint32_t Quad(const int8_t* row, int64_t k, int64_t K) {
   else
     std::memcpy(&quad, row + k, K - k);
   return quad;
+}
+
+// tile(rows, m0) over all M rows, in tiles of 4 and one of what is left;
+// rows is a compile-time constant (std::integral_constant), so each tile's
+// accumulators stay in registers.
+template <typename Tile>
+void RowTiles(int64_t M, const Tile& tile) {
+  int64_t m0 = 0;
+  for (; m0 + 4 <= M; m0 += 4) tile(std::integral_constant<int, 4>{}, m0);
+  switch (M - m0) {
+    case 3: tile(std::integral_constant<int, 3>{}, m0); break;
+    case 2: tile(std::integral_constant<int, 2>{}, m0); break;
+    case 1: tile(std::integral_constant<int, 1>{}, m0); break;
+  }
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -162,19 +189,6 @@ void NkTile(const int8_t* x, const int8_t* w, int32_t* y, int64_t K, int64_t N, 
   }
 }
 
-// tile(rows, m0) over all M rows, in tiles of 4 and one of what is left;
-// rows is a compile-time constant (std::integral_constant), so each tile's
-// accumulators stay in registers.
-template <typename Tile>
-void RowTiles(int64_t M, const Tile& tile) {
-  int64_t m0 = 0;
-  for (; m0 + 4 <= M; m0 += 4) tile(std::integral_constant<int, 4>{}, m0);
-  switch (M - m0) {
-    case 3: tile(std::integral_constant<int, 3>{}, m0); break;
-    case 2: tile(std::integral_constant<int, 2>{}, m0); break;
-    case 1: tile(std::integral_constant<int, 1>{}, m0); break;
-  }
-}
 
 // The 64 columns of a unit from n0, all rows.
 void KnUnit(const int8_t* x, const int8_t* w, int32_t* y, int64_t M, int64_t K, int64_t N, int64_t n0) {
@@ -216,6 +230,172 @@ constexpr bool kVnni = false;
 
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+
+// y[m0:m0+R, n0:n0+64] of the int4 product. The 32 bytes of a row hold 64
+// columns; their low nibbles (the even columns) and high nibbles (the odd
+// ones) are widened to float apart, so the accumulators hold, for each
+// row of x: even columns 0-30, 32-62, then odd columns 1-31, 33-63.
+template <int R>
+void Int4Tile(const float* x, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t K, int64_t N,
+              int64_t block, int64_t m0, int64_t n0) {
+  const int64_t width = std::min(kColumns, N - n0), packed = (N + 1) / 2, bytes = (width + 1) / 2;
+  const __mmask32 loaded = bytes == 32 ? ~0u : (1u << bytes) - 1;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  __mmask16 parts[4];  // columns n0 + 16 j .. of this tile inside N
+  for (int j = 0; j < 4; ++j) {
+    const int64_t left = std::clamp<int64_t>(width - 16 * j, 0, 16);
+    parts[j] = left == 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+  }
+  __m512 out[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) out[r][j] = _mm512_setzero_ps();
+  for (int64_t g0 = 0; g0 < K; g0 += block) {
+    const int64_t g1 = std::min(K, g0 + block);
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t k = g0; k < g1; ++k) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + (k + kAhead) * packed + n0 / 2), _MM_HINT_T0);
+      const __m512i wide = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(loaded, w + k * packed + n0 / 2));
+      const __m512i low = _mm512_srai_epi16(_mm512_slli_epi16(wide, 12), 12);  // even columns
+      const __m512i high = _mm512_srai_epi16(wide, 4);                         // odd columns
+      const __m512 f[4] = {_mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(low))),
+                           _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(low, 1))),
+                           _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(high))),
+                           _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(high, 1)))};
+      for (int r = 0; r < R; ++r) {
+        const __m512 xs = _mm512_set1_ps(x[(m0 + r) * K + k]);
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(f[j], xs, acc[r][j]);
+      }
+    }
+    // The group's scales and zero points, split into even and odd columns as the sums are.
+    const int64_t g = g0 / block;
+    __m512 scale[4], zero[4];
+    for (int j = 0; j < 4; ++j) {
+      scale[j] = _mm512_maskz_loadu_ps(parts[j], s + g * N + n0 + 16 * j);
+      zero[j] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(parts[j], z + g * N + n0 + 16 * j)));
+    }
+    const __m512 scales[4] = {_mm512_permutex2var_ps(scale[0], even, scale[1]),
+                              _mm512_permutex2var_ps(scale[2], even, scale[3]),
+                              _mm512_permutex2var_ps(scale[0], odd, scale[1]),
+                              _mm512_permutex2var_ps(scale[2], odd, scale[3])};
+    const __m512 zeros[4] = {_mm512_permutex2var_ps(zero[0], even, zero[1]),
+                             _mm512_permutex2var_ps(zero[2], even, zero[3]),
+                             _mm512_permutex2var_ps(zero[0], odd, zero[1]),
+                             _mm512_permutex2var_ps(zero[2], odd, zero[3])};
+    for (int r = 0; r < R; ++r) {
+      float sum = 0.0f;
+      for (int64_t k = g0; k < g1; ++k) sum += x[(m0 + r) * K + k];
+      const __m512 sums = _mm512_set1_ps(sum);
+      for (int j = 0; j < 4; ++j)
+        out[r][j] = _mm512_fmadd_ps(scales[j], _mm512_fnmadd_ps(zeros[j], sums, acc[r][j]), out[r][j]);
+    }
+  }
+  // Even and odd columns interleaved back into order.
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int r = 0; r < R; ++r) {
+    float* row = y + (m0 + r) * N + n0;
+    const __m512 ordered[4] = {_mm512_permutex2var_ps(out[r][0], first, out[r][2]),
+                               _mm512_permutex2var_ps(out[r][0], second, out[r][2]),
+                               _mm512_permutex2var_ps(out[r][1], first, out[r][3]),
+                               _mm512_permutex2var_ps(out[r][1], second, out[r][3])};
+    for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(row + 16 * j, parts[j], ordered[j]);
+  }
+}
+
+// y[m0:m0+R, n] of the transposed int4 product: row n of w^T along K, 16
+// bytes (32 inputs) at a time. xe and xo are x's even and odd inputs
+// ((M, ceil(K / 2)) each, zero past K), sums x's sum over each group (M, G).
+template <int R>
+void Int4NkTile(const float* xe, const float* xo, const float* sums, const int8_t* w, const float* s,
+                const int8_t* z, float* y, int64_t K, int64_t N, int64_t G, int64_t block, int64_t m0, int64_t n) {
+  const int64_t packed = (K + 1) / 2;
+  const int8_t* row = w + n * packed;
+  float out[R] = {};
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t b0 = g * block / 2, b1 = std::min(packed, (g + 1) * block / 2);
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = b0; b < b1; b += 16) {
+      const __mmask16 loaded = b1 - b >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (b1 - b)) - 1);
+      const __m512i wide = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(loaded, row + b));
+      const __m512 low = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(wide, 28), 28));  // even inputs
+      const __m512 high = _mm512_cvtepi32_ps(_mm512_srai_epi32(wide, 4));                        // odd inputs
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm512_fmadd_ps(low, _mm512_maskz_loadu_ps(loaded, xe + (m0 + r) * packed + b), acc[r]);
+        acc[r] = _mm512_fmadd_ps(high, _mm512_maskz_loadu_ps(loaded, xo + (m0 + r) * packed + b), acc[r]);
+      }
+    }
+    const float scale = s[n * G + g], zero = z[n * G + g];
+    for (int r = 0; r < R; ++r) out[r] += scale * (_mm512_reduce_add_ps(acc[r]) - zero * sums[(m0 + r) * G + g]);
+  }
+  for (int r = 0; r < R; ++r) y[(m0 + r) * N + n] = out[r];
+}
+
+void Int4NkUnit(const float* xe, const float* xo, const float* sums, const int8_t* w, const float* s,
+                const int8_t* z, float* y, int64_t M, int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
+  for (int64_t n = n0; n < std::min(N, n0 + kColumns); ++n) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + (n + 4) * ((K + 1) / 2)), _MM_HINT_T0);
+    RowTiles(M, [&](auto rows, int64_t m0) {
+      Int4NkTile<decltype(rows)::value>(xe, xo, sums, w, s, z, y, K, N, G, block, m0, n);
+    });
+  }
+}
+
+void Int4Unit(const float* x, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t M, int64_t K,
+              int64_t N, int64_t block, int64_t n0) {
+  RowTiles(M, [&](auto rows, int64_t m0) { Int4Tile<decltype(rows)::value>(x, w, s, z, y, K, N, block, m0, n0); });
+}
+
+#else
+
+void Int4Unit(const float* x, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t M, int64_t K,
+              int64_t N, int64_t block, int64_t n0) {
+  const int64_t n1 = std::min(N, n0 + kColumns), packed = (N + 1) / 2;
+  for (int64_t m = 0; m < M; ++m) {
+    float out[kColumns] = {0};
+    for (int64_t g0 = 0; g0 < K; g0 += block) {
+      const int64_t g1 = std::min(K, g0 + block), g = g0 / block;
+      float acc[kColumns] = {0}, sum = 0.0f;
+      for (int64_t k = g0; k < g1; ++k) {
+        const float xs = x[m * K + k];
+        sum += xs;
+        for (int64_t n = n0; n < n1; ++n) {
+          const int8_t byte = w[k * packed + n / 2];
+          const int q = n % 2 ? byte >> 4 : static_cast<int8_t>(byte << 4) >> 4;
+          acc[n - n0] += xs * static_cast<float>(q);
+        }
+      }
+      for (int64_t n = n0; n < n1; ++n) out[n - n0] += s[g * N + n] * (acc[n - n0] - z[g * N + n] * sum);
+    }
+    std::memcpy(y + m * N + n0, out, (n1 - n0) * sizeof(float));
+  }
+}
+
+void Int4NkUnit(const float* xe, const float* xo, const float* sums, const int8_t* w, const float* s,
+                const int8_t* z, float* y, int64_t M, int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
+  const int64_t packed = (K + 1) / 2;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = n0; n < std::min(N, n0 + kColumns); ++n) {
+      float out = 0.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        float acc = 0.0f;
+        for (int64_t b = g * block / 2; b < std::min(packed, (g + 1) * block / 2); ++b) {
+          const int8_t byte = w[n * packed + b];
+          acc += xe[m * packed + b] * static_cast<float>(static_cast<int8_t>(byte << 4) >> 4) +
+                 xo[m * packed + b] * static_cast<float>(byte >> 4);
+        }
+        out += s[n * G + g] * (acc - z[n * G + g] * sums[m * G + g]);
+      }
+      y[m * N + n] = out;
+    }
+}
+
+#endif
+
 ffi::Error IntegerMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
                          ffi::ResultBuffer<ffi::S32> y, bool transposed) {
   const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
@@ -236,7 +416,59 @@ ffi::Error IntegerMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buff
   return ffi::Error::Success();
 }
 
+ffi::Error Int4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> w,
+                      ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::S8> z, ffi::ResultBuffer<ffi::F32> y, int64_t block,
+                      bool transposed) {
+  const auto xd = x.dimensions(), wd = w.dimensions(), sd = s.dimensions(), zd = z.dimensions(),
+             yd = y->dimensions();
+  if (xd.size() != 2 || wd.size() != 2 || sd.size() != 2 || zd.size() != 2 || yd.size() != 2 || block < 1 ||
+      (transposed && block % 2))
+    return ffi::Error::InvalidArgument("int4_matmul: expected x (M, K), w (K, ceil(N / 2)) with s and z (G, N), "
+                                       "or transposed w (N, ceil(K / 2)) with s and z (N, G), y (M, N), and a "
+                                       "block >= 1 (even when transposed)");
+  const int64_t M = xd[0], K = xd[1], N = yd[1], G = (K + block - 1) / block;
+  const bool agree = transposed ? wd[0] == N && wd[1] == (K + 1) / 2 && sd[0] == N && sd[1] == G
+                                : wd[0] == K && wd[1] == (N + 1) / 2 && sd[0] == G && sd[1] == N;
+  if (!agree || sd[0] != zd[0] || sd[1] != zd[1] || yd[0] != M)
+    return ffi::Error::InvalidArgument("int4_matmul: the shapes of x, w, s, z and y do not agree");
+  if (M == 0 || N == 0) return ffi::Error::Success();
+  const float* xs = x.typed_data();
+  const int8_t* ws = w.typed_data();
+  const float* ss = s.typed_data();
+  const int8_t* zs = z.typed_data();
+  float* ys = y->typed_data();
+  const int64_t units = (N + kColumns - 1) / kColumns;
+  if (!transposed) {
+    ParallelFor(pool, units, [&](int64_t u) { Int4Unit(xs, ws, ss, zs, ys, M, K, N, block, u * kColumns); });
+    return ffi::Error::Success();
+  }
+  // x's even and odd inputs apart (as the nibbles of a byte hold them), zero past K, and its sum over each group.
+  const int64_t packed = (K + 1) / 2;
+  std::vector<float> even(M * packed, 0.0f), odd(M * packed, 0.0f), sums(M * G, 0.0f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      const float value = xs[m * K + k];
+      (k % 2 ? odd : even)[m * packed + k / 2] = value;
+      sums[m * G + k / block] += value;
+    }
+  ParallelFor(pool, units, [&](int64_t u) {
+    Int4NkUnit(even.data(), odd.data(), sums.data(), ws, ss, zs, ys, M, K, N, G, block, u * kColumns);
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooInt4Matmul, Int4Matmul,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("block")
+                                  .Attr<bool>("transposed"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooIntegerMatmul, IntegerMatmul,
                               ffi::Ffi::Bind()

@@ -6,7 +6,7 @@ Shape letters: B batch, T length, d_in and d_out the widths.
 import keras
 from keras import ops
 
-from zoo.kernels import integer_matmul
+from zoo.kernels import int4_matmul, integer_matmul
 from zoo.layers.dequantized import after
 
 
@@ -95,7 +95,9 @@ class LoraDense(keras.layers.Dense):
             if training:
                 weights = [after(w, inputs) for w in weights]
             if len(weights) > 2:
-                return ops.matmul(inputs, self._float_kernel(*weights)), gradient
+                # In groups: the 4-bit kernel read as it is where the kernel takes it (zoo.kernels), else dequantized.
+                x = None if training else int4_matmul(inputs, *weights[:3], self._int4_block_size, self.units)
+                return (ops.matmul(inputs, self._float_kernel(*weights)) if x is None else x), gradient
             scale = weights[1]
             if self.inputs_quantizer:
                 inputs, inputs_scale = self.inputs_quantizer(inputs, axis=-1)

@@ -6,7 +6,7 @@ Shape letters: B batch, T length, d width, V vocabulary.
 import keras
 from keras import ops
 
-from zoo.kernels import integer_matmul
+from zoo.kernels import int4_matmul, integer_matmul
 from zoo.layers.dequantized import after
 
 # On a GPU the tied head's product is computed this many logits wide at a time.
@@ -118,9 +118,28 @@ class TokenEmbedding(keras.layers.Embedding):
         if getattr(self, "_int4_block_size", None) in (None, -1):  # one scale per token: exact integer product
             table = keras.quantizers.unpack_int4(self._embeddings, self.output_dim, axis=-1)  # (V, d) int8
             return self._integer_reverse(inputs, table)
-        # Groups with zero points do not factor out of the product: dequantize the table by looking up every id.
-        table = super()._int4_call(ops.arange(self.input_dim, dtype="int32"))  # (V, d)
-        return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))
+        hidden = ops.cast(inputs, self.compute_dtype)
+        if self.lora_enabled:
+            return ops.matmul(hidden, ops.transpose(self._int4_table()))
+
+        @ops.custom_gradient
+        def product(hidden):
+            def gradient(*args, upstream=None):
+                upstream = args[0] if upstream is None else upstream  # TensorFlow passes it first, JAX by name
+                return ops.matmul(upstream, self._int4_table())
+
+            logits = int4_matmul(hidden, self._embeddings, self.embeddings_scale, self.embeddings_zero,
+                                 self._int4_block_size, self.input_dim, transposed=True)  # the 4-bit table as it is
+            if logits is None:
+                logits = ops.matmul(hidden, ops.transpose(self._int4_table()))
+            return logits, gradient
+
+        return product(hidden)
+
+    def _int4_table(self):
+        """The (V, d) table of int4 in groups, dequantized by looking up every
+        id: groups with zero points do not factor out of the product."""
+        return super()._int4_call(ops.arange(self.input_dim, dtype="int32"))
 
     def _integer_reverse(self, inputs, table):
         """(B, T, d) hidden states times the (V, d) integer table, transposed, de-scaled.
