@@ -237,8 +237,8 @@ constexpr bool kVnni = false;
 // ones) are widened to float apart, so the accumulators hold, for each
 // row of x: even columns 0-30, 32-62, then odd columns 1-31, 33-63.
 template <int R>
-void Int4Tile(const float* x, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t K, int64_t N,
-              int64_t block, int64_t m0, int64_t n0) {
+void Int4Tile(const float* x, const float* sums, const int8_t* w, const float* s, const int8_t* z, float* y,
+              int64_t K, int64_t N, int64_t G, int64_t block, int64_t m0, int64_t n0) {
   const int64_t width = std::min(kColumns, N - n0), packed = (N + 1) / 2, bytes = (width + 1) / 2;
   const __mmask32 loaded = bytes == 32 ? ~0u : (1u << bytes) - 1;
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -286,11 +286,9 @@ void Int4Tile(const float* x, const int8_t* w, const float* s, const int8_t* z, 
                              _mm512_permutex2var_ps(zero[0], odd, zero[1]),
                              _mm512_permutex2var_ps(zero[2], odd, zero[3])};
     for (int r = 0; r < R; ++r) {
-      float sum = 0.0f;
-      for (int64_t k = g0; k < g1; ++k) sum += x[(m0 + r) * K + k];
-      const __m512 sums = _mm512_set1_ps(sum);
+      const __m512 sum = _mm512_set1_ps(sums[(m0 + r) * G + g]);
       for (int j = 0; j < 4; ++j)
-        out[r][j] = _mm512_fmadd_ps(scales[j], _mm512_fnmadd_ps(zeros[j], sums, acc[r][j]), out[r][j]);
+        out[r][j] = _mm512_fmadd_ps(scales[j], _mm512_fnmadd_ps(zeros[j], sum, acc[r][j]), out[r][j]);
     }
   }
   // Even and odd columns interleaved back into order.
@@ -345,31 +343,32 @@ void Int4NkUnit(const float* xe, const float* xo, const float* sums, const int8_
   }
 }
 
-void Int4Unit(const float* x, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t M, int64_t K,
-              int64_t N, int64_t block, int64_t n0) {
-  RowTiles(M, [&](auto rows, int64_t m0) { Int4Tile<decltype(rows)::value>(x, w, s, z, y, K, N, block, m0, n0); });
+void Int4Unit(const float* x, const float* sums, const int8_t* w, const float* s, const int8_t* z, float* y,
+              int64_t M, int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
+  RowTiles(M, [&](auto rows, int64_t m0) {
+    Int4Tile<decltype(rows)::value>(x, sums, w, s, z, y, K, N, G, block, m0, n0);
+  });
 }
 
 #else
 
-void Int4Unit(const float* x, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t M, int64_t K,
-              int64_t N, int64_t block, int64_t n0) {
+void Int4Unit(const float* x, const float* sums, const int8_t* w, const float* s, const int8_t* z, float* y,
+              int64_t M, int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
   const int64_t n1 = std::min(N, n0 + kColumns), packed = (N + 1) / 2;
   for (int64_t m = 0; m < M; ++m) {
     float out[kColumns] = {0};
     for (int64_t g0 = 0; g0 < K; g0 += block) {
       const int64_t g1 = std::min(K, g0 + block), g = g0 / block;
-      float acc[kColumns] = {0}, sum = 0.0f;
+      float acc[kColumns] = {0};
       for (int64_t k = g0; k < g1; ++k) {
         const float xs = x[m * K + k];
-        sum += xs;
         for (int64_t n = n0; n < n1; ++n) {
           const int8_t byte = w[k * packed + n / 2];
           const int q = n % 2 ? byte >> 4 : static_cast<int8_t>(byte << 4) >> 4;
           acc[n - n0] += xs * static_cast<float>(q);
         }
       }
-      for (int64_t n = n0; n < n1; ++n) out[n - n0] += s[g * N + n] * (acc[n - n0] - z[g * N + n] * sum);
+      for (int64_t n = n0; n < n1; ++n) out[n - n0] += s[g * N + n] * (acc[n - n0] - z[g * N + n] * sums[m * G + g]);
     }
     std::memcpy(y + m * N + n0, out, (n1 - n0) * sizeof(float));
   }
@@ -438,19 +437,19 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   const int8_t* zs = z.typed_data();
   float* ys = y->typed_data();
   const int64_t units = (N + kColumns - 1) / kColumns;
+  std::vector<float> sums(M * G, 0.0f);  // x's sum over each group, for the zero points' term
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) sums[m * G + k / block] += xs[m * K + k];
   if (!transposed) {
-    ParallelFor(pool, units, [&](int64_t u) { Int4Unit(xs, ws, ss, zs, ys, M, K, N, block, u * kColumns); });
+    ParallelFor(pool, units,
+                [&](int64_t u) { Int4Unit(xs, sums.data(), ws, ss, zs, ys, M, K, N, G, block, u * kColumns); });
     return ffi::Error::Success();
   }
-  // x's even and odd inputs apart (as the nibbles of a byte hold them), zero past K, and its sum over each group.
+  // x's even and odd inputs apart, as the nibbles of a byte hold them (zero past K).
   const int64_t packed = (K + 1) / 2;
-  std::vector<float> even(M * packed, 0.0f), odd(M * packed, 0.0f), sums(M * G, 0.0f);
+  std::vector<float> even(M * packed, 0.0f), odd(M * packed, 0.0f);
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) {
-      const float value = xs[m * K + k];
-      (k % 2 ? odd : even)[m * packed + k / 2] = value;
-      sums[m * G + k / block] += value;
-    }
+    for (int64_t k = 0; k < K; ++k) (k % 2 ? odd : even)[m * packed + k / 2] = xs[m * K + k];
   ParallelFor(pool, units, [&](int64_t u) {
     Int4NkUnit(even.data(), odd.data(), sums.data(), ws, ss, zs, ys, M, K, N, G, block, u * kColumns);
   });
