@@ -29,7 +29,7 @@ browser:
 
 # The quick suite, offline, with two pytest workers (pytest-xdist; a test file stays on one
 # worker, so its module fixtures are built once; WORKERS=N for a larger machine): the layer
-# tests, the export from JAX and the error messages on JAX, then everything but the end-to-end
+# tests and the error messages on JAX, then everything but the end-to-end
 # runs on TensorFlow (gpt_char's and bert_classify's smallest commands run twice, equal
 # weights, included).
 WORKERS ?= 2
@@ -37,7 +37,7 @@ WORKERS ?= 2
 # running named: pytest-xdist's file scheduling can otherwise wait forever for the work it
 # held.
 XDIST := -n $(WORKERS) --dist loadfile --max-worker-restart=0
-JAX_QUICK := tests/layers tests/deployment/test_other_backends.py tests/test_error_messages.py
+JAX_QUICK := tests/layers tests/test_error_messages.py
 test: $(STAMP) browser
 	KERAS_BACKEND=jax $(PY) -m pytest -q $(XDIST) $(JAX_QUICK) --ignore=tests/layers/test_docstrings.py
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q $(XDIST)
@@ -52,9 +52,12 @@ test-quick: $(STAMP)
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q $(XDIST) $(QUICK)
 
 # The model, generation, training-mode, Llama-family, Gemma, fine-tuning (LoRA reload) and
-# loss-precision tests on JAX (`make test` runs the layer tests on JAX); `make test-integration` runs them.
+# loss-precision tests on JAX, the export from JAX, and the CPU kernels' cases of every size
+# (`make test` runs the layer tests on JAX, the kernels' larger cases left out);
+# `make test-integration` runs them.
 JAX_MODELS := tests/generation tests/models/test_training_mode.py tests/models/test_llama.py \
-	tests/models/test_gemma.py tests/models/test_finetune.py tests/training/test_loss_dtype.py
+	tests/models/test_gemma.py tests/models/test_finetune.py tests/training/test_loss_dtype.py \
+	tests/deployment/test_other_backends.py tests/layers/test_integer_matmul.py
 test-jax: $(STAMP)
 	KERAS_BACKEND=jax $(PY) -m pytest -q $(XDIST) $(JAX_MODELS) --ignore=tests/layers/test_docstrings.py
 
