@@ -1,8 +1,9 @@
-"""The first token of `zoo sample` in a first and a second process: what
-the persistent compilation cache saves.
+"""The first token of `zoo sample` (or `zoo translate`) in a first and a
+second process: what the persistent compilation cache saves.
 
     python benchmarks/generation/first_token.py                       # TensorFlow and JAX
     python benchmarks/generation/first_token.py --backends jax --new-tokens 4
+    python benchmarks/generation/first_token.py --command translate --backends jax
 
 The model: `zoo.build("smollm2-135m", task="causal_lm")` (SmolLM2-135M's
 shape: 30 layers, width 576, 9 heads and 3 key/value heads), random
@@ -21,6 +22,13 @@ Each row is the command's wall time (start to exit: Python, the backend
 and the model's loading included; the new tokens are few, so this is the
 time to the first token) and the `zoo: compiling ...` lines it wrote on
 stderr.
+
+With `--command translate`, the model is a Marian of opus-mt base's shape
+(random weights, saved by transformers' `save_pretrained` with its
+SentencePiece files, as `benchmarks/deployment/cpu_translation.py` writes
+it; its generation_config.json asks for 4 beams and at most
+`--new-tokens` tokens), and each process runs `zoo translate FOLDER
+SENTENCE`: a sentence of 4 words, then one of 9.
 """
 
 import argparse
@@ -51,14 +59,28 @@ json.dump({{"recipe": "gpt_finetune", "args": {{}}, "finished": True}}, open("{f
     subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=ROOT)
 
 
-def sample(run, prompt, max_length, backend, home, cache=True):
+def make_marian(folder, new_tokens):
+    """opus-mt base's shape with random weights, decoding 4 beams of at most `new_tokens` tokens."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "deployment"))
+    from cpu_translation import write_marian_folder
+
+    write_marian_folder(folder)
+    config = json.loads((folder / "generation_config.json").read_text())
+    config.update(num_beams=4, max_length=new_tokens + 1, min_length=0)
+    (folder / "generation_config.json").write_text(json.dumps(config))
+
+
+def sample(run, prompt, max_length, backend, home, cache=True, command="sample"):
     env = {**os.environ, "KERAS_BACKEND": backend, "ZOO_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3",
            "PYTHONPATH": str(ROOT)}
     env.pop("TF_XLA_FLAGS", None)
     if not cache:
         env["ZOO_COMPILE_CACHE"] = "0"
-    command = [sys.executable, "-m", "recipes.cli", "sample", str(run), prompt, "--max-length", str(max_length),
-               "--seed", "0"]
+    if command == "sample":
+        command = [sys.executable, "-m", "recipes.cli", "sample", str(run), prompt, "--max-length", str(max_length),
+                   "--seed", "0"]
+    else:
+        command = [sys.executable, "-m", "recipes.cli", "translate", str(run), prompt]
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
     seconds = time.perf_counter() - start
@@ -71,20 +93,25 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax"])
     parser.add_argument("--new-tokens", type=int, default=4)
+    parser.add_argument("--command", choices=("sample", "translate"), default="sample")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         run = Path(scratch) / "run"
         run.mkdir()
-        make_run(run)
+        if args.command == "sample":
+            make_run(run)
+            short, longer = "w1 w2 w3", "w1 w2 w3 w4 w5 w6 w7 w8 w9"
+        else:
+            make_marian(run, args.new_tokens)
+            short, longer = "to be or not", "now is the winter of our discontent made glorious"
         rows = []
         for backend in args.backends:
             home = Path(scratch) / f"home-{backend}"
-            short, longer = "w1 w2 w3", "w1 w2 w3 w4 w5 w6 w7 w8 w9"
             for label, prompt, cache in (("first process", short, True), ("second process", short, True),
                                          ("second process, another prompt length", longer, True),
                                          ("cache off", short, False)):
                 length = len(prompt.split()) + args.new_tokens
-                seconds, said, text = sample(run, prompt, length, backend, home, cache)
+                seconds, said, text = sample(run, prompt, length, backend, home, cache, args.command)
                 rows.append(dict(backend=backend, process=label, seconds=round(seconds, 1), stderr=said))
                 print(json.dumps(rows[-1]), flush=True)
         print("\n| backend | process | seconds to the first token | compiled |")
