@@ -70,19 +70,18 @@ def make_marian(folder, new_tokens):
     (folder / "generation_config.json").write_text(json.dumps(config))
 
 
-def sample(run, prompt, max_length, backend, home, cache=True, command="sample"):
+def first_token(run, prompt, max_length, backend, home, cache=True, command="sample"):
+    """`zoo sample` (or `zoo translate`) in a new process: (seconds, its `zoo:` stderr lines, its output)."""
     env = {**os.environ, "KERAS_BACKEND": backend, "ZOO_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3",
            "PYTHONPATH": str(ROOT)}
     env.pop("TF_XLA_FLAGS", None)
     if not cache:
         env["ZOO_COMPILE_CACHE"] = "0"
+    argv = [sys.executable, "-m", "recipes.cli", command, str(run), prompt]
     if command == "sample":
-        command = [sys.executable, "-m", "recipes.cli", "sample", str(run), prompt, "--max-length", str(max_length),
-                   "--seed", "0"]
-    else:
-        command = [sys.executable, "-m", "recipes.cli", "translate", str(run), prompt]
+        argv += ["--max-length", str(max_length), "--seed", "0"]
     start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
     seconds = time.perf_counter() - start
     if done.returncode:
         sys.exit(done.stderr[-3000:])
@@ -111,7 +110,7 @@ def main(argv=None):
                                          ("second process, another prompt length", longer, True),
                                          ("cache off", short, False)):
                 length = len(prompt.split()) + args.new_tokens
-                seconds, said, text = sample(run, prompt, length, backend, home, cache, args.command)
+                seconds, said, text = first_token(run, prompt, length, backend, home, cache, args.command)
                 rows.append(dict(backend=backend, process=label, seconds=round(seconds, 1), stderr=said))
                 print(json.dumps(rows[-1]), flush=True)
         print("\n| backend | process | seconds to the first token | compiled |")
