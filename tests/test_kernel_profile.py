@@ -63,6 +63,12 @@ def test_each_kernel_is_named_by_its_scope(tmp_path):
     assert (annotated["hlo_op"], annotated["program_id"]) == ("multiply_fusion", "12")  # a GPU trace may keep them so
     line = kernel_profile.describe(summary)[0]
     assert line.startswith("2 kernels per step, 5.00 ms of kernel time per step; optimizer 3.00 ms")
+    # By kind (the name without its number), all kernels or one part's.
+    events.append(("mul.3", 1e6, "multiply_fusion", 12))
+    assert kernel_profile.kinds(events, steps=2) == [("mul", 3.5, 1.5), ("tanh", 1.0, 0.5), ("neg", 0.5, 0.5),
+                                                     ("copy", 0.5, 0.5)]
+    assert kernel_profile.kinds(events, 2, str(tmp_path), kernel_profile.train_parts, "optimizer") == [("mul", 3.5, 1.5)]
+    assert kernel_profile.kinds(events, 2, str(tmp_path), kernel_profile.train_parts, "unnamed") == [("copy", 0.5, 0.5)]
 
 
 @pytest.mark.integration

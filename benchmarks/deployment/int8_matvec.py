@@ -5,11 +5,15 @@ memory bandwidth.
     KERAS_BACKEND=tensorflow python benchmarks/deployment/int8_matvec.py
     KERAS_BACKEND=jax python benchmarks/deployment/int8_matvec.py --batch 8
     python benchmarks/deployment/int8_matvec.py --dump /tmp/hlo   # and the optimized HLO of each variant
+    python benchmarks/deployment/int8_matvec.py --copies 64       # weights read from memory, not the caches
 
 Each variant runs `--steps` products inside one compiled loop (each step's
 input depends on the last step's output), as a decoding loop runs them, so
 that what XLA hoists out of a loop (a kernel converted to float once per
-call) is hoisted here too. The kernel is Keras' layout: (d_in, d_out) int8
+call) is hoisted here too. One kernel of SmolLM2's shapes fits the CPU's
+caches; `--copies N` multiplies by N copies of it in turn (each in its
+own buffer), so that, as in a model's decoding step, the weights come
+from memory once the N copies outgrow the last-level cache. The kernel is Keras' layout: (d_in, d_out) int8
 with a scale per output unit; int4 two a byte along d_out, with a scale
 (and zero point) per group of `--block` inputs.
 
@@ -141,10 +145,12 @@ def _int4(x, w, fused):
 
 
 def compiled_loop(product, steps):
-    def run(x, weights):
+    def run(x, copies):
         def body(i, x):
-            y = product(x, weights)
-            return ops.add(x, ops.multiply(1e-6, ops.mean(y)))  # the next input depends on this output
+            for weights in copies:
+                y = product(x, weights)
+                x = ops.add(x, ops.multiply(1e-6, ops.mean(y)))  # the next input depends on this output
+            return x
 
         return ops.fori_loop(0, steps, body, x)
 
@@ -165,14 +171,19 @@ def main():
     parser.add_argument("--block", type=int, default=64, help="int4 group size along d_in (default %(default)s)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="(default: all)")
     parser.add_argument("--shapes", default=",".join(f"{a}x{b}" for a, b in SHAPES), help="(default %(default)s)")
+    parser.add_argument("--copies", type=int, default=1,
+                        help="copies of each kernel multiplied in turn, each in its own buffer (default %(default)s)")
     parser.add_argument("--dump", metavar="DIR", help="also write each variant's optimized HLO under DIR")
     args = parser.parse_args()
+    if args.copies < 1:
+        parser.error(f"--copies: expected 1 or more, got {args.copies}")
     names = args.variants.split(",")
     for name in names:
         if name not in VARIANTS:
             parser.error(f"--variants: {name!r} is not a variant; expected some of {', '.join(VARIANTS)}")
     copy_bw, matvec_bw = bandwidth()
-    print(f"backend {keras.config.backend()}, {os.cpu_count()} CPUs; batch {args.batch}, {args.steps} products a call; "
+    print(f"backend {keras.config.backend()}, {os.cpu_count()} CPUs; batch {args.batch}, "
+          f"{args.steps} x {args.copies} products a call ({args.copies} copies of each kernel); "
           f"bandwidth: NumPy copy {copy_bw / 1e9:.1f} GB/s, NumPy float32 matvec {matvec_bw / 1e9:.1f} GB/s")
     limit_bw = max(copy_bw, matvec_bw)
     print(f"{'shape':<12}{'variant':<27}{'us/product':>11}{'GB/s read':>11}{'of limit':>10}{'max err':>10}")
@@ -196,13 +207,15 @@ def main():
             err_note = f"{err:.1e}" + ("*" if name.startswith("int8 x int8") else "")
             loop = compiled_loop(VARIANTS[name], args.steps)
             xt = ops.convert_to_tensor(x)
-            np.asarray(loop(xt, weights))  # compile
-            best = min(_time(lambda: np.asarray(loop(xt, weights))) for _ in range(args.repeats)) / args.steps
+            copies = [weights] + [{k: ops.copy(v) for k, v in weights.items()} for _ in range(args.copies - 1)]
+            np.asarray(loop(xt, copies))  # compile
+            best = min(_time(lambda: np.asarray(loop(xt, copies))) for _ in range(args.repeats))
+            best /= args.steps * args.copies
             read = d_in * d_out * BYTES_PER_WEIGHT.get(name, 1)
             print(f"{shape:<12}{name:<27}{1e6 * best:>11.1f}{read / best / 1e9:>11.2f}"
                   f"{read / limit_bw / best:>10.0%}{err_note:>10}")
             if args.dump:
-                dump(name, loop, xt, weights, os.path.join(args.dump, shape, name.replace(" ", "_").replace(",", "")))
+                dump(name, loop, xt, copies, os.path.join(args.dump, shape, name.replace(" ", "_").replace(",", "")))
     print("max err: largest |error| over largest |reference|, against float64 NumPy of the same quantized weights "
           "(* includes the activation's int8 rounding)")
 

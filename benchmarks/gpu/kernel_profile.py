@@ -180,14 +180,40 @@ def summarize(events, steps, dump_dir=None, parts=None, count=5):
     return result
 
 
-def trace_summary(run, steps, dump_dir=None, parts=None, count=5):
-    """Runs `run()` (which must wait for the device) under the profiler: `summarize`'s dict."""
+def trace(run):
+    """Runs `run()` (which must wait for the device) under the profiler: its kernel events, for `summarize`
+    and `kinds`."""
     import jax
 
     trace_dir = tempfile.mkdtemp()
     with jax.profiler.trace(trace_dir):
         run()
-    return summarize(_kernel_events(trace_dir), steps, dump_dir, parts, count)
+    return _kernel_events(trace_dir)
+
+
+def trace_summary(run, steps, dump_dir=None, parts=None, count=5):
+    """Runs `run()` (which must wait for the device) under the profiler: `summarize`'s dict."""
+    return summarize(trace(run), steps, dump_dir, parts, count)
+
+
+def kinds(events, steps, dump_dir=None, parts=None, part=None):
+    """[(kind, ms per step, kernels per step)] of `events`, most time first:
+    a kind is a kernel's name without its number (`ffi_call`, `dot`,
+    `copy_bitcast_fusion`). With `part`, only the kernels `parts` names so
+    (the programs dumped to `dump_dir`), or "unnamed": those without a JAX
+    op name (the copies XLA inserts)."""
+    programs, time, launches = {}, {}, {}
+    for name, ns, hlo_op, program_id in events:
+        if part is not None:
+            if program_id not in programs:
+                programs[program_id] = _op_names(dump_dir, program_id)
+            op_name = programs[program_id].get(hlo_op)
+            if ("unnamed" if op_name is None else parts(op_name)) != part:
+                continue
+        kind = re.sub(r"\.\d+$", "", name)
+        time[kind] = time.get(kind, 0.0) + ns / 1e6 / steps
+        launches[kind] = launches.get(kind, 0) + 1 / steps
+    return [(kind, ms, launches[kind]) for kind, ms in sorted(time.items(), key=lambda item: -item[1])]
 
 
 def describe(summary, step="step"):
