@@ -284,10 +284,19 @@ def sample(model, chooser, stop_token_ids, end, state, mask, budget_end, context
     records, done) up to position `end`: one `while_loop` over
     `SamplingStep.body`; `logprobs` as `Advance`'s."""
     step = SamplingStep(model, chooser, context, mask, budget_end, stop_token_ids, end, logprobs)
-    if not step.stateless:
-        return tuple(ops.while_loop(step.cond, step.body, state))
-    _, *state = ops.while_loop(step.cond, step.body, (step.variables(), *state))
-    return tuple(state)
+    # The loop carries the cache in the model's loop form where it has one
+    # (`loop_cache`), which XLA updates in place; the caller gets it back
+    # in the form it gave.
+    index, cache, *rest = state
+    given = tree.flatten(cache)
+    state = (index, model.loop_cache(cache) if hasattr(model, "loop_cache") else cache, *rest)
+    if step.stateless:
+        _, *state = ops.while_loop(step.cond, step.body, (step.variables(), *state))
+    else:
+        state = ops.while_loop(step.cond, step.body, state)
+    index, cache, *rest = state
+    cache = tree.pack_sequence_as(cache, [ops.reshape(x, y.shape) for x, y in zip(tree.flatten(cache), given)])
+    return (index, cache, *rest)
 
 
 class Grow(_ModelFunction):

@@ -36,6 +36,9 @@ def _static_dim(x, axis):
     return dim if isinstance(dim, int) else None
 
 
+_FEW_QUERIES = 16  # up to this many query rows, the logits are K Q^T swapped
+
+
 def attention_weights(query, key, mask=None, scale=None, bias=None):
     """softmax(Q K^T * scale + bias) with masked keys removed.
 
@@ -72,11 +75,12 @@ def attention_weights(query, key, mask=None, scale=None, bias=None):
         )
     if scale is None:
         scale = 1.0 / math.sqrt(d_key or ops.shape(key)[-1])
-    if _static_dim(query, -2) == 1:
-        # One query (a cached decoding step): K q, a matrix-vector product
-        # that reads K in its stored (..., S, d_k) layout; Q K^T would make
-        # XLA copy K transposed every step. Swapping the length-1 axis back
-        # is free.
+    rows = _static_dim(query, -2)
+    if rows is not None and rows <= _FEW_QUERIES:
+        # A few queries (a cached decoding step, with the query heads that
+        # share a key head as rows): K Q^T, a product that reads K in its
+        # stored (..., S, d_k) layout; Q K^T would make XLA copy K
+        # transposed every step. Swapping the few rows back costs little.
         logits = ops.swapaxes(ops.matmul(key, ops.swapaxes(query, -1, -2)), -1, -2)  # (..., 1, S)
     else:
         logits = ops.matmul(query, ops.swapaxes(key, -1, -2))  # (..., T, S)

@@ -91,6 +91,12 @@ class MultiHeadAttention(keras.layers.Layer):
             written at `cache_index`, and the causal mask over absolute
             positions (always on with a cache) hides the empty slots.
             Cross-attention: from `compute_key_value`, read only.
+            A self-attention cache may also come as (B g, S, k) tensors,
+            the rows of each batch row's g heads together (`merge_rows`):
+            the form a compiled loop carries, because the attention
+            product reads it without a reshape, so XLA writes the new
+            positions into it in place instead of copying it every step.
+            It is returned in the form it came in.
         cache_index: the absolute position of the first query (with a
             self-attention cache): a scalar, or (B,) int32, each row at its
             own position (a server's slots; the rows' positions, causal
@@ -360,13 +366,8 @@ class MultiHeadAttention(keras.layers.Layer):
         value = ops.transpose(value, (0, 2, 1, 3))  # (B, g, T, k)
         if cache is not None:
             # Write the new positions into the preallocated keys and values.
-            if is_per_row(cache_index):
-                cache = tuple(_write_rows(whole, new, cache_index) for whole, new in zip(cache, (key, value)))
-            else:
-                start = [0, 0, ops.cast(cache_index, "int32"), 0]
-                cache = tuple(ops.slice_update(whole, start, ops.cast(new, whole.dtype))
-                              for whole, new in zip(cache, (key, value)))
-            key, value = cache  # (B, g, S, k)
+            cache = tuple(_write(whole, new, cache_index) for whole, new in zip(cache, (key, value)))
+            key, value = (split_rows(whole, self.num_key_value_heads) for whole in cache)  # (B, g, S, k)
         return q, key, value, cache
 
     def _fused_attention(self, q, key, value, mask, causal_only):
@@ -441,11 +442,52 @@ class MultiHeadAttention(keras.layers.Layer):
         return config
 
 
+def merge_rows(cache):
+    """A self-attention cache's (B, g, S, k) tensors as (B g, S, k): a
+    compiled loop's form of the cache (see `MultiHeadAttention`'s `cache`).
+    Any other tensor is kept as it is."""
+    def merge(x):
+        return x if len(x.shape) != 4 else ops.reshape(x, (x.shape[0] * x.shape[1], x.shape[2], x.shape[3]))
+
+    return keras.tree.map_structure(merge, cache)
+
+
+def split_rows(whole, heads):
+    """(B g, S, k) -> (B, g, S, k), the inverse of `merge_rows` for one
+    tensor; a (B, g, S, k) tensor as it is."""
+    if len(whole.shape) == 4:
+        return whole
+    return ops.reshape(whole, (whole.shape[0] // heads, heads, whole.shape[1], whole.shape[2]))
+
+
+def _write(cache, new_positions, cache_index):
+    """The keys (or values) `cache`, (B, g, S, k) or (B g, S, k), with the
+    (B, g, T, k) `new_positions` written from `cache_index` (a scalar, or
+    (B,) one a row)."""
+    new_positions = ops.cast(new_positions, cache.dtype)
+    if len(cache.shape) == 4:
+        if is_per_row(cache_index):
+            return _write_rows(cache, new_positions, cache_index)
+        return ops.slice_update(cache, [0, 0, ops.cast(cache_index, "int32"), 0], new_positions)
+    batch, heads, new, width = new_positions.shape
+    if not is_per_row(cache_index):
+        return ops.slice_update(cache, [0, ops.cast(cache_index, "int32"), 0],
+                                ops.reshape(new_positions, (batch * heads, new, width)))
+    if new == 1 and batch is not None:
+        # A decoding step: each row's one position written where it lies, in place.
+        index = ops.cast(cache_index, "int32")
+        for b in range(batch):
+            cache = ops.slice_update(cache, [b * heads, index[b], 0],
+                                     ops.reshape(new_positions[b], (heads, new, width)))
+        return cache
+    whole = _write_rows(split_rows(cache, heads), new_positions, cache_index)
+    return ops.reshape(whole, cache.shape)
+
+
 def _write_rows(cache, new_positions, cache_index):
     """The keys (or values) with each row's T new positions written from
     its own `cache_index`: (B, g, S, k), (B, g, T, k), (B,) -> (B, g, S, k)."""
     length, new = cache.shape[2], new_positions.shape[2]
-    new_positions = ops.cast(new_positions, cache.dtype)
     if new == 1 and cache.shape[0] is not None:
         # A decoding step: each row's one position written where it lies (one update of
         # (1, g, 1, k) a row, done in place by XLA), not a select over the whole cache.

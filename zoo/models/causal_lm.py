@@ -80,6 +80,10 @@ class CausalLM(ZooModel):
         (keys, values), each (B, g, length, k)."""
         return self.backbone.empty_cache(batch_size, length)
 
+    def loop_cache(self, cache):
+        """The backbone's `loop_cache`: the form a compiled loop carries."""
+        return self.backbone.loop_cache(cache)
+
     def call_with_cache(self, token_ids, cache, cache_index, context=None):
         """The cached step: (B, T) token ids at positions cache_index.. ->
         ((B, T, V) logits, cache with those positions written).

@@ -7,6 +7,8 @@ heads, k head width, S_max the cache length.
 
 import keras
 
+from zoo.layers import merge_rows
+
 
 class DecoderStack:
     """What every decoder-only backbone shares, written once: the
@@ -91,6 +93,13 @@ class DecoderStack:
         place and the attention reads each as it is."""
         shape = (batch_size, self.num_key_value_heads, length, self.head_dim)
         return tuple(tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in range(2)) for _ in self.blocks)
+
+    def loop_cache(self, cache):
+        """The cache in the form a compiled decoding loop carries: each
+        (B, g, S, k) tensor as (B g, S, k) (`merge_rows`), which the
+        attention product reads without a reshape, so that XLA writes each
+        step's keys and values in place."""
+        return merge_rows(cache)
 
     def attention_scores(self, inputs):
         """The attention weights of every block and head for `inputs` (the

@@ -16,6 +16,7 @@ from zoo.layers import (
     RMSNorm,
     TokenAndPositionEmbedding,
     TokenEmbedding,
+    merge_rows,
 )
 from zoo.models.base import ZooModel
 from zoo.models.transformer.config import EncoderDecoderConfig
@@ -261,6 +262,13 @@ class EncoderDecoder(ZooModel):
         return tuple(tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in range(2))
                      for _ in self.decoder_blocks)
 
+    def loop_cache(self, cache):
+        """The self-attention cache in the form a compiled decoding loop
+        carries: each (B, h, S, k) tensor as (B h, S, k) (`merge_rows`),
+        which the attention product reads without a reshape, so that XLA
+        writes each step's keys and values in place."""
+        return merge_rows(cache)
+
     def call_with_cache(self, token_ids, cache, cache_index, context):
         """The cached step: (B, T) target ids at positions cache_index.. ->
         ((B, T, V) float32 logits, cache with those positions written), in
@@ -270,7 +278,7 @@ class EncoderDecoder(ZooModel):
         `start`."""
         cross_caches, source_padding_mask = context
         x, new_cache = self.embed_target(token_ids, start_index=cache_index, training=False), []
-        bias = self._position_bias(self.decoder_position_bias, x, key_length=ops.shape(cache[0][0])[2],
+        bias = self._position_bias(self.decoder_position_bias, x, key_length=ops.shape(cache[0][0])[-2],
                                    start_index=cache_index)  # (1 or B, h, T, L)
         for block, block_cache, cross_cache in zip(self.decoder_blocks, cache, cross_caches):
             x, block_cache = block.call(
