@@ -17,7 +17,8 @@ import pytest
 import zoo
 from zoo import generate
 from zoo.generation import compiled
-from zoo.layers import MultiHeadAttention, merge_rows
+from zoo.layers import MultiHeadAttention
+from zoo.layers.multi_head_attention import merge_rows
 from zoo.models.causal_lm import CausalLM
 from zoo.models.decoder_stack import DecoderStack
 from zoo.models.transformer.model import EncoderDecoder

@@ -10,7 +10,7 @@ from zoo.layers.layer_normalization import LayerNormalization
 from zoo.layers.lora_dense import LoraDense
 from zoo.layers.masked_lm_transform import MaskedLMTransform
 from zoo.layers.mean_pooling import MeanPooling
-from zoo.layers.multi_head_attention import MultiHeadAttention, merge_rows
+from zoo.layers.multi_head_attention import MultiHeadAttention
 from zoo.layers.output_bias import OutputBias
 from zoo.layers.position_embedding import PositionEmbedding
 from zoo.layers.relative_position_bias import RelativePositionBias
@@ -42,6 +42,5 @@ __all__ = [
     "attention_weights",
     "fused_attention",
     "merge_masks",
-    "merge_rows",
     "scaled_dot_product_attention",
 ]

@@ -7,7 +7,7 @@ heads, k head width, S_max the cache length.
 
 import keras
 
-from zoo.layers import merge_rows
+from zoo.layers.multi_head_attention import merge_rows
 
 
 class DecoderStack:

@@ -16,8 +16,8 @@ from zoo.layers import (
     RMSNorm,
     TokenAndPositionEmbedding,
     TokenEmbedding,
-    merge_rows,
 )
+from zoo.layers.multi_head_attention import merge_rows
 from zoo.models.base import ZooModel
 from zoo.models.transformer.config import EncoderDecoderConfig
 
