@@ -1,11 +1,12 @@
 """The decoding loop's form of the key/value cache (`loop_cache`).
 
-The loop carries each (B, g, S, k) cache tensor as (B g, S, k), the form
-the attention product reads without a reshape. The attention takes either
-form and gives back the one it got, with the same outputs; a generation
-gives the same tokens and probabilities with it as without it; and the
-compiled loop writes each step into the cache in place: no instruction of
-its body copies a cache-sized buffer.
+At batch 1 the loop carries each (1, g, S, k) cache tensor as (g, S, k),
+the form the attention product reads without a reshape. The attention
+takes a (B g, S, k) cache as well as a (B, g, S, k) one and gives back
+the form it got, with the same outputs; a generation gives the same
+tokens and probabilities with the loop's form as without it; and the
+compiled loop writes each step into the cache in place, at batch 1 and
+more: no instruction of its body copies a cache-sized buffer.
 """
 
 import re
@@ -42,7 +43,8 @@ def test_the_attention_takes_either_form_and_returns_the_one_given(new, per_row)
     cache = tuple(rng.normal(size=(B, G, S, K)).astype("float32") for _ in range(2))
     index = np.array([2, 5, 7], "int32") if per_row else 4
     out, written = layer(query, cache=cache, cache_index=index)
-    merged_out, merged_written = layer(query, cache=merge_rows(cache), cache_index=index)
+    merged = tuple(c.reshape(B * G, S, K) for c in cache)
+    merged_out, merged_written = layer(query, cache=merged, cache_index=index)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(merged_out), keras.ops.convert_to_numpy(out),
                                rtol=1e-5, atol=1e-6)
     for four, three in zip(written, merged_written):
@@ -59,10 +61,10 @@ def test_the_attention_takes_either_form_and_returns_the_one_given(new, per_row)
         assert not np.allclose(four[b][:, ~kept], cache[0][b][:, ~kept])
 
 
-def test_merge_rows_keeps_any_other_tensor():
-    cache = ((np.zeros((2, 3, 5, 4)), np.zeros((2, 3, 5, 4))), np.zeros((2, 5)))
+def test_merge_rows_merges_a_cache_of_one_row_and_keeps_any_other_tensor():
+    cache = ((np.zeros((1, 3, 5, 4)), np.zeros((2, 3, 5, 4))), np.zeros((1, 5)))
     merged = merge_rows(cache)
-    assert [tuple(x.shape) for x in keras.tree.flatten(merged)] == [(6, 5, 4), (6, 5, 4), (2, 5)]
+    assert [tuple(x.shape) for x in keras.tree.flatten(merged)] == [(3, 5, 4), (2, 3, 5, 4), (1, 5)]
 
 
 def _model(preset, **kwargs):
@@ -79,8 +81,8 @@ def _model(preset, **kwargs):
                                                  ("transformer-tiny", {}, EncoderDecoder)])
 def test_a_generation_is_the_same_without_the_loop_form(preset, kwargs, owner, monkeypatch):
     model = _model(preset, **kwargs)
-    prompts = [[5, 17, 42, 8], [9, 3]]
-    source = {"source": [[4, 5, 6], [7, 8, 9, 10]]} if model.is_encoder_decoder else {}
+    prompts = [[5, 17, 42, 8]]  # one row: the loop's form is for a batch of one
+    source = {"source": [[4, 5, 6]]} if model.is_encoder_decoder else {}
     settings = dict(sampler="top_k", top_k=5, seed=7, logprobs=0, **source)
     with_form = generate(model, prompts, 6, **settings)
     monkeypatch.delattr(owner, "loop_cache")
@@ -93,18 +95,20 @@ def test_a_generation_is_the_same_without_the_loop_form(preset, kwargs, owner, m
 
 
 @pytest.mark.skipif(keras.config.backend() != "jax", reason="reads the program XLA compiled on JAX")
-def test_the_compiled_loop_copies_no_cache():
+@pytest.mark.parametrize("batch", [1, 2])
+def test_the_compiled_loop_copies_no_cache(batch):
     model = _model("llama-nano", task="causal_lm")
-    generate(model, [[5, 17, 42, 8]], 8)
+    prompts = [[5 + row, 17, 42, 8] for row in range(batch)]
+    generate(model, prompts, 8)
     function = list(compiled._COMPILED[model].values())[-1]
     calls = []
     jitted = function.compiled
     function.compiled = lambda *args: calls.append(args) or jitted(*args)
-    generate(model, [[6, 18, 43, 9]], 8)  # the same shapes: the same function
+    generate(model, [[p + 1 for p in prompt] for prompt in prompts], 8)  # the same shapes: the same function
     text = jitted.lower(*calls[0]).compile().as_text()
     bodies = re.findall(r"while\(.*?body=%?([\w.\-]+)", text)
     assert bodies, "no while loop in the compiled generation"
-    cache_sizes = {1 * 2 * length * 8 for length in (16, 32, 64)}  # (B, g, S, k) elements at each stage's length
+    cache_sizes = {batch * 2 * length * 8 for length in (16, 32, 64)}  # (B, g, S, k) elements at each stage's length
     for body in bodies:
         computation = re.search(rf"^%?{re.escape(body)} .*?\n}}", text, re.S | re.M).group(0)
         copies = []

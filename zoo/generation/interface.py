@@ -22,9 +22,10 @@ and, optionally,
 
     model.loop_cache(cache)
         # -> the same tensors reshaped into the form a compiled decoding
-        #    loop carries (e.g. (B h, length, k), which the attention reads
-        #    without a reshape, so that XLA writes each step in place);
-        #    `call_with_cache` takes either form and returns the one given
+        #    loop carries (e.g. at batch 1 (h, length, k), which the
+        #    attention reads without a reshape, so that XLA writes each step
+        #    in place); `call_with_cache` takes either form and returns the
+        #    one given
 
 and, for an encoder-decoder (`is_encoder_decoder = True`), also
 

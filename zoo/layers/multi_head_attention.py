@@ -92,11 +92,11 @@ class MultiHeadAttention(keras.layers.Layer):
             positions (always on with a cache) hides the empty slots.
             Cross-attention: from `compute_key_value`, read only.
             A self-attention cache may also come as (B g, S, k) tensors,
-            the rows of each batch row's g heads together (`merge_rows`):
-            the form a compiled loop carries, because the attention
-            product reads it without a reshape, so XLA writes the new
-            positions into it in place instead of copying it every step.
-            It is returned in the form it came in.
+            the rows of each batch row's g heads together: the form a
+            compiled loop carries at batch 1 (`merge_rows`), because the
+            attention product reads it without a reshape, so XLA writes
+            the new positions into it in place instead of copying it
+            every step. It is returned in the form it came in.
         cache_index: the absolute position of the first query (with a
             self-attention cache): a scalar, or (B,) int32, each row at its
             own position (a server's slots; the rows' positions, causal
@@ -443,11 +443,16 @@ class MultiHeadAttention(keras.layers.Layer):
 
 
 def merge_rows(cache):
-    """A self-attention cache's (B, g, S, k) tensors as (B g, S, k): a
-    compiled loop's form of the cache (see `MultiHeadAttention`'s `cache`).
-    Any other tensor is kept as it is."""
+    """A self-attention cache of one batch row, its (1, g, S, k) tensors,
+    as (g, S, k): a compiled loop's form of the cache (see
+    `MultiHeadAttention`'s `cache`). XLA's CPU programs copied a (1, g, S,
+    k) cache every step (its update fused twice, once into the reshape the
+    attention product reads), and update a cache of more rows in place as
+    it is (merged, they copied it): any other tensor is kept as it is."""
     def merge(x):
-        return x if len(x.shape) != 4 else ops.reshape(x, (x.shape[0] * x.shape[1], x.shape[2], x.shape[3]))
+        if len(x.shape) != 4 or x.shape[0] != 1:
+            return x
+        return ops.reshape(x, (x.shape[1], x.shape[2], x.shape[3]))
 
     return keras.tree.map_structure(merge, cache)
 

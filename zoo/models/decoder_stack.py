@@ -95,10 +95,10 @@ class DecoderStack:
         return tuple(tuple(keras.ops.zeros(shape, dtype=self.compute_dtype) for _ in range(2)) for _ in self.blocks)
 
     def loop_cache(self, cache):
-        """The cache in the form a compiled decoding loop carries: each
-        (B, g, S, k) tensor as (B g, S, k) (`merge_rows`), which the
-        attention product reads without a reshape, so that XLA writes each
-        step's keys and values in place."""
+        """The cache in the form a compiled decoding loop carries
+        (`merge_rows`): at batch 1 each (1, g, S, k) tensor as (g, S, k),
+        which the attention product reads without a reshape, so that XLA
+        writes each step's keys and values in place; of more rows, as it is."""
         return merge_rows(cache)
 
     def attention_scores(self, inputs):

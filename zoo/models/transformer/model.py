@@ -264,9 +264,10 @@ class EncoderDecoder(ZooModel):
 
     def loop_cache(self, cache):
         """The self-attention cache in the form a compiled decoding loop
-        carries: each (B, h, S, k) tensor as (B h, S, k) (`merge_rows`),
-        which the attention product reads without a reshape, so that XLA
-        writes each step's keys and values in place."""
+        carries (`merge_rows`): at batch 1 each (1, h, S, k) tensor as
+        (h, S, k), which the attention product reads without a reshape, so
+        that XLA writes each step's keys and values in place; of more rows,
+        as it is."""
         return merge_rows(cache)
 
     def call_with_cache(self, token_ids, cache, cache_index, context):
