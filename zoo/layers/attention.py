@@ -81,7 +81,7 @@ def attention_weights(query, key, mask=None, scale=None, bias=None):
         # share a key head as rows): K Q^T, a product that reads K in its
         # stored (..., S, d_k) layout; Q K^T would make XLA copy K
         # transposed every step. Swapping the few rows back costs little.
-        logits = ops.swapaxes(ops.matmul(key, ops.swapaxes(query, -1, -2)), -1, -2)  # (..., 1, S)
+        logits = ops.swapaxes(ops.matmul(key, ops.swapaxes(query, -1, -2)), -1, -2)  # (..., T, S)
     else:
         logits = ops.matmul(query, ops.swapaxes(key, -1, -2))  # (..., T, S)
     logits = ops.cast(logits, "float32") * scale

@@ -478,15 +478,7 @@ def _write(cache, new_positions, cache_index):
     if not is_per_row(cache_index):
         return ops.slice_update(cache, [0, ops.cast(cache_index, "int32"), 0],
                                 ops.reshape(new_positions, (batch * heads, new, width)))
-    if new == 1 and batch is not None:
-        # A decoding step: each row's one position written where it lies, in place.
-        index = ops.cast(cache_index, "int32")
-        for b in range(batch):
-            cache = ops.slice_update(cache, [b * heads, index[b], 0],
-                                     ops.reshape(new_positions[b], (heads, new, width)))
-        return cache
-    whole = _write_rows(split_rows(cache, heads), new_positions, cache_index)
-    return ops.reshape(whole, cache.shape)
+    return ops.reshape(_write_rows(split_rows(cache, heads), new_positions, cache_index), cache.shape)
 
 
 def _write_rows(cache, new_positions, cache_index):
