@@ -33,6 +33,9 @@ with a scale per output unit; int4 two a byte along d_out, with a scale
 - int4 fused: the nibbles unpacked (shifts) inside the same fused loop;
   per group the partial sums times the group's scale, minus its zero
   point times the group's input sum.
+- int8 x int8 -> int32 zoo.kernels, int4 zoo.kernels: the products of
+  `zoo.kernels` (XLA FFI calls), which read the int8 or packed int4
+  kernel as stored.
 
 The weight-read limit is the kernel's bytes over the bandwidth of a large
 NumPy copy (read plus write, one thread per `--threads`) and of a float32
@@ -49,7 +52,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
-from zoo.kernels import integer_matmul  # noqa: E402
+from zoo.kernels import int4_matmul, integer_matmul  # noqa: E402
 
 # SmolLM2-135M's projections: q/o, k/v, gate/up, down, the tied head.
 SHAPES = ((576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152))
@@ -112,8 +115,10 @@ VARIANTS = {
     "int8 x int8 fused rows": lambda x, w: _integer_rows(x, w),
     "int4 convert+dot": lambda x, w: _int4(x, w, fused=False),
     "int4 fused": lambda x, w: _int4(x, w, fused=True),
+    "int4 zoo.kernels": lambda x, w: int4_matmul(x, w["q4"], w["s4"], ops.cast(w["z4"], "int8"),
+                                                 w["q4"].shape[0] // w["s4"].shape[0], w["s4"].shape[1]),
 }
-BYTES_PER_WEIGHT = {"float32 dot": 4, "int4 convert+dot": 0.5, "int4 fused": 0.5}
+BYTES_PER_WEIGHT = {"float32 dot": 4, "int4 convert+dot": 0.5, "int4 fused": 0.5, "int4 zoo.kernels": 0.5}
 
 
 def _integer_dot(x, w, rows=None, product=ops.matmul):

@@ -197,8 +197,10 @@ def _int4_dense(k, n, block, seed=0):
     return dense, (q - zero) * scale
 
 
-# (M, K, N, block): K not a multiple of the block, N odd (a half-filled last byte), N past one tile of 64.
-INT4_SHAPES = [(1, 576, 1536, 128), (2, 300, 77, 64), (3, 130, 65, 32), (4, 64, 128, 64), (1, 256, 6, 128)]
+# (M, K, N, block): K not a multiple of the block, N odd (a half-filled last byte), N past one tile of 64 and
+# one unit of 128 columns, by a whole half-tile or a few columns.
+INT4_SHAPES = [(1, 576, 1536, 128), (2, 300, 77, 64), (3, 130, 65, 32), (4, 64, 128, 64), (1, 256, 6, 128),
+               (1, 100, 259, 32), (2, 64, 200, 64), (3, 96, 197, 32)]
 
 
 @jax_only

@@ -46,7 +46,14 @@ namespace ffi = xla::ffi;
 namespace {
 
 constexpr int64_t kColumns = 64;  // columns of y a work unit computes
-constexpr int64_t kAhead = 16;     // rows of w prefetched ahead
+constexpr int64_t kInt4Columns = 128;  // of the int4 product (64 bytes of a row of w)
+// Weights are read from memory once a token, so each product prefetches
+// them: a Dense kernel (K, N) kAhead rows ahead of the row it reads, an
+// embedding table (N, K) the rows of the next outputs (kRowsAhead for
+// int8) at the same inputs. Measured on a model's products at batch 1,
+// fewer rows ahead left the weights' reads waiting on memory.
+constexpr int64_t kAhead = 48;
+constexpr int64_t kRowsAhead = 8;
 
 // Runs work(0) .. work(units - 1) on the calling thread and the XLA pool's
 // others. Each unit is claimed from a shared counter, so a pool thread that
@@ -176,6 +183,8 @@ void NkTile(const int8_t* x, const int8_t* w, int32_t* y, int64_t K, int64_t N, 
     const __mmask64 inputs = K - k >= 64 ? ~0ULL : (1ULL << (K - k)) - 1;
     __m512i rows[4];
     for (int j = 0; j < 4; ++j)
+      _mm_prefetch(reinterpret_cast<const char*>(w + (n0 + j + kRowsAhead) * K + k), _MM_HINT_T0);
+    for (int j = 0; j < 4; ++j)
       rows[j] = _mm512_xor_si512(j < outputs ? _mm512_maskz_loadu_epi8(inputs, w + (n0 + j) * K + k)
                                              : _mm512_setzero_si512(), flip);
     for (int r = 0; r < R; ++r) {
@@ -232,121 +241,179 @@ constexpr bool kVnni = false;
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 
-// y[m0:m0+R, n0:n0+64] of the int4 product. The 32 bytes of a row hold 64
-// columns; their low nibbles (the even columns) and high nibbles (the odd
-// ones) are widened to float apart, so the accumulators hold, for each
-// row of x: even columns 0-30, 32-62, then odd columns 1-31, 33-63.
-template <int R>
+// The signed 4-bit integers of 16 bytes' low (Nibbles) or high
+// (HighNibbles) nibbles as 16 floats: each byte widened to a 32-bit lane,
+// whose low 4 bits index a table of the 16 values (vpermps reads only
+// those bits).
+inline __m512 NibbleTable() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+}
+
+inline __m512 Nibbles(const int8_t* bytes, __mmask16 loaded) {
+  const __m512i wide = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(loaded, bytes));
+  return _mm512_permutexvar_ps(wide, NibbleTable());
+}
+
+inline __m512 HighNibbles(const int8_t* bytes, __mmask16 loaded) {
+  const __m512i wide = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(loaded, bytes));
+  return _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), NibbleTable());
+}
+
+// y[m0:m0+R, n0:n0+64H] of the int4 product. The 32 bytes of a row hold
+// 64 columns; their low nibbles (the even columns) and high nibbles (the
+// odd ones) are widened to float apart, so the accumulators hold, for
+// each row of x and each 64 columns h: even columns 0-30, 32-62, then odd
+// columns 1-31, 33-63. With H = 2 a row's 64 bytes (a cache line, where
+// the row starts on one) are read in one visit.
+template <int R, int H>
 void Int4Tile(const float* x, const float* sums, const int8_t* w, const float* s, const int8_t* z, float* y,
               int64_t K, int64_t N, int64_t G, int64_t block, int64_t m0, int64_t n0) {
-  const int64_t width = std::min(kColumns, N - n0), packed = (N + 1) / 2, bytes = (width + 1) / 2;
-  const __mmask32 loaded = bytes == 32 ? ~0u : (1u << bytes) - 1;
+  const int64_t packed = (N + 1) / 2;
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  __mmask16 parts[4];  // columns n0 + 16 j .. of this tile inside N
-  for (int j = 0; j < 4; ++j) {
-    const int64_t left = std::clamp<int64_t>(width - 16 * j, 0, 16);
+  __mmask16 parts[4 * H];  // columns n0 + 16 j .. of this tile inside N
+  __mmask16 loaded[2 * H];  // bytes n0 / 2 + 16 i .. of a row inside it
+  for (int j = 0; j < 4 * H; ++j) {
+    const int64_t left = std::clamp<int64_t>(N - n0 - 16 * j, 0, 16);
     parts[j] = left == 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
   }
-  __m512 out[R][4];
+  for (int i = 0; i < 2 * H; ++i) {
+    const int64_t left = std::clamp<int64_t>(packed - n0 / 2 - 16 * i, 0, 16);
+    loaded[i] = left == 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+  }
+  __m512 out[R][4 * H];
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 4; ++j) out[r][j] = _mm512_setzero_ps();
+    for (int j = 0; j < 4 * H; ++j) out[r][j] = _mm512_setzero_ps();
   for (int64_t g0 = 0; g0 < K; g0 += block) {
     const int64_t g1 = std::min(K, g0 + block);
-    __m512 acc[R][4];
+    __m512 acc[R][4 * H];
     for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+      for (int j = 0; j < 4 * H; ++j) acc[r][j] = _mm512_setzero_ps();
     for (int64_t k = g0; k < g1; ++k) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + (k + kAhead) * packed + n0 / 2), _MM_HINT_T0);
-      const __m512i wide = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(loaded, w + k * packed + n0 / 2));
-      const __m512i low = _mm512_srai_epi16(_mm512_slli_epi16(wide, 12), 12);  // even columns
-      const __m512i high = _mm512_srai_epi16(wide, 4);                         // odd columns
-      const __m512 f[4] = {_mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(low))),
-                           _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(low, 1))),
-                           _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(high))),
-                           _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(high, 1)))};
+      const int8_t* bytes = w + k * packed + n0 / 2;
+      // Both lines a row's 64 bytes may straddle.
+      _mm_prefetch(reinterpret_cast<const char*>(bytes + kAhead * packed), _MM_HINT_T0);
+      if (H == 2) _mm_prefetch(reinterpret_cast<const char*>(bytes + kAhead * packed + 63), _MM_HINT_T0);
+      __m512 f[4 * H];
+      for (int h = 0; h < H; ++h) {
+        f[4 * h] = Nibbles(bytes + 32 * h, loaded[2 * h]);
+        f[4 * h + 1] = Nibbles(bytes + 32 * h + 16, loaded[2 * h + 1]);
+        f[4 * h + 2] = HighNibbles(bytes + 32 * h, loaded[2 * h]);
+        f[4 * h + 3] = HighNibbles(bytes + 32 * h + 16, loaded[2 * h + 1]);
+      }
       for (int r = 0; r < R; ++r) {
         const __m512 xs = _mm512_set1_ps(x[(m0 + r) * K + k]);
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(f[j], xs, acc[r][j]);
+        for (int j = 0; j < 4 * H; ++j) acc[r][j] = _mm512_fmadd_ps(f[j], xs, acc[r][j]);
       }
     }
     // The group's scales and zero points, split into even and odd columns as the sums are.
     const int64_t g = g0 / block;
-    __m512 scale[4], zero[4];
-    for (int j = 0; j < 4; ++j) {
-      scale[j] = _mm512_maskz_loadu_ps(parts[j], s + g * N + n0 + 16 * j);
-      zero[j] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(parts[j], z + g * N + n0 + 16 * j)));
-    }
-    const __m512 scales[4] = {_mm512_permutex2var_ps(scale[0], even, scale[1]),
-                              _mm512_permutex2var_ps(scale[2], even, scale[3]),
-                              _mm512_permutex2var_ps(scale[0], odd, scale[1]),
-                              _mm512_permutex2var_ps(scale[2], odd, scale[3])};
-    const __m512 zeros[4] = {_mm512_permutex2var_ps(zero[0], even, zero[1]),
-                             _mm512_permutex2var_ps(zero[2], even, zero[3]),
-                             _mm512_permutex2var_ps(zero[0], odd, zero[1]),
-                             _mm512_permutex2var_ps(zero[2], odd, zero[3])};
-    for (int r = 0; r < R; ++r) {
-      const __m512 sum = _mm512_set1_ps(sums[(m0 + r) * G + g]);
-      for (int j = 0; j < 4; ++j)
-        out[r][j] = _mm512_fmadd_ps(scales[j], _mm512_fnmadd_ps(zeros[j], sum, acc[r][j]), out[r][j]);
+    for (int h = 0; h < H; ++h) {
+      __m512 scale[4], zero[4];
+      for (int j = 0; j < 4; ++j) {
+        const int64_t c = n0 + 64 * h + 16 * j;
+        scale[j] = _mm512_maskz_loadu_ps(parts[4 * h + j], s + g * N + c);
+        zero[j] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(parts[4 * h + j], z + g * N + c)));
+      }
+      const __m512 scales[4] = {_mm512_permutex2var_ps(scale[0], even, scale[1]),
+                                _mm512_permutex2var_ps(scale[2], even, scale[3]),
+                                _mm512_permutex2var_ps(scale[0], odd, scale[1]),
+                                _mm512_permutex2var_ps(scale[2], odd, scale[3])};
+      const __m512 zeros[4] = {_mm512_permutex2var_ps(zero[0], even, zero[1]),
+                               _mm512_permutex2var_ps(zero[2], even, zero[3]),
+                               _mm512_permutex2var_ps(zero[0], odd, zero[1]),
+                               _mm512_permutex2var_ps(zero[2], odd, zero[3])};
+      for (int r = 0; r < R; ++r) {
+        const __m512 sum = _mm512_set1_ps(sums[(m0 + r) * G + g]);
+        for (int j = 0; j < 4; ++j)
+          out[r][4 * h + j] =
+              _mm512_fmadd_ps(scales[j], _mm512_fnmadd_ps(zeros[j], sum, acc[r][4 * h + j]), out[r][4 * h + j]);
+      }
     }
   }
   // Even and odd columns interleaved back into order.
   const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  for (int r = 0; r < R; ++r) {
-    float* row = y + (m0 + r) * N + n0;
-    const __m512 ordered[4] = {_mm512_permutex2var_ps(out[r][0], first, out[r][2]),
-                               _mm512_permutex2var_ps(out[r][0], second, out[r][2]),
-                               _mm512_permutex2var_ps(out[r][1], first, out[r][3]),
-                               _mm512_permutex2var_ps(out[r][1], second, out[r][3])};
-    for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(row + 16 * j, parts[j], ordered[j]);
-  }
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < H; ++h) {
+      float* row = y + (m0 + r) * N + n0 + 64 * h;
+      const __m512* o = out[r] + 4 * h;
+      const __m512 ordered[4] = {_mm512_permutex2var_ps(o[0], first, o[2]), _mm512_permutex2var_ps(o[0], second, o[2]),
+                                 _mm512_permutex2var_ps(o[1], first, o[3]), _mm512_permutex2var_ps(o[1], second, o[3])};
+      for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(row + 16 * j, parts[4 * h + j], ordered[j]);
+    }
 }
 
-// y[m0:m0+R, n] of the transposed int4 product: row n of w^T along K, 16
-// bytes (32 inputs) at a time. xe and xo are x's even and odd inputs
+// y[m0:m0+R, n0:n0+J] of the transposed int4 product: rows n0.. of w^T
+// along K, 16 bytes (32 inputs) at a time, J rows at once so that their
+// sums run side by side. xe and xo are x's even and odd inputs
 // ((M, ceil(K / 2)) each, zero past K), sums x's sum over each group (M, G).
-template <int R>
+// Each group's sums are scaled as vectors; the zero points' term is added
+// once at the end, so a row is reduced to a number once.
+template <int R, int J>
 void Int4NkTile(const float* xe, const float* xo, const float* sums, const int8_t* w, const float* s,
-                const int8_t* z, float* y, int64_t K, int64_t N, int64_t G, int64_t block, int64_t m0, int64_t n) {
+                const int8_t* z, float* y, int64_t K, int64_t N, int64_t G, int64_t block, int64_t m0, int64_t n0) {
   const int64_t packed = (K + 1) / 2;
-  const int8_t* row = w + n * packed;
-  float out[R] = {};
+  const int outputs = static_cast<int>(std::min<int64_t>(J, N - n0));
+  const int8_t* rows[J];  // past N, row n0 again (its sums are not stored)
+  for (int j = 0; j < J; ++j) rows[j] = w + (n0 + (j < outputs ? j : 0)) * packed;
+  __m512 out[R][J];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) out[r][j] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
     const int64_t b0 = g * block / 2, b1 = std::min(packed, (g + 1) * block / 2);
-    __m512 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    __m512 acc[R][J];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < J; ++j) acc[r][j] = _mm512_setzero_ps();
     for (int64_t b = b0; b < b1; b += 16) {
       const __mmask16 loaded = b1 - b >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (b1 - b)) - 1);
-      const __m512i wide = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(loaded, row + b));
-      const __m512 low = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(wide, 28), 28));  // even inputs
-      const __m512 high = _mm512_cvtepi32_ps(_mm512_srai_epi32(wide, 4));                        // odd inputs
+      __m512 even[R], odd[R];
       for (int r = 0; r < R; ++r) {
-        acc[r] = _mm512_fmadd_ps(low, _mm512_maskz_loadu_ps(loaded, xe + (m0 + r) * packed + b), acc[r]);
-        acc[r] = _mm512_fmadd_ps(high, _mm512_maskz_loadu_ps(loaded, xo + (m0 + r) * packed + b), acc[r]);
+        even[r] = _mm512_maskz_loadu_ps(loaded, xe + (m0 + r) * packed + b);
+        odd[r] = _mm512_maskz_loadu_ps(loaded, xo + (m0 + r) * packed + b);
+      }
+      for (int j = 0; j < J; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[j] + J * packed + b), _MM_HINT_T0);  // the next tile's row
+        const __m512 low = Nibbles(rows[j] + b, loaded);       // even inputs
+        const __m512 high = HighNibbles(rows[j] + b, loaded);  // odd inputs
+        for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(high, odd[r], _mm512_fmadd_ps(low, even[r], acc[r][j]));
       }
     }
-    const float scale = s[n * G + g], zero = z[n * G + g];
-    for (int r = 0; r < R; ++r) out[r] += scale * (_mm512_reduce_add_ps(acc[r]) - zero * sums[(m0 + r) * G + g]);
+    for (int j = 0; j < J; ++j) {
+      const __m512 scale = _mm512_set1_ps(s[(n0 + (j < outputs ? j : 0)) * G + g]);
+      for (int r = 0; r < R; ++r) out[r][j] = _mm512_fmadd_ps(scale, acc[r][j], out[r][j]);
+    }
   }
-  for (int r = 0; r < R; ++r) y[(m0 + r) * N + n] = out[r];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < outputs; ++j) {
+      float zeros = 0.0f;  // sum_g s z (the group's sum of x)
+      for (int64_t g = 0; g < G; ++g) zeros += s[(n0 + j) * G + g] * z[(n0 + j) * G + g] * sums[(m0 + r) * G + g];
+      y[(m0 + r) * N + n0 + j] = _mm512_reduce_add_ps(out[r][j]) - zeros;
+    }
 }
 
 void Int4NkUnit(const float* xe, const float* xo, const float* sums, const int8_t* w, const float* s,
                 const int8_t* z, float* y, int64_t M, int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
-  for (int64_t n = n0; n < std::min(N, n0 + kColumns); ++n) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + (n + 4) * ((K + 1) / 2)), _MM_HINT_T0);
-    RowTiles(M, [&](auto rows, int64_t m0) {
-      Int4NkTile<decltype(rows)::value>(xe, xo, sums, w, s, z, y, K, N, G, block, m0, n);
-    });
-  }
+  RowTiles(M, [&](auto rows, int64_t m0) {
+    constexpr int R = decltype(rows)::value, J = R <= 2 ? 4 : 2;
+    for (int64_t n = n0; n < std::min(N, n0 + kColumns); n += J)
+      Int4NkTile<R, J>(xe, xo, sums, w, s, z, y, K, N, G, block, m0, n);
+  });
 }
 
+// The kInt4Columns columns of a unit from n0, all rows: up to 2 rows of x
+// in one visit of w's rows, more in two (their accumulators would not fit
+// in registers).
 void Int4Unit(const float* x, const float* sums, const int8_t* w, const float* s, const int8_t* z, float* y,
               int64_t M, int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
   RowTiles(M, [&](auto rows, int64_t m0) {
-    Int4Tile<decltype(rows)::value>(x, sums, w, s, z, y, K, N, G, block, m0, n0);
+    constexpr int R = decltype(rows)::value;
+    if constexpr (R <= 2) {
+      Int4Tile<R, 2>(x, sums, w, s, z, y, K, N, G, block, m0, n0);
+    } else {
+      Int4Tile<R, 1>(x, sums, w, s, z, y, K, N, G, block, m0, n0);
+      if (n0 + 64 < N) Int4Tile<R, 1>(x, sums, w, s, z, y, K, N, G, block, m0, n0 + 64);
+    }
   });
 }
 
@@ -354,12 +421,12 @@ void Int4Unit(const float* x, const float* sums, const int8_t* w, const float* s
 
 void Int4Unit(const float* x, const float* sums, const int8_t* w, const float* s, const int8_t* z, float* y,
               int64_t M, int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
-  const int64_t n1 = std::min(N, n0 + kColumns), packed = (N + 1) / 2;
+  const int64_t n1 = std::min(N, n0 + kInt4Columns), packed = (N + 1) / 2;
   for (int64_t m = 0; m < M; ++m) {
-    float out[kColumns] = {0};
+    float out[kInt4Columns] = {0};
     for (int64_t g0 = 0; g0 < K; g0 += block) {
       const int64_t g1 = std::min(K, g0 + block), g = g0 / block;
-      float acc[kColumns] = {0};
+      float acc[kInt4Columns] = {0};
       for (int64_t k = g0; k < g1; ++k) {
         const float xs = x[m * K + k];
         for (int64_t n = n0; n < n1; ++n) {
@@ -436,18 +503,18 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   const float* ss = s.typed_data();
   const int8_t* zs = z.typed_data();
   float* ys = y->typed_data();
-  const int64_t units = (N + kColumns - 1) / kColumns;
   std::vector<float> sums(M * G, 0.0f);  // x's sum over each group, for the zero points' term
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) sums[m * G + k / block] += xs[m * K + k];
   if (!transposed) {
-    ParallelFor(pool, units,
-                [&](int64_t u) { Int4Unit(xs, sums.data(), ws, ss, zs, ys, M, K, N, G, block, u * kColumns); });
+    ParallelFor(pool, (N + kInt4Columns - 1) / kInt4Columns,
+                [&](int64_t u) { Int4Unit(xs, sums.data(), ws, ss, zs, ys, M, K, N, G, block, u * kInt4Columns); });
     return ffi::Error::Success();
   }
   // x's even and odd inputs apart, as the nibbles of a byte hold them (zero past K).
   const int64_t packed = (K + 1) / 2;
   std::vector<float> even(M * packed, 0.0f), odd(M * packed, 0.0f);
+  const int64_t units = (N + kColumns - 1) / kColumns;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) (k % 2 ? odd : even)[m * packed + k / 2] = xs[m * K + k];
   ParallelFor(pool, units, [&](int64_t u) {
