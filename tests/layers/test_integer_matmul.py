@@ -2,7 +2,9 @@
 NumPy's, exactly, on every backend; on JAX with a CPU through the compiled
 kernel (a custom call in the program), which is compiled once, rebuilt
 when its file is corrupt, and replaced by XLA's dot where it cannot be
-compiled. zoo.kernels.int4_matmul: float x int4 in groups (a Dense kernel,
+compiled. zoo.kernels.quantized_matmul: Keras' int8 product (the rows
+quantized, multiplied, de-scaled) in one call, the same numbers as Keras'
+operations. zoo.kernels.int4_matmul: float x int4 in groups (a Dense kernel,
 a tied head) equal to float64 NumPy's product of the dequantized weights.
 """
 
@@ -111,13 +113,60 @@ def test_on_a_cpu_the_quantized_layers_call_the_kernel_and_agree_with_xlas_dot()
     def step():  # a new function each time: JAX keeps the trace of a function it has seen
         return lambda x: (dense(x), table(x, reverse=True))
 
-    assert _program(step(), x).count(kernels.TARGET) == 2  # both products, nothing else
+    program = _program(step(), x)
+    assert program.count(kernels.QUANTIZED_TARGET) == 2 and kernels.TARGET not in program  # both, quantizer included
     with_kernel = [np.asarray(y) for y in compiled(step())(x)]
     with kernels.off():
-        assert kernels.TARGET not in _program(step(), x)
+        assert kernels.TARGET not in _program(step(), x) and kernels.QUANTIZED_TARGET not in _program(step(), x)
         with_dot = [np.asarray(y) for y in compiled(step())(x)]
     for got, expected in zip(with_kernel, with_dot):
         np.testing.assert_array_equal(got, expected)  # the same integers, de-scaled by the same operations
+
+
+@jax_only
+@pytest.mark.parametrize("transposed", [False, True], ids=["kn", "nk"])
+@pytest.mark.parametrize("m,k,n", [(1, 576, 576), (2, 7, 3), (3, 130, 65), (4, 64, 129)])
+def test_quantized_matmul_is_keras_quantizer_product_and_descaling_to_the_bit(m, k, n, transposed):
+    if not kernels.native():
+        pytest.skip("no C++ compiler here: the kernel could not be compiled")
+    rng = np.random.default_rng(m + k + n)
+    x = rng.standard_normal((m, k)).astype("float32") * np.float32(3.0)
+    x[0, : min(k, 3)] = [2.5, -0.5, 1e-3][: min(k, 3)]  # halves: rounding to even, as XLA's round
+    if m > 1:
+        x[1] = 0.0  # a row of zeros: its scale is 127 / epsilon
+    w = rng.integers(-127, 128, (n, k) if transposed else (k, n)).astype(np.int8)
+    scale = rng.uniform(5.0, 50.0, n).astype("float32")
+    quantizer = keras.quantizers.AbsMaxQuantizer(axis=-1)
+
+    def fused(x):
+        return kernels.quantized_matmul(x, w, scale, quantizer, transposed=transposed)
+
+    def keras_ops(x):
+        x_q, x_scale = quantizer(x, axis=-1)
+        product = ops.matmul(ops.cast(x_q, "int32"), ops.cast(w.T if transposed else w, "int32"))
+        return ops.divide(ops.cast(product, "float32"), ops.multiply(scale, x_scale))
+
+    got = np.asarray(compiled(fused)(x))
+    np.testing.assert_array_equal(got, np.asarray(compiled(keras_ops)(x)))
+    x_q = np.clip(np.round(x * (127 / (np.abs(x).max(-1, keepdims=True) + 1e-7))), -127, 127)
+    expected = (x_q @ (w.T if transposed else w).astype(np.float64)) / (scale * 127 / (np.abs(x).max(-1, keepdims=True)
+                                                                                        + 1e-7))
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
+
+
+@jax_only
+def test_quantized_matmul_declines_what_it_does_not_take():
+    if not kernels.native():
+        pytest.skip("no C++ compiler here: the kernel could not be compiled")
+    w, scale = np.ones((8, 4), np.int8), np.ones(4, np.float32)
+    quantizer = keras.quantizers.AbsMaxQuantizer(axis=-1)
+    assert kernels.quantized_matmul(np.ones((kernels.KERNEL_ROWS + 1, 8), np.float32), w, scale, quantizer) is None
+    assert kernels.quantized_matmul(np.ones((1, 8), "bfloat16"), w, scale, quantizer) is None
+    narrower = keras.quantizers.AbsMaxQuantizer(axis=-1, value_range=(-15, 15))
+    assert kernels.quantized_matmul(np.ones((1, 8), np.float32), w, scale, narrower) is None
+    assert kernels.quantized_matmul(np.ones((1, 8), np.float32), w, scale, quantizer) is not None
+    with kernels.off():
+        assert kernels.quantized_matmul(np.ones((1, 8), np.float32), w, scale, quantizer) is None
 
 
 @jax_only

@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 
 import keras
+import numpy as np
 from keras import ops
 
 from zoo.compile_cache import OFF, machine
@@ -60,6 +61,7 @@ from zoo.files import atomic_path, zoo_home
 SOURCE = Path(__file__).with_name("integer_matmul.cc")
 TARGET = "zoo_integer_matmul"
 INT4_TARGET = "zoo_int4_matmul"
+QUANTIZED_TARGET = "zoo_quantized_matmul"
 KERNEL_ROWS = 4  # up to this many rows the kernel is faster than XLA's int8 product, beyond it slower
 _OFF = []  # depth of `off()` blocks
 
@@ -99,6 +101,53 @@ def integer_matmul(x, w, transposed=False):
     if rows is not None and rows <= KERNEL_ROWS and native():
         return _kernel_product(x, w, transposed)
     return ops.matmul(x, ops.transpose(w) if transposed else w)
+
+
+def quantized_matmul(x, w, scale, quantizer, transposed=False):
+    """Keras' int8 product in one kernel call: x (..., K) float32 quantized
+    per row by `quantizer`, times w (K, N) int8 (or w^T for w (N, K) with
+    `transposed`), divided by `scale` times the row's scale: (..., N)
+    float32, what
+
+        x_q, x_scale = quantizer(x, axis=-1)
+        ops.divide(ops.cast(integer_matmul(x_q, w), "float32"), ops.multiply(scale, x_scale))
+
+    computes, with the same float32 operations (so the same numbers), but
+    in one call instead of XLA's dozen small ones around it. None where the
+    kernel does not take it: more than `KERNEL_ROWS` rows, x not float32,
+    a quantizer other than Keras' `AbsMaxQuantizer` to int8 in [-127, 127],
+    or not `native()`.
+
+    Args:
+        x: float32 activations (..., K).
+        w: int8 weights, (K, N) or (N, K) with `transposed`.
+        scale: (N,) float32, the weights' scale per output (Keras divides
+            the integers by it).
+        quantizer: the layer's `inputs_quantizer`.
+        transposed: whether w is (N, K).
+    """
+    rows = _rows(x)
+    if (rows is None or rows > KERNEL_ROWS or keras.backend.standardize_dtype(x.dtype) != "float32"
+            or not _takes(quantizer) or not native()):
+        return None
+    import jax
+    import jax.numpy as jnp
+
+    n = w.shape[0] if transposed else w.shape[1]
+    flat = jnp.reshape(x, (-1, x.shape[-1]))  # (M, K)
+    product = jax.ffi.ffi_call(QUANTIZED_TARGET, jax.ShapeDtypeStruct((flat.shape[0], n), jnp.float32))
+    y = product(flat, jnp.asarray(w), jnp.reshape(jnp.asarray(scale, jnp.float32), (n,)),
+                transposed=bool(transposed), epsilon=np.float32(quantizer.epsilon))  # (M, N)
+    return jnp.reshape(y, tuple(x.shape[:-1]) + (n,))
+
+
+def _takes(quantizer):
+    """Whether the kernel quantizes as `quantizer` does: Keras'
+    AbsMaxQuantizer to int8 in [-127, 127] along the last axis."""
+    return (isinstance(quantizer, keras.quantizers.AbsMaxQuantizer)
+            and tuple(quantizer.value_range) == (-127, 127)
+            and keras.backend.standardize_dtype(quantizer.output_dtype) == "int8"
+            and quantizer.axis in (None, -1, (-1,)))
 
 
 def int4_matmul(x, kernel, scale, zero, block_size, units, transposed=False):
@@ -183,6 +232,7 @@ def library():
 
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.ZooIntegerMatmul), platform="cpu")
     jax.ffi.register_ffi_target(INT4_TARGET, jax.ffi.pycapsule(lib.ZooInt4Matmul), platform="cpu")
+    jax.ffi.register_ffi_target(QUANTIZED_TARGET, jax.ffi.pycapsule(lib.ZooQuantizedMatmul), platform="cpu")
     return lib
 
 
@@ -200,7 +250,7 @@ def _open(path):
 
 
 def _symbols(lib):
-    for name in ("ZooIntegerMatmul", "ZooInt4Matmul", "ZooIntegerMatmulVnni"):
+    for name in ("ZooIntegerMatmul", "ZooInt4Matmul", "ZooQuantizedMatmul", "ZooIntegerMatmulVnni"):
         getattr(lib, name)  # AttributeError where it is missing
     return lib
 

@@ -1,5 +1,6 @@
 // Quantized matrix products on the CPU, as XLA FFI calls: int8 x int8 ->
-// int32, and float x int4 in groups -> float.
+// int32, float x int8 -> float (the rows of x quantized in the call, the
+// product de-scaled), and float x int4 in groups -> float.
 //
 // XLA's CPU backend converts an int8 operand of a dot to a 4-byte buffer
 // before multiplying, so a decoding step reads 4 bytes a weight whatever
@@ -32,6 +33,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -482,6 +484,54 @@ ffi::Error IntegerMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buff
   return ffi::Error::Success();
 }
 
+// y = (x_q w) / (w_scale x_scale): Keras' int8 product in one call. Each
+// row of x is quantized as Keras' AbsMaxQuantizer does it (x_scale =
+// 127 / (max |x| + epsilon), x_q = clip(round(x x_scale), -127, 127), the
+// same float32 operations in the same order), multiplied exactly in
+// integers, and each output divided by its column's scale times its row's.
+ffi::Error QuantizedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> w,
+                           ffi::Buffer<ffi::F32> scale, ffi::ResultBuffer<ffi::F32> y, bool transposed,
+                           float epsilon) {
+  const auto xd = x.dimensions(), wd = w.dimensions(), sd = scale.dimensions(), yd = y->dimensions();
+  if (xd.size() != 2 || wd.size() != 2 || sd.size() != 1 || yd.size() != 2)
+    return ffi::Error::InvalidArgument("quantized_matmul: expected x (M, K), w (K, N) or (N, K), scale (N,) and y (M, N)");
+  const int64_t M = xd[0], K = xd[1], N = transposed ? wd[0] : wd[1];
+  if ((transposed ? wd[1] : wd[0]) != K || sd[0] != N || yd[0] != M || yd[1] != N)
+    return ffi::Error::InvalidArgument("quantized_matmul: the shapes of x, w, scale and y do not agree");
+  if (M == 0 || N == 0) return ffi::Error::Success();
+  const float* xs = x.typed_data();
+  const float* ss = scale.typed_data();
+  float* ys = y->typed_data();
+  std::vector<int8_t> quantized(M * K);
+  std::vector<float> row_scale(M);
+  for (int64_t m = 0; m < M; ++m) {
+    float largest = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      const float a = std::fabs(xs[m * K + k]);
+      largest = (a > largest || std::isnan(a)) ? a : largest;
+    }
+    const float s = 127.0f / (largest + epsilon);
+    row_scale[m] = s;
+    for (int64_t k = 0; k < K; ++k) {
+      const float v = std::nearbyint(xs[m * K + k] * s);
+      quantized[m * K + k] = std::isnan(v) ? 0 : static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+    }
+  }
+  std::vector<int32_t> products(M * N);
+  const int8_t* ws = w.typed_data();
+  ParallelFor(pool, (N + kColumns - 1) / kColumns, [&](int64_t u) {
+    const int64_t n0 = u * kColumns, n1 = std::min(N, n0 + kColumns);
+    if (transposed)
+      NkUnit(quantized.data(), ws, products.data(), M, K, N, n0);
+    else
+      KnUnit(quantized.data(), ws, products.data(), M, K, N, n0);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = n0; n < n1; ++n)
+        ys[m * N + n] = static_cast<float>(products[m * N + n]) / (ss[n] * row_scale[m]);
+  });
+  return ffi::Error::Success();
+}
+
 ffi::Error Int4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> w,
                       ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::S8> z, ffi::ResultBuffer<ffi::F32> y, int64_t block,
                       bool transposed) {
@@ -543,6 +593,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooIntegerMatmul, IntegerMatmul,
                                   .Arg<ffi::Buffer<ffi::S8>>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
                                   .Attr<bool>("transposed"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooQuantizedMatmul, QuantizedMatmul,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<bool>("transposed")
+                                  .Attr<float>("epsilon"));
 
 // Whether this build multiplies with AVX512-VNNI (1) or plain loops (0).
 extern "C" int ZooIntegerMatmulVnni() { return kVnni ? 1 : 0; }

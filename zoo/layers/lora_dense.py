@@ -6,7 +6,7 @@ Shape letters: B batch, T length, d_in and d_out the widths.
 import keras
 from keras import ops
 
-from zoo.kernels import int4_matmul, integer_matmul
+from zoo.kernels import int4_matmul, integer_matmul, quantized_matmul
 from zoo.layers.dequantized import after
 
 
@@ -71,7 +71,9 @@ class LoraDense(keras.layers.Dense):
         input row's group (d_in,). A kernel with one scale per column
         multiplies the integers (the inputs quantized too where Keras'
         config says so, then in `zoo.kernels.integer_matmul`, which reads
-        the int8 kernel itself on a CPU) and de-scales the product; one in
+        the int8 kernel itself on a CPU; on a CPU `quantized_matmul`
+        quantizes, multiplies and de-scales in one call) and de-scales the
+        product; one in
         groups with zero points is dequantized first.
 
         In training, both products read the weights through `after`
@@ -100,6 +102,10 @@ class LoraDense(keras.layers.Dense):
                 return (ops.matmul(inputs, self._float_kernel(*weights)) if x is None else x), gradient
             scale = weights[1]
             if self.inputs_quantizer:
+                # The quantizer, the integer product and the de-scaling in one call where the kernel takes it.
+                x = quantized_matmul(inputs, self._integer_kernel(weights[0]), scale, self.inputs_quantizer)
+                if x is not None:
+                    return ops.cast(x, self.compute_dtype), gradient
                 inputs, inputs_scale = self.inputs_quantizer(inputs, axis=-1)
                 scale = ops.multiply(scale, inputs_scale)
                 x = integer_matmul(inputs, self._integer_kernel(weights[0]))  # int32

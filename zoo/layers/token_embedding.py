@@ -6,7 +6,7 @@ Shape letters: B batch, T length, d width, V vocabulary.
 import keras
 from keras import ops
 
-from zoo.kernels import int4_matmul, integer_matmul
+from zoo.kernels import int4_matmul, integer_matmul, quantized_matmul
 from zoo.layers.dequantized import after
 
 # On a GPU the tied head's product is computed this many logits wide at a time.
@@ -159,6 +159,10 @@ class TokenEmbedding(keras.layers.Embedding):
                 return ops.matmul(ops.cast(upstream, self.compute_dtype), dequantized)  # (B, T, d)
 
             if self.inputs_quantizer:
+                # The quantizer, the integer product and the de-scaling in one call where the kernel takes it.
+                logits = quantized_matmul(hidden, table, scale, self.inputs_quantizer, transposed=True)
+                if logits is not None:
+                    return ops.cast(logits, self.compute_dtype), gradient
                 hidden, hidden_scale = self.inputs_quantizer(hidden)  # (B, T, d) int8, (B, T, 1)
                 logits = integer_matmul(hidden, table, transposed=True)  # (B, T, V) int32
             else:
