@@ -243,23 +243,21 @@ constexpr bool kVnni = false;
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 
-// The signed 4-bit integers of 16 bytes' low (Nibbles) or high
-// (HighNibbles) nibbles as 16 floats: each byte widened to a 32-bit lane,
-// whose low 4 bits index a table of the 16 values (vpermps reads only
-// those bits).
+// 16 bytes of packed 4-bit integers, each byte widened to a 32-bit lane;
+// then the signed values of its low (LowNibbles) or high (HighNibbles)
+// nibble as 16 floats, read from a table of the 16 values indexed by the
+// lane's low 4 bits (vpermps reads only those bits).
+inline __m512i Widened(const int8_t* bytes, __mmask16 loaded) {
+  return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(loaded, bytes));
+}
+
 inline __m512 NibbleTable() {
   return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
 }
 
-inline __m512 Nibbles(const int8_t* bytes, __mmask16 loaded) {
-  const __m512i wide = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(loaded, bytes));
-  return _mm512_permutexvar_ps(wide, NibbleTable());
-}
+inline __m512 LowNibbles(__m512i wide) { return _mm512_permutexvar_ps(wide, NibbleTable()); }
 
-inline __m512 HighNibbles(const int8_t* bytes, __mmask16 loaded) {
-  const __m512i wide = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(loaded, bytes));
-  return _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), NibbleTable());
-}
+inline __m512 HighNibbles(__m512i wide) { return _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), NibbleTable()); }
 
 // y[m0:m0+R, n0:n0+64H] of the int4 product. The 32 bytes of a row hold
 // 64 columns; their low nibbles (the even columns) and high nibbles (the
@@ -298,10 +296,12 @@ void Int4Tile(const float* x, const float* sums, const int8_t* w, const float* s
       if (H == 2) _mm_prefetch(reinterpret_cast<const char*>(bytes + kAhead * packed + 63), _MM_HINT_T0);
       __m512 f[4 * H];
       for (int h = 0; h < H; ++h) {
-        f[4 * h] = Nibbles(bytes + 32 * h, loaded[2 * h]);
-        f[4 * h + 1] = Nibbles(bytes + 32 * h + 16, loaded[2 * h + 1]);
-        f[4 * h + 2] = HighNibbles(bytes + 32 * h, loaded[2 * h]);
-        f[4 * h + 3] = HighNibbles(bytes + 32 * h + 16, loaded[2 * h + 1]);
+        const __m512i front = Widened(bytes + 32 * h, loaded[2 * h]);
+        const __m512i back = Widened(bytes + 32 * h + 16, loaded[2 * h + 1]);
+        f[4 * h] = LowNibbles(front);
+        f[4 * h + 1] = LowNibbles(back);
+        f[4 * h + 2] = HighNibbles(front);
+        f[4 * h + 3] = HighNibbles(back);
       }
       for (int r = 0; r < R; ++r) {
         const __m512 xs = _mm512_set1_ps(x[(m0 + r) * K + k]);
@@ -376,8 +376,8 @@ void Int4NkTile(const float* xe, const float* xo, const float* sums, const int8_
       }
       for (int j = 0; j < J; ++j) {
         _mm_prefetch(reinterpret_cast<const char*>(rows[j] + J * packed + b), _MM_HINT_T0);  // the next tile's row
-        const __m512 low = Nibbles(rows[j] + b, loaded);       // even inputs
-        const __m512 high = HighNibbles(rows[j] + b, loaded);  // odd inputs
+        const __m512i wide = Widened(rows[j] + b, loaded);
+        const __m512 low = LowNibbles(wide), high = HighNibbles(wide);  // even inputs, odd inputs
         for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(high, odd[r], _mm512_fmadd_ps(low, even[r], acc[r][j]));
       }
     }
@@ -494,7 +494,8 @@ ffi::Error QuantizedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
                            float epsilon) {
   const auto xd = x.dimensions(), wd = w.dimensions(), sd = scale.dimensions(), yd = y->dimensions();
   if (xd.size() != 2 || wd.size() != 2 || sd.size() != 1 || yd.size() != 2)
-    return ffi::Error::InvalidArgument("quantized_matmul: expected x (M, K), w (K, N) or (N, K), scale (N,) and y (M, N)");
+    return ffi::Error::InvalidArgument(
+        "quantized_matmul: expected x (M, K), w (K, N) or (N, K), scale (N,) and y (M, N)");
   const int64_t M = xd[0], K = xd[1], N = transposed ? wd[0] : wd[1];
   if ((transposed ? wd[1] : wd[0]) != K || sd[0] != N || yd[0] != M || yd[1] != N)
     return ffi::Error::InvalidArgument("quantized_matmul: the shapes of x, w, scale and y do not agree");

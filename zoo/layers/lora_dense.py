@@ -70,10 +70,9 @@ class LoraDense(keras.layers.Dense):
         groups, the groups' scales and zero points (groups, d_out) and each
         input row's group (d_in,). A kernel with one scale per column
         multiplies the integers (the inputs quantized too where Keras'
-        config says so, then in `zoo.kernels.integer_matmul`, which reads
-        the int8 kernel itself on a CPU; on a CPU `quantized_matmul`
-        quantizes, multiplies and de-scales in one call) and de-scales the
-        product; one in
+        config says so) and de-scales the product, on a CPU in one call of
+        `zoo.kernels.quantized_matmul` (or `integer_matmul` for the product
+        alone), which reads the int8 kernel itself; one in
         groups with zero points is dequantized first.
 
         In training, both products read the weights through `after`
