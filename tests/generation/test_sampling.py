@@ -13,7 +13,8 @@ from keras import ops
 
 import zoo
 from zoo.generation import compiled
-from zoo.generation.samplers import REMOVED, Sampling, choose, gumbel, threefry2x32, top_k_top_p
+from zoo.generation import loop
+from zoo.generation.samplers import REMOVED, Sampling, argmax, choose, gumbel, threefry2x32, top_k_top_p
 
 B, V = 4, 12
 
@@ -99,6 +100,33 @@ def test_a_greedy_row_among_sampled_ones_takes_the_likeliest_token(logits):
     for position in range(5):
         tokens = ops.convert_to_numpy(choose(ops.convert_to_tensor(logits), arrays, position, sampling.variant))
         assert tokens[[1, 3]].tolist() == np.argmax(logits[[1, 3]], axis=-1).tolist()
+
+
+def test_argmax_is_the_first_index_of_each_rows_largest_value():
+    rng = np.random.default_rng(3)
+    values = rng.integers(-3, 4, size=(64, 49)).astype("float32")  # many ties
+    values[0] = -np.inf
+    values[1, -1] = np.inf
+    values[2] = REMOVED
+    values[3, [5, 9]] = 100.0
+    got = ops.convert_to_numpy(argmax(ops.convert_to_tensor(values)))
+    assert got.dtype == np.int32
+    assert got.tolist() == np.argmax(values, axis=-1).tolist()
+    assert got[3] == 5 and got[1] == 48
+    assert ops.convert_to_numpy(argmax(ops.convert_to_tensor(np.full((1, 7), np.nan, "float32")))).tolist() == [6]
+
+
+def test_a_chosen_tokens_probability_is_its_entry_of_the_float64_softmax():
+    rng = np.random.default_rng(4)
+    logits = (rng.standard_normal((5, 301)) * 8).astype("float32")
+    logits[1, :-2] = REMOVED
+    tokens = np.array([0, 300, 7, 150, int(np.argmax(logits[4]))], "int32")
+    shifted = logits.astype("float64") - logits.max(axis=-1, keepdims=True)
+    expected = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)
+    got = ops.convert_to_numpy(loop.record(ops.convert_to_tensor(logits), ops.convert_to_tensor(tokens))["probability"])
+    np.testing.assert_allclose(got, expected[np.arange(5), tokens], rtol=1e-5, atol=1e-30)
+    logprob = loop.record(ops.convert_to_tensor(logits), ops.convert_to_tensor(tokens), logprobs=0)["probability"]
+    np.testing.assert_allclose(got, ops.convert_to_numpy(logprob), rtol=1e-5, atol=1e-30)
 
 
 def test_a_rows_noise_depends_on_its_seed_and_position_alone():

@@ -381,8 +381,13 @@ def record(logits, token, logprobs=None):
 
 
 def _probability_of(logits, token):
-    """(B,) softmax(logits)[b, token[b]]."""
-    return ops.take_along_axis(ops.softmax(logits, axis=-1), token[:, None], axis=1)[:, 0]
+    """(B,) softmax(logits)[b, token[b]], as exp(logits[b, token[b]] - m) /
+    sum(exp(logits[b] - m)) with m the row's maximum: the one entry of the
+    softmax that is kept, without writing the other V - 1."""
+    maximum = ops.max(logits, axis=-1, keepdims=True)
+    total = ops.sum(ops.exp(logits - maximum), axis=-1)
+    chosen = ops.take_along_axis(logits, token[:, None], axis=1)[:, 0]
+    return ops.exp(chosen - maximum[:, 0]) / total
 
 
 def _write(records, index, values):

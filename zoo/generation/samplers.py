@@ -184,13 +184,26 @@ def choose(logits, sampling, position, variant=(True, True)):
             (True, False) no top-k / top-p.
     """
     sampled, filtered = variant
-    greedy = ops.cast(ops.argmax(logits, axis=-1), "int32")
+    greedy = argmax(logits)
     if not sampled:
         return greedy
     temperature = sampling["temperature"]
     noise = gumbel(sampling["key"], position, logits.shape[-1])
     drawn = largest(tempered(logits, sampling, filtered) + noise)
     return ops.where(temperature > 0, drawn, greedy)
+
+
+def argmax(values):
+    """(B,) int32 index of each row's largest value (the first of equal
+    ones), as `ops.argmax` for values that are not NaN: the row's maximum,
+    then the least index holding it. Two plain reductions, which XLA's CPU
+    backend runs vectorised, where `argmax`'s one reduction over (value,
+    index) pairs took about 4 times as long over a 49,152-token
+    vocabulary. A row of NaN gives the last index."""
+    vocabulary = values.shape[-1]
+    at_maximum = ops.equal(values, ops.max(values, axis=-1, keepdims=True))
+    index = ops.expand_dims(ops.arange(vocabulary, dtype="int32"), 0)
+    return ops.minimum(ops.min(ops.where(at_maximum, index, vocabulary), axis=-1), vocabulary - 1)
 
 
 def largest(scores):
