@@ -319,7 +319,7 @@ class Distribution:
         if self.controlled:
             temperature = ops.expand_dims(sampling["temperature"], 1)
             chosen = control_ops.apply(logits, token_ids, index, prompt_lengths, controls, temperature)
-        greedy = ops.cast(ops.argmax(chosen, axis=-1), "int32")
+        greedy = samplers.argmax(chosen)
         one_hot = ops.one_hot(greedy, chosen.shape[-1], dtype="float32")
         sampled, filtered = self.variant
         if not sampled:
