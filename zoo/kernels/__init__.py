@@ -1,4 +1,4 @@
-"""Products XLA's CPU backend lacks, as kernels called from inside XLA programs.
+"""Products XLA's CPU backend lacks or runs slowly, as kernels called from inside XLA programs.
 
 XLA's CPU backend multiplies int8 matrices into int32 with oneDNN's
 integer kernels, but a single row, a decoding step at batch 1, it
@@ -24,6 +24,14 @@ XLA's product. More rows, and every product elsewhere (TensorFlow, a GPU,
 two, a row of zeros below, reaches XLA's integer kernels in a loop of
 products alone, but made a model's decoding step slower: 37 against 32 ms
 a token on TensorFlow at SmolLM2-135M's shape.)
+
+`cached_attention` is a decoding step's attention over its cache,
+softmax(Q K^T * scale) V for the few query rows of each key/value head,
+in one call: XLA runs it as two small products (YNNPACK's, about 30 and
+14 microseconds each over a 256-position cache at SmolLM2-135M's shape)
+and six kernels of softmax between them, 70 microseconds a layer where
+the call takes about 20. `MultiHeadAttention`'s cached step calls it on
+JAX with a CPU, at every precision.
 
 The kernels are compiled from their source the first time a process needs them,
 with the machine's C++ compiler (`$CXX`, else g++ or c++) at
@@ -62,6 +70,8 @@ SOURCE = Path(__file__).with_name("integer_matmul.cc")
 TARGET = "zoo_integer_matmul"
 INT4_TARGET = "zoo_int4_matmul"
 QUANTIZED_TARGET = "zoo_quantized_matmul"
+ATTENTION_TARGET = "zoo_cached_attention"
+ATTENTION_ROWS = 16  # query rows a key/value head (its query heads x positions) the attention kernel takes
 KERNEL_ROWS = 4  # up to this many rows the kernel is faster than XLA's int8 product, beyond it slower
 _OFF = []  # depth of `off()` blocks
 
@@ -187,6 +197,44 @@ def int4_matmul(x, kernel, scale, zero, block_size, units, transposed=False):
     return jnp.reshape(y, tuple(x.shape[:-1]) + (units,))
 
 
+def cached_attention(query, key, value, mask, scale):
+    """softmax(Q K^T * scale) V over a cache, in one call: a decoding
+    step's attention, or None where the kernel does not take it (more than
+    `ATTENTION_ROWS` query rows a key/value head, an input not float32, an
+    unknown shape, or not `native()`).
+
+    The same function as `zoo.layers.attention.attention_weights` followed
+    by the product with V (a masked key's logit -1e9, a query with no key
+    to attend to 0), in float32 in another order: the query's logits one
+    key at a time, the softmax's exponentials by a polynomial within 2 ulp.
+
+    Args:
+        query: (B, g, R, k) float32, the R = h/g T query rows that share
+            each of the g key/value heads: the group's heads, then the T
+            positions (row r is position r % T).
+        key, value: (B, g, S, k) or (B g, S, k) float32, the cache as it is
+            stored: a reshape of it before the call would keep XLA from
+            writing the next step's keys into it in place.
+        mask: (B, T, S) or (1, T, S) boolean, False where a query may not
+            attend.
+        scale: the logits' scale.
+
+    Returns:
+        (B, g, R, k) float32.
+    """
+    shapes = (query.shape, key.shape, value.shape, mask.shape)
+    if (any(size is None for shape in shapes for size in shape) or len(query.shape) != 4 or len(key.shape) not in (3, 4)
+            or query.shape[2] > ATTENTION_ROWS or len(mask.shape) != 3 or mask.shape[0] not in (1, query.shape[0])
+            or any(keras.backend.standardize_dtype(x.dtype) != "float32" for x in (query, key, value))
+            or not native()):
+        return None
+    import jax
+    import jax.numpy as jnp
+
+    attend = jax.ffi.ffi_call(ATTENTION_TARGET, jax.ShapeDtypeStruct(query.shape, jnp.float32))
+    return attend(query, key, value, jnp.asarray(mask, jnp.bool_), scale=np.float32(scale))
+
+
 def _rows(x):
     """M, the rows of x (its leading axes multiplied), or None where one is not known."""
     rows = 1
@@ -233,6 +281,7 @@ def library():
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.ZooIntegerMatmul), platform="cpu")
     jax.ffi.register_ffi_target(INT4_TARGET, jax.ffi.pycapsule(lib.ZooInt4Matmul), platform="cpu")
     jax.ffi.register_ffi_target(QUANTIZED_TARGET, jax.ffi.pycapsule(lib.ZooQuantizedMatmul), platform="cpu")
+    jax.ffi.register_ffi_target(ATTENTION_TARGET, jax.ffi.pycapsule(lib.ZooCachedAttention), platform="cpu")
     return lib
 
 
@@ -250,7 +299,8 @@ def _open(path):
 
 
 def _symbols(lib):
-    for name in ("ZooIntegerMatmul", "ZooInt4Matmul", "ZooQuantizedMatmul", "ZooIntegerMatmulVnni"):
+    for name in ("ZooIntegerMatmul", "ZooInt4Matmul", "ZooQuantizedMatmul", "ZooCachedAttention",
+                 "ZooIntegerMatmulVnni"):
         getattr(lib, name)  # AttributeError where it is missing
     return lib
 

@@ -1,6 +1,7 @@
 // Quantized matrix products on the CPU, as XLA FFI calls: int8 x int8 ->
 // int32, float x int8 -> float (the rows of x quantized in the call, the
-// product de-scaled), and float x int4 in groups -> float.
+// product de-scaled), and float x int4 in groups -> float; and a decoding
+// step's attention over its cache (at the end of the file).
 //
 // XLA's CPU backend converts an int8 operand of a dot to a 4-byte buffer
 // before multiplying, so a decoding step reads 4 bytes a weight whatever
@@ -574,6 +575,101 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   return ffi::Error::Success();
 }
 
+// softmax(q k^T * scale, masked) v for a few queries over a cache: a
+// decoding step's attention, one call instead of XLA's two small products
+// and the softmax's kernels between them. q (B, g, R, D) holds the R query
+// rows that share each of the g key/value heads (the heads of a group, then
+// the T positions: row r is position r % T), key and value (B, g, S, D)
+// or (B g, S, D) the cache as it is stored (U = B g units); mask (B, T, S), or (1, T, S) for every row, False where a
+// query may not attend. A masked
+// key's logit is kMaskedLogit, as in zoo.layers.attention, and a row with
+// no key to attend to is 0. Work units are rows, so two threads share even
+// one head's rows.
+constexpr float kMaskedLogit = -1e9f;
+
+// exp(x) for x <= 0 (a logit minus its row's maximum), to within 2 ulp:
+// x = n ln 2 + r with |r| <= ln 2 / 2, exp(r) by its degree-6 Taylor
+// polynomial, 2^n put into the exponent. Plain arithmetic in a loop the
+// compiler vectorizes.
+inline float ExpNonPositive(float x) {
+  x = std::max(x, -87.0f);
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = std::fma(n, -0.693145751953125f, x);
+  r = std::fma(n, -1.428606765330187e-06f, r);
+  float p = 1.0f / 720.0f;
+  p = std::fma(p, r, 1.0f / 120.0f);
+  p = std::fma(p, r, 1.0f / 24.0f);
+  p = std::fma(p, r, 1.0f / 6.0f);
+  p = std::fma(p, r, 0.5f);
+  p = std::fma(p, r, 1.0f);
+  p = std::fma(p, r, 1.0f);
+  int32_t bits;
+  std::memcpy(&bits, &p, 4);
+  bits += static_cast<int32_t>(n) << 23;
+  std::memcpy(&p, &bits, 4);
+  return p;
+}
+
+ffi::Error CachedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> key,
+                           ffi::Buffer<ffi::F32> value, ffi::Buffer<ffi::PRED> mask, ffi::ResultBuffer<ffi::F32> out,
+                           float scale) {
+  const auto qd = q.dimensions(), kd = key.dimensions(), vd = value.dimensions(), md = mask.dimensions();
+  if (qd.size() != 4 || kd.size() < 3 || kd.size() > 4 || vd.size() != kd.size() || md.size() != 3)
+    return ffi::Error::InvalidArgument("cached_attention: expected q (B, g, R, D), key and value (B, g, S, D) or "
+                                       "(B g, S, D), mask (B or 1, T, S)");
+  const int64_t B = qd[0], U = qd[0] * qd[1], R = qd[2], D = qd[3], Bm = md[0], T = md[1];
+  const size_t rank = kd.size();
+  const int64_t S = kd[rank - 2], key_units = rank == 4 ? kd[0] * kd[1] : kd[0];
+  bool agree = key_units == U && kd[rank - 1] == D && md[2] == S && (Bm == B || Bm == 1) && T >= 1 && R % T == 0;
+  for (size_t i = 0; i < rank; ++i) agree = agree && vd[i] == kd[i];
+  if (!agree) return ffi::Error::InvalidArgument("cached_attention: the shapes of q, key, value and mask do not agree");
+  if (U == 0 || R == 0 || D == 0) return ffi::Error::Success();
+  const float* qs = q.typed_data();
+  const float* ks = key.typed_data();
+  const float* vs = value.typed_data();
+  const bool* ms = mask.typed_data();
+  float* os = out->typed_data();
+  const int64_t heads = U / Bm;  // the units that share a row of the mask
+  ParallelFor(pool, U * R, [&](int64_t unit) {
+    const int64_t u = unit / R, r = unit % R;
+    const float* qr = qs + unit * D;
+    const float* ku = ks + u * S * D;
+    const float* vu = vs + u * S * D;
+    const bool* mr = ms + ((u / heads) * T + r % T) * S;
+    float* o = os + unit * D;
+    std::vector<float> weights(S);
+    bool any = false;
+    for (int64_t s = 0; s < S; ++s) {
+      float partial[16] = {0.0f};
+      const float* kr = ku + s * D;
+      int64_t d = 0;
+      for (; d + 16 <= D; d += 16)
+        for (int j = 0; j < 16; ++j) partial[j] += qr[d + j] * kr[d + j];
+      for (; d < D; ++d) partial[d % 16] += qr[d] * kr[d];
+      float logit = 0.0f;
+      for (int j = 0; j < 16; ++j) logit += partial[j];
+      weights[s] = mr[s] ? logit * scale : kMaskedLogit;
+      any = any || mr[s];
+    }
+    std::fill(o, o + D, 0.0f);
+    if (!any) return;
+    float maximum = weights[0];
+    for (int64_t s = 1; s < S; ++s) maximum = std::max(maximum, weights[s]);
+    for (int64_t s = 0; s < S; ++s) weights[s] = ExpNonPositive(weights[s] - maximum);
+    float partial[16] = {0.0f};
+    for (int64_t s = 0; s < S; ++s) partial[s % 16] += weights[s];
+    float total = 0.0f;
+    for (int j = 0; j < 16; ++j) total += partial[j];
+    for (int64_t s = 0; s < S; ++s) {
+      const float w = weights[s] / total;
+      if (w == 0.0f) continue;
+      const float* vr = vu + s * D;
+      for (int64_t e = 0; e < D; ++e) o[e] += w * vr[e];
+    }
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooInt4Matmul, Int4Matmul,
@@ -604,6 +700,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooQuantizedMatmul, QuantizedMatmul,
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<bool>("transposed")
                                   .Attr<float>("epsilon"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooCachedAttention, CachedAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::PRED>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<float>("scale"));
 
 // Whether this build multiplies with AVX512-VNNI (1) or plain loops (0).
 extern "C" int ZooIntegerMatmulVnni() { return kVnni ? 1 : 0; }

@@ -5,9 +5,12 @@ h heads, g key/value heads (h for the paper, fewer for grouped-query
 attention), k the width of one head (d / h unless set).
 """
 
+import math
+
 import keras
 from keras import ops
 
+from zoo.kernels import cached_attention
 from zoo.layers.attention import attention_weights, fused_attention, is_per_row, merge_masks
 from zoo.layers.lora_dense import LoraDense
 from zoo.layers.rms_norm import RMSNorm
@@ -317,7 +320,8 @@ class MultiHeadAttention(keras.layers.Layer):
             )
             out, weights = self._fused_attention(q, key, value, attend_mask, causal_only), None
         else:
-            out, weights = self._grouped_attention(q, key, value, attend_mask, training, attention_bias)
+            stored = None if cache is None else (cache if not self.cross_attention else (key, value))
+            out, weights = self._grouped_attention(q, key, value, attend_mask, training, attention_bias, stored)
         out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.num_heads * self.head_dim))
         out = self.output_dense(out)  # (B, T, d)
         if return_attention_scores:
@@ -388,16 +392,25 @@ class MultiHeadAttention(keras.layers.Layer):
             is_causal=causal_only,
         )  # (B, T, h, k)
 
-    def _grouped_attention(self, q, key, value, mask, training, bias=None):
+    def _grouped_attention(self, q, key, value, mask, training, bias=None, stored=None):
         """The explicit softmax(Q K^T / sqrt(k)) V, with the weights and
         dropout on them: (B, T, h, k), 2 x (B, g, S, k), mask (B, T, S) ->
         (output (B, T, h, k), weights (B, h, T, S)). The query heads that
         share a key/value head become rows of one product, so K and V (and
-        the cache) are read once, not copied per query head."""
+        the cache) are read once, not copied per query head. A cached step
+        of a few queries (`stored`: the cache's keys and values as stored)
+        runs in `zoo.kernels.cached_attention` where it takes them (JAX on a
+        CPU), with no weights (None)."""
         b, t = ops.shape(q)[0], ops.shape(q)[1]
         groups = self.num_heads // self.num_key_value_heads
         q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
         q = ops.reshape(q, (b, self.num_key_value_heads, groups * t, self.head_dim))  # (B, g, h/g T, k)
+        if stored is not None and bias is None and mask is not None and len(mask.shape) == 3 and not training:
+            scale = self.attention_scale or 1.0 / math.sqrt(self.head_dim)
+            out = cached_attention(q, *stored, mask, scale)  # (B, g, h/g T, k)
+            if out is not None:
+                out = ops.transpose(ops.reshape(out, (b, self.num_heads, t, self.head_dim)), (0, 2, 1, 3))
+                return out, None
         mask = None if mask is None else ops.tile(ops.expand_dims(mask, 1), (1, 1, groups, 1))  # (B, 1, h/g T, S)
         if bias is not None:  # (1|B, h, T, S) -> (1|B, g, h/g T, S), the rows of the grouped product
             bias = ops.reshape(bias, (ops.shape(bias)[0], self.num_key_value_heads, groups * t, ops.shape(bias)[-1]))
