@@ -41,8 +41,7 @@ def _reference(q, key, value, mask, scale):
 
 
 # (B, g, R, T, S, k, mask's B): one query a head, a group of 3 heads, 2 positions, the kernel's 16 rows, a cache of one
-# key, a width that is not a multiple of 16.
-# one mask for every row of the batch.
+# key, a width that is not a multiple of 16, one mask for every row of the batch.
 SHAPES = [(1, 3, 3, 1, 256, 64, 1), (2, 2, 6, 2, 40, 64, 2), (1, 1, 16, 4, 33, 32, 1), (2, 3, 1, 1, 1, 64, 2),
           (1, 2, 4, 2, 70, 20, 1), (3, 2, 3, 1, 50, 64, 1)]
 

@@ -580,8 +580,8 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
 // and the softmax's kernels between them. q (B, g, R, D) holds the R query
 // rows that share each of the g key/value heads (the heads of a group, then
 // the T positions: row r is position r % T), key and value (B, g, S, D)
-// or (B g, S, D) the cache as it is stored (U = B g units); mask (B, T, S), or (1, T, S) for every row, False where a
-// query may not attend. A masked
+// or (B g, S, D) the cache as it is stored (U = B g units); mask (B, T, S),
+// or (1, T, S) for every row, False where a query may not attend. A masked
 // key's logit is kMaskedLogit, as in zoo.layers.attention, and a row with
 // no key to attend to is 0. Work units are rows, so two threads share even
 // one head's rows.

@@ -320,8 +320,7 @@ class MultiHeadAttention(keras.layers.Layer):
             )
             out, weights = self._fused_attention(q, key, value, attend_mask, causal_only), None
         else:
-            stored = None if cache is None else (cache if not self.cross_attention else (key, value))
-            out, weights = self._grouped_attention(q, key, value, attend_mask, training, attention_bias, stored)
+            out, weights = self._grouped_attention(q, key, value, attend_mask, training, attention_bias, cache)
         out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.num_heads * self.head_dim))
         out = self.output_dense(out)  # (B, T, d)
         if return_attention_scores:
@@ -392,22 +391,22 @@ class MultiHeadAttention(keras.layers.Layer):
             is_causal=causal_only,
         )  # (B, T, h, k)
 
-    def _grouped_attention(self, q, key, value, mask, training, bias=None, stored=None):
+    def _grouped_attention(self, q, key, value, mask, training, bias=None, cache=None):
         """The explicit softmax(Q K^T / sqrt(k)) V, with the weights and
         dropout on them: (B, T, h, k), 2 x (B, g, S, k), mask (B, T, S) ->
         (output (B, T, h, k), weights (B, h, T, S)). The query heads that
         share a key/value head become rows of one product, so K and V (and
         the cache) are read once, not copied per query head. A cached step
-        of a few queries (`stored`: the cache's keys and values as stored)
-        runs in `zoo.kernels.cached_attention` where it takes them (JAX on a
+        of a few queries (`cache`: its keys and values as stored, which
+        K and V are views of) runs in `zoo.kernels.cached_attention` where it takes them (JAX on a
         CPU), with no weights (None)."""
         b, t = ops.shape(q)[0], ops.shape(q)[1]
         groups = self.num_heads // self.num_key_value_heads
         q = ops.transpose(q, (0, 2, 1, 3))  # (B, h, T, k)
         q = ops.reshape(q, (b, self.num_key_value_heads, groups * t, self.head_dim))  # (B, g, h/g T, k)
-        if stored is not None and bias is None and mask is not None and len(mask.shape) == 3 and not training:
+        if cache is not None and bias is None and mask is not None and len(mask.shape) == 3 and not training:
             scale = self.attention_scale or 1.0 / math.sqrt(self.head_dim)
-            out = cached_attention(q, *stored, mask, scale)  # (B, g, h/g T, k)
+            out = cached_attention(q, *cache, mask, scale)  # (B, g, h/g T, k)
             if out is not None:
                 out = ops.transpose(ops.reshape(out, (b, self.num_heads, t, self.head_dim)), (0, 2, 1, 3))
                 return out, None
