@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+from zoo.kernels import int8_in_groups
 from zoo.layers import LoraDense
 
 N, D_IN, D_OUT, RANK = 6, 5, 4, 2
@@ -81,7 +82,9 @@ def test_a_quantized_lora_dense_trains_as_keras_quantized_dense(name):
     """QLoRA's order, the base quantized and then the adapters added, below
     a float Dense: the outputs and one SGD update of the float layer (through
     the quantized layer's input gradient) and of the adapters equal Keras'
-    Dense, whose dequantized kernels are computed in another order."""
+    Dense, whose dequantized kernels are computed in another order (in
+    groups, of inputs rounded in the groups already, the rounding passing
+    the gradient straight through)."""
     mode, config, d_in = QUANTIZED[name]
     x = RNG.normal(size=(N, 3)).astype("float32")
     y = RNG.normal(size=(N, D_OUT)).astype("float32")
@@ -89,7 +92,13 @@ def test_a_quantized_lora_dense_trains_as_keras_quantized_dense(name):
     for cls in (LoraDense, keras.layers.Dense):
         keras.utils.set_random_seed(0)
         below, layer = keras.layers.Dense(d_in), cls(D_OUT)
-        model = keras.Sequential([keras.Input((3,)), below, layer])
+        # int4 in groups multiplies its inputs rounded to int8 in the same groups (as llama.cpp's q4_0), its LoRA
+        # the inputs as they are: both layers are given inputs rounded already (rounding again keeps them, to an
+        # ulp).
+        rounded = []
+        if config is not None and config.block_size not in (None, -1):
+            rounded = [keras.layers.Lambda(lambda h: int8_in_groups(h, config.block_size))]
+        model = keras.Sequential([keras.Input((3,)), below, *rounded, layer])
         layer.quantize(mode, config=config)
         layer.enable_lora(RANK)
         layer.lora_kernel_b.assign(np.random.default_rng(7).normal(size=layer.lora_kernel_b.shape))

@@ -38,6 +38,21 @@ def quantize_rows(x):
     return np.clip(np.round(x * scale), -127, 127), scale
 
 
+def int8_in_groups(x, block):
+    """x (M, K) float32 rounded to int8 in groups of `block` inputs and de-scaled, in float64: NumPy's
+    float32 operations in the kernel's order (127 / max, the product, rounding half to even)."""
+    x = np.asarray(x, np.float32)
+    out = np.zeros(x.shape, np.float64)
+    for k0 in range(0, x.shape[-1], block):
+        group = x[..., k0:k0 + block]
+        largest = np.abs(group).max(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inverse = np.where(largest > 0, np.float32(127) / largest, np.float32(0)).astype(np.float32)
+            a = np.clip(np.rint(group * inverse), -127, 127)
+        out[..., k0:k0 + block] = a.astype(np.float64) * (largest / np.float32(127)).astype(np.float64)
+    return out
+
+
 def unpack_nibbles(packed, length):
     """(rows, ceil(length / 2)) bytes -> (rows, length) signed int4 values: the low nibble first."""
     packed = np.asarray(ops.convert_to_numpy(packed)).astype(np.int8)
@@ -84,7 +99,7 @@ def test_int4_per_unit_is_the_unpacked_integer_product_descaled():
 
 
 @pytest.mark.parametrize("block_size", [16, None])  # None: quantize("int4"), Keras' default groups of 128
-def test_int4_in_groups_is_x_times_the_groups_dequantized_kernel(block_size):
+def test_int4_in_groups_is_x_rounded_in_its_groups_times_the_groups_dequantized_kernel(block_size):
     config = None if block_size is None else keras.quantizers.Int4QuantizationConfig(block_size=block_size)
     layer = quantized_dense("int4", config)
     x = inputs()
@@ -92,7 +107,8 @@ def test_int4_in_groups_is_x_times_the_groups_dequantized_kernel(block_size):
     groups = np.asarray(ops.convert_to_numpy(layer.g_idx)).astype(int)  # (d_in,)
     assert len(set(groups.tolist())) == -(-D_IN // (block_size or 128))
     scale, zero = numpy(layer.kernel_scale)[groups], numpy(layer.kernel_zero)[groups]  # (d_in, d_out)
-    expected = x.astype(np.float64) @ ((kernel - zero) * scale) + numpy(layer.bias)
+    rounded = int8_in_groups(x.reshape(-1, D_IN), block_size or 128).reshape(x.shape)  # as llama.cpp's q4_0
+    expected = rounded @ ((kernel - zero) * scale) + numpy(layer.bias)
     assert_both_calls_match(layer, x, expected)
 
 
@@ -116,12 +132,13 @@ def test_the_int8_tied_head_is_the_integer_product_with_the_quantized_table():
     assert_head_matches(table, hidden, expected)
 
 
-def test_the_int4_tied_head_is_the_product_with_the_groups_dequantized_table():
+def test_the_int4_tied_head_is_the_rounded_hidden_states_times_the_groups_dequantized_table():
     table, hidden = tied_head("int4"), inputs()
     rows = unpack_nibbles(table._embeddings, D_IN)  # (V, d) in [-8, 7]
     groups = np.asarray(ops.convert_to_numpy(table.g_idx)).astype(int)  # (d,)
     dequantized = (rows - numpy(table.embeddings_zero)[:, groups]) * numpy(table.embeddings_scale)[:, groups]
-    assert_head_matches(table, hidden, hidden.astype(np.float64) @ dequantized.T)
+    rounded = int8_in_groups(hidden.reshape(-1, D_IN), 128).reshape(hidden.shape)  # Keras' default groups
+    assert_head_matches(table, hidden, rounded @ dequantized.T)
 
 
 def test_the_int8_tied_heads_input_gradient_is_through_the_dequantized_table():

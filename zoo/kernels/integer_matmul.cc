@@ -1,6 +1,7 @@
 // Quantized matrix products on the CPU, as XLA FFI calls: int8 x int8 ->
 // int32, float x int8 -> float (the rows of x quantized in the call, the
-// product de-scaled), and float x int4 in groups -> float; and a decoding
+// product de-scaled), and float x int4 in groups -> float (the rows of x
+// quantized to int8 in the same groups); and a decoding
 // step's attention over its cache (at the end of the file).
 //
 // XLA's CPU backend converts an int8 operand of a dot to a 4-byte buffer
@@ -24,12 +25,11 @@
 // is Keras' int4 Dense kernel quantized in groups of B inputs: q signed
 // 4-bit integers packed two a byte along N (column 2j in the low nibble,
 // 2j + 1 in the high one), z int8 zero points and s float scales (G, N).
-// The 4-bit weights are read as they are, and widened to float in
-// registers: for each group, a = sum_k x[k] q[k, n] and y += s (a - z
-// sum_k x[k]), the same sum as x . W in another order. Transposed, W^T
-// (N, K) is Keras' int4 Embedding table quantized in groups along K (the
-// output head of a tied embedding): q packed two a byte along K, s and z
-// (N, G).
+// Transposed, W^T (N, K) is Keras' int4 Embedding table quantized in
+// groups along K (the output head of a tied embedding): q packed two a
+// byte along K, s and z (N, G). x is quantized to int8 in the same groups
+// and the 4-bit weights are multiplied by it in integers (the section
+// "int4 in groups" below).
 
 #include <immintrin.h>
 
@@ -38,6 +38,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -49,7 +50,6 @@ namespace ffi = xla::ffi;
 namespace {
 
 constexpr int64_t kColumns = 64;  // columns of y a work unit computes
-constexpr int64_t kInt4Columns = 128;  // of the int4 product (64 bytes of a row of w)
 // Weights are read from memory once a token, so each product prefetches
 // them: a Dense kernel (K, N) kAhead rows ahead of the row it reads, an
 // embedding table (N, K) the rows of the next outputs (kRowsAhead for
@@ -242,229 +242,6 @@ constexpr bool kVnni = false;
 
 #endif
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-
-// 16 bytes of packed 4-bit integers, each byte widened to a 32-bit lane;
-// then the signed values of its low (LowNibbles) or high (HighNibbles)
-// nibble as 16 floats, read from a table of the 16 values indexed by the
-// lane's low 4 bits (vpermps reads only those bits).
-inline __m512i Widened(const int8_t* bytes, __mmask16 loaded) {
-  return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(loaded, bytes));
-}
-
-inline __m512 NibbleTable() {
-  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
-}
-
-inline __m512 LowNibbles(__m512i wide) { return _mm512_permutexvar_ps(wide, NibbleTable()); }
-
-inline __m512 HighNibbles(__m512i wide) { return _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), NibbleTable()); }
-
-// y[m0:m0+R, n0:n0+64H] of the int4 product. The 32 bytes of a row hold
-// 64 columns; their low nibbles (the even columns) and high nibbles (the
-// odd ones) are widened to float apart, so the accumulators hold, for
-// each row of x and each 64 columns h: even columns 0-30, 32-62, then odd
-// columns 1-31, 33-63. With H = 2 a row's 64 bytes (a cache line, where
-// the row starts on one) are read in one visit.
-template <int R, int H>
-void Int4Tile(const float* x, const float* sums, const int8_t* w, const float* s, const int8_t* z, float* y,
-              int64_t K, int64_t N, int64_t G, int64_t block, int64_t m0, int64_t n0) {
-  const int64_t packed = (N + 1) / 2;
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  __mmask16 parts[4 * H];  // columns n0 + 16 j .. of this tile inside N
-  __mmask16 loaded[2 * H];  // bytes n0 / 2 + 16 i .. of a row inside it
-  for (int j = 0; j < 4 * H; ++j) {
-    const int64_t left = std::clamp<int64_t>(N - n0 - 16 * j, 0, 16);
-    parts[j] = left == 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
-  }
-  for (int i = 0; i < 2 * H; ++i) {
-    const int64_t left = std::clamp<int64_t>(packed - n0 / 2 - 16 * i, 0, 16);
-    loaded[i] = left == 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
-  }
-  __m512 out[R][4 * H];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 4 * H; ++j) out[r][j] = _mm512_setzero_ps();
-  for (int64_t g0 = 0; g0 < K; g0 += block) {
-    const int64_t g1 = std::min(K, g0 + block);
-    __m512 acc[R][4 * H];
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 4 * H; ++j) acc[r][j] = _mm512_setzero_ps();
-    for (int64_t k = g0; k < g1; ++k) {
-      const int8_t* bytes = w + k * packed + n0 / 2;
-      // Both lines a row's 64 bytes may straddle.
-      _mm_prefetch(reinterpret_cast<const char*>(bytes + kAhead * packed), _MM_HINT_T0);
-      if (H == 2) _mm_prefetch(reinterpret_cast<const char*>(bytes + kAhead * packed + 63), _MM_HINT_T0);
-      __m512 f[4 * H];
-      for (int h = 0; h < H; ++h) {
-        const __m512i front = Widened(bytes + 32 * h, loaded[2 * h]);
-        const __m512i back = Widened(bytes + 32 * h + 16, loaded[2 * h + 1]);
-        f[4 * h] = LowNibbles(front);
-        f[4 * h + 1] = LowNibbles(back);
-        f[4 * h + 2] = HighNibbles(front);
-        f[4 * h + 3] = HighNibbles(back);
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m512 xs = _mm512_set1_ps(x[(m0 + r) * K + k]);
-        for (int j = 0; j < 4 * H; ++j) acc[r][j] = _mm512_fmadd_ps(f[j], xs, acc[r][j]);
-      }
-    }
-    // The group's scales and zero points, split into even and odd columns as the sums are.
-    const int64_t g = g0 / block;
-    for (int h = 0; h < H; ++h) {
-      __m512 scale[4], zero[4];
-      for (int j = 0; j < 4; ++j) {
-        const int64_t c = n0 + 64 * h + 16 * j;
-        scale[j] = _mm512_maskz_loadu_ps(parts[4 * h + j], s + g * N + c);
-        zero[j] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(parts[4 * h + j], z + g * N + c)));
-      }
-      const __m512 scales[4] = {_mm512_permutex2var_ps(scale[0], even, scale[1]),
-                                _mm512_permutex2var_ps(scale[2], even, scale[3]),
-                                _mm512_permutex2var_ps(scale[0], odd, scale[1]),
-                                _mm512_permutex2var_ps(scale[2], odd, scale[3])};
-      const __m512 zeros[4] = {_mm512_permutex2var_ps(zero[0], even, zero[1]),
-                               _mm512_permutex2var_ps(zero[2], even, zero[3]),
-                               _mm512_permutex2var_ps(zero[0], odd, zero[1]),
-                               _mm512_permutex2var_ps(zero[2], odd, zero[3])};
-      for (int r = 0; r < R; ++r) {
-        const __m512 sum = _mm512_set1_ps(sums[(m0 + r) * G + g]);
-        for (int j = 0; j < 4; ++j)
-          out[r][4 * h + j] =
-              _mm512_fmadd_ps(scales[j], _mm512_fnmadd_ps(zeros[j], sum, acc[r][4 * h + j]), out[r][4 * h + j]);
-      }
-    }
-  }
-  // Even and odd columns interleaved back into order.
-  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  for (int r = 0; r < R; ++r)
-    for (int h = 0; h < H; ++h) {
-      float* row = y + (m0 + r) * N + n0 + 64 * h;
-      const __m512* o = out[r] + 4 * h;
-      const __m512 ordered[4] = {_mm512_permutex2var_ps(o[0], first, o[2]), _mm512_permutex2var_ps(o[0], second, o[2]),
-                                 _mm512_permutex2var_ps(o[1], first, o[3]), _mm512_permutex2var_ps(o[1], second, o[3])};
-      for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(row + 16 * j, parts[4 * h + j], ordered[j]);
-    }
-}
-
-// y[m0:m0+R, n0:n0+J] of the transposed int4 product: rows n0.. of w^T
-// along K, 16 bytes (32 inputs) at a time, J rows at once so that their
-// sums run side by side. xe and xo are x's even and odd inputs
-// ((M, ceil(K / 2)) each, zero past K), sums x's sum over each group (M, G).
-// Each group's sums are scaled as vectors; the zero points' term is added
-// once at the end, so a row is reduced to a number once.
-template <int R, int J>
-void Int4NkTile(const float* xe, const float* xo, const float* sums, const int8_t* w, const float* s,
-                const int8_t* z, float* y, int64_t K, int64_t N, int64_t G, int64_t block, int64_t m0, int64_t n0) {
-  const int64_t packed = (K + 1) / 2;
-  const int outputs = static_cast<int>(std::min<int64_t>(J, N - n0));
-  const int8_t* rows[J];  // past N, row n0 again (its sums are not stored)
-  for (int j = 0; j < J; ++j) rows[j] = w + (n0 + (j < outputs ? j : 0)) * packed;
-  __m512 out[R][J];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < J; ++j) out[r][j] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < G; ++g) {
-    const int64_t b0 = g * block / 2, b1 = std::min(packed, (g + 1) * block / 2);
-    __m512 acc[R][J];
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < J; ++j) acc[r][j] = _mm512_setzero_ps();
-    for (int64_t b = b0; b < b1; b += 16) {
-      const __mmask16 loaded = b1 - b >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (b1 - b)) - 1);
-      __m512 even[R], odd[R];
-      for (int r = 0; r < R; ++r) {
-        even[r] = _mm512_maskz_loadu_ps(loaded, xe + (m0 + r) * packed + b);
-        odd[r] = _mm512_maskz_loadu_ps(loaded, xo + (m0 + r) * packed + b);
-      }
-      for (int j = 0; j < J; ++j) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows[j] + J * packed + b), _MM_HINT_T0);  // the next tile's row
-        const __m512i wide = Widened(rows[j] + b, loaded);
-        const __m512 low = LowNibbles(wide), high = HighNibbles(wide);  // even inputs, odd inputs
-        for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(high, odd[r], _mm512_fmadd_ps(low, even[r], acc[r][j]));
-      }
-    }
-    for (int j = 0; j < J; ++j) {
-      const __m512 scale = _mm512_set1_ps(s[(n0 + (j < outputs ? j : 0)) * G + g]);
-      for (int r = 0; r < R; ++r) out[r][j] = _mm512_fmadd_ps(scale, acc[r][j], out[r][j]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < outputs; ++j) {
-      float zeros = 0.0f;  // sum_g s z (the group's sum of x)
-      for (int64_t g = 0; g < G; ++g) zeros += s[(n0 + j) * G + g] * z[(n0 + j) * G + g] * sums[(m0 + r) * G + g];
-      y[(m0 + r) * N + n0 + j] = _mm512_reduce_add_ps(out[r][j]) - zeros;
-    }
-}
-
-void Int4NkUnit(const float* xe, const float* xo, const float* sums, const int8_t* w, const float* s,
-                const int8_t* z, float* y, int64_t M, int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
-  RowTiles(M, [&](auto rows, int64_t m0) {
-    constexpr int R = decltype(rows)::value, J = R <= 2 ? 4 : 2;
-    for (int64_t n = n0; n < std::min(N, n0 + kColumns); n += J)
-      Int4NkTile<R, J>(xe, xo, sums, w, s, z, y, K, N, G, block, m0, n);
-  });
-}
-
-// The kInt4Columns columns of a unit from n0, all rows: up to 2 rows of x
-// in one visit of w's rows, more in two (their accumulators would not fit
-// in registers).
-void Int4Unit(const float* x, const float* sums, const int8_t* w, const float* s, const int8_t* z, float* y,
-              int64_t M, int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
-  RowTiles(M, [&](auto rows, int64_t m0) {
-    constexpr int R = decltype(rows)::value;
-    if constexpr (R <= 2) {
-      Int4Tile<R, 2>(x, sums, w, s, z, y, K, N, G, block, m0, n0);
-    } else {
-      Int4Tile<R, 1>(x, sums, w, s, z, y, K, N, G, block, m0, n0);
-      if (n0 + 64 < N) Int4Tile<R, 1>(x, sums, w, s, z, y, K, N, G, block, m0, n0 + 64);
-    }
-  });
-}
-
-#else
-
-void Int4Unit(const float* x, const float* sums, const int8_t* w, const float* s, const int8_t* z, float* y,
-              int64_t M, int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
-  const int64_t n1 = std::min(N, n0 + kInt4Columns), packed = (N + 1) / 2;
-  for (int64_t m = 0; m < M; ++m) {
-    float out[kInt4Columns] = {0};
-    for (int64_t g0 = 0; g0 < K; g0 += block) {
-      const int64_t g1 = std::min(K, g0 + block), g = g0 / block;
-      float acc[kInt4Columns] = {0};
-      for (int64_t k = g0; k < g1; ++k) {
-        const float xs = x[m * K + k];
-        for (int64_t n = n0; n < n1; ++n) {
-          const int8_t byte = w[k * packed + n / 2];
-          const int q = n % 2 ? byte >> 4 : static_cast<int8_t>(byte << 4) >> 4;
-          acc[n - n0] += xs * static_cast<float>(q);
-        }
-      }
-      for (int64_t n = n0; n < n1; ++n) out[n - n0] += s[g * N + n] * (acc[n - n0] - z[g * N + n] * sums[m * G + g]);
-    }
-    std::memcpy(y + m * N + n0, out, (n1 - n0) * sizeof(float));
-  }
-}
-
-void Int4NkUnit(const float* xe, const float* xo, const float* sums, const int8_t* w, const float* s,
-                const int8_t* z, float* y, int64_t M, int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
-  const int64_t packed = (K + 1) / 2;
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = n0; n < std::min(N, n0 + kColumns); ++n) {
-      float out = 0.0f;
-      for (int64_t g = 0; g < G; ++g) {
-        float acc = 0.0f;
-        for (int64_t b = g * block / 2; b < std::min(packed, (g + 1) * block / 2); ++b) {
-          const int8_t byte = w[n * packed + b];
-          acc += xe[m * packed + b] * static_cast<float>(static_cast<int8_t>(byte << 4) >> 4) +
-                 xo[m * packed + b] * static_cast<float>(byte >> 4);
-        }
-        out += s[n * G + g] * (acc - z[n * G + g] * sums[m * G + g]);
-      }
-      y[m * N + n] = out;
-    }
-}
-
-#endif
-
 ffi::Error IntegerMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
                          ffi::ResultBuffer<ffi::S32> y, bool transposed) {
   const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
@@ -534,9 +311,261 @@ ffi::Error QuantizedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
   return ffi::Error::Success();
 }
 
+// int4 in groups times activations quantized to int8 in the same groups:
+//
+//   y[m, n] = sum_g d[m, g] s[g, n] (sum_{k in g} a[m, k] q[k, n] - z[g, n] sum_{k in g} a[m, k])
+//
+// where a[m, k] = round(x[m, k] 127 / max_{k in g} |x[m, k]|) (int8) and
+// d[m, g] = max |x| / 127: the rows of x quantized to int8 in the
+// weights' groups, as llama.cpp's q4_0 product quantizes them (q8_0).
+// With AVX512-VNNI the 4-bit weights are made unsigned (q + 8: the
+// nibble's bits xor 8) and multiplied by the 8-bit activations with
+// vpdpbusd, four inputs a lane, exactly in int32; the 8 times the group's
+// sum of a that this adds is subtracted with the zero points.
+
+// x quantized in groups of `block`: a (M, Ka) int8, each group's inputs
+// from g Bp (Bp = block rounded up to 4, zero past the group's end), and
+// d and sums (M, G).
+struct QuantizedRows {
+  std::vector<int8_t> a;
+  std::vector<float> d;
+  std::vector<int32_t> sums;
+  int64_t Ka, Bp;
+  const int8_t* At(int64_t m, int64_t k, int64_t block) const { return a.data() + m * Ka + k / block * Bp + k % block; }
+};
+
+QuantizedRows QuantizeGroups(const float* x, int64_t M, int64_t K, int64_t block) {
+  const int64_t G = (K + block - 1) / block, Bp = (block + 3) / 4 * 4;
+  QuantizedRows q{std::vector<int8_t>(M * G * Bp, 0), std::vector<float>(M * G, 0.0f), std::vector<int32_t>(M * G, 0),
+                  G * Bp, Bp};
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t k0 = g * block, k1 = std::min(K, k0 + block);
+      float largest = 0.0f;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float v = std::fabs(x[m * K + k]);
+        largest = (v > largest || std::isnan(v)) ? v : largest;
+      }
+      if (!std::isfinite(largest)) {  // the group's outputs are NaN, as a float product's would be
+        q.d[m * G + g] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      if (largest == 0.0f) continue;
+      const float inverse = 127.0f / largest;
+      q.d[m * G + g] = largest / 127.0f;
+      int32_t sum = 0;
+      for (int64_t k = k0; k < k1; ++k) {
+        const int8_t v = static_cast<int8_t>(std::clamp(std::nearbyint(x[m * K + k] * inverse), -127.0f, 127.0f));
+        q.a[m * q.Ka + g * Bp + k - k0] = v;
+        sum += v;
+      }
+      q.sums[m * G + g] = sum;
+    }
+  return q;
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+
+// y[m0:m0+R, n0:n0+64] of the int4 product of a Dense kernel, w (K,
+// ceil(N / 2)). Each visit of rows k..k+3 loads their 32 bytes (64
+// columns), puts the low nibbles (even columns) in the lower half of a
+// register and the high ones (odd columns) in the upper half, and
+// interleaves the four rows into quads as the int8 product does: int32
+// lane 4L + t of quads[j] holds column 32 L + 8 j + 2 t for L < 2, and
+// 32 (L - 2) + 8 j + 2 t + 1 for L >= 2. At a group's end one permutation
+// puts the sums back in column order.
+template <int R>
+void Int4QuantizedTile(const QuantizedRows& xq, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t K,
+                       int64_t N, int64_t G, int64_t block, int64_t m0, int64_t n0) {
+  const int64_t packed = (N + 1) / 2;
+  const int64_t width = std::min<int64_t>(32, packed - n0 / 2);
+  const __mmask32 loaded = width == 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << width) - 1);
+  __mmask16 parts[4];  // columns n0 + 16 c .. inside N
+  for (int c = 0; c < 4; ++c) {
+    const int64_t left = std::clamp<int64_t>(N - n0 - 16 * c, 0, 16);
+    parts[c] = left == 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+  }
+  // Output c (columns n0 + 16 c ..) from quads 2 (c % 2) and 2 (c % 2) + 1: column 16 c + u is lane
+  // 4 (c / 2 + 2 (u % 2)) + (u % 8) / 2 of quad u / 8 of the pair.
+  __m512i order[4];
+  for (int c = 0; c < 4; ++c) {
+    alignas(64) int32_t lanes[16];
+    for (int u = 0; u < 16; ++u) lanes[u] = (u / 8) * 16 + 4 * (c / 2 + 2 * (u % 2)) + (u % 8) / 2;
+    order[c] = _mm512_load_si512(lanes);
+  }
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x88));
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i halves = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // shift the upper half by 4
+  __m512 out[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < 4; ++c) out[r][c] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t g0 = g * block, g1 = std::min(K, g0 + block);
+    __m512i acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_si512();
+    for (int64_t k = g0; k < g1; k += 4) {
+      __m512i rows[4];
+      for (int i = 0; i < 4; ++i) {
+        const int8_t* bytes = w + (k + i) * packed + n0 / 2;
+        _mm_prefetch(reinterpret_cast<const char*>(bytes + kAhead * packed), _MM_HINT_T0);
+        const __m256i row = k + i < g1 ? _mm256_maskz_loadu_epi8(loaded, bytes) : _mm256_setzero_si256();
+        const __m512i both = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(row), row, 1), flip);
+        rows[i] = _mm512_and_si512(_mm512_srlv_epi16(both, halves), nibble);
+      }
+      const __m512i ab_lo = _mm512_unpacklo_epi8(rows[0], rows[1]), ab_hi = _mm512_unpackhi_epi8(rows[0], rows[1]);
+      const __m512i cd_lo = _mm512_unpacklo_epi8(rows[2], rows[3]), cd_hi = _mm512_unpackhi_epi8(rows[2], rows[3]);
+      const __m512i quads[4] = {_mm512_unpacklo_epi16(ab_lo, cd_lo), _mm512_unpackhi_epi16(ab_lo, cd_lo),
+                                _mm512_unpacklo_epi16(ab_hi, cd_hi), _mm512_unpackhi_epi16(ab_hi, cd_hi)};
+      for (int r = 0; r < R; ++r) {
+        int32_t quad;
+        std::memcpy(&quad, xq.At(m0 + r, k, block), 4);
+        const __m512i xs = _mm512_set1_epi32(quad);
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], quads[j], xs);
+      }
+    }
+    __m512 scale[4];
+    __m512i zero[4];  // z + 8: the zero point and the 8 added to make q unsigned
+    for (int c = 0; c < 4; ++c) {
+      scale[c] = _mm512_maskz_loadu_ps(parts[c], s + g * N + n0 + 16 * c);
+      zero[c] = _mm512_add_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(parts[c], z + g * N + n0 + 16 * c)),
+                                 _mm512_set1_epi32(8));
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512i sum = _mm512_set1_epi32(xq.sums[(m0 + r) * G + g]);
+      const __m512 d = _mm512_set1_ps(xq.d[(m0 + r) * G + g]);
+      for (int c = 0; c < 4; ++c) {
+        const __m512i dot = _mm512_permutex2var_epi32(acc[r][2 * (c % 2)], order[c], acc[r][2 * (c % 2) + 1]);
+        const __m512i exact = _mm512_sub_epi32(dot, _mm512_mullo_epi32(zero[c], sum));
+        out[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), _mm512_mul_ps(scale[c], d), out[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < 4; ++c) _mm512_mask_storeu_ps(y + (m0 + r) * N + n0 + 16 * c, parts[c], out[r][c]);
+}
+
+// y[m0:m0+R, n0:n0+J] of the transposed product, w^T (N, ceil(K / 2)): a
+// row's bytes hold consecutive inputs, the low nibble the even one, so the
+// low nibbles of 64 bytes meet the activations' 64 even inputs lane for
+// lane (ae), the high ones the odd inputs (ao), with no interleaving.
+template <int R, int J>
+void Int4QuantizedNkTile(const int8_t* ae, const int8_t* ao, int64_t Kh, const QuantizedRows& xq, const int8_t* w,
+                         const float* s, const int8_t* z, float* y, int64_t K, int64_t N, int64_t G, int64_t block,
+                         int64_t m0, int64_t n0) {
+  const int64_t packed = (K + 1) / 2;
+  const int outputs = static_cast<int>(std::min<int64_t>(J, N - n0));
+  const int8_t* rows[J];  // past N, row n0 again (its sums are not stored)
+  for (int j = 0; j < J; ++j) rows[j] = w + (n0 + (j < outputs ? j : 0)) * packed;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x88));
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  __m512 out[R][J];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) out[r][j] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t b0 = g * block / 2, b1 = std::min(packed, (g + 1) * block / 2);
+    __m512i acc[R][J];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < J; ++j) acc[r][j] = _mm512_setzero_si512();
+    for (int64_t b = b0; b < b1; b += 64) {
+      const __mmask64 loaded = b1 - b >= 64 ? ~0ULL : (1ULL << (b1 - b)) - 1;
+      __m512i even[R], odd[R];
+      for (int r = 0; r < R; ++r) {
+        even[r] = _mm512_maskz_loadu_epi8(loaded, ae + (m0 + r) * Kh + b);
+        odd[r] = _mm512_maskz_loadu_epi8(loaded, ao + (m0 + r) * Kh + b);
+      }
+      for (int j = 0; j < J; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[j] + J * packed + b), _MM_HINT_T0);  // the next tile's row
+        const __m512i bytes = _mm512_xor_si512(_mm512_maskz_loadu_epi8(loaded, rows[j] + b), flip);
+        const __m512i low = _mm512_and_si512(bytes, nibble);
+        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+        for (int r = 0; r < R; ++r)
+          acc[r][j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[r][j], low, even[r]), high, odd[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float d = xq.d[(m0 + r) * G + g];
+      for (int j = 0; j < J; ++j)
+        out[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][j]),
+                                    _mm512_set1_ps(s[(n0 + (j < outputs ? j : 0)) * G + g] * d), out[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < outputs; ++j) {
+      float zeros = 0.0f;  // sum_g d s (z + 8) (the group's sum of a)
+      for (int64_t g = 0; g < G; ++g)
+        zeros += xq.d[(m0 + r) * G + g] * s[(n0 + j) * G + g] *
+                 static_cast<float>((z[(n0 + j) * G + g] + 8) * xq.sums[(m0 + r) * G + g]);
+      y[(m0 + r) * N + n0 + j] = _mm512_reduce_add_ps(out[r][j]) - zeros;
+    }
+}
+
+void Int4QuantizedUnit(const QuantizedRows& xq, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t M,
+                       int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
+  RowTiles(M, [&](auto rows, int64_t m0) {
+    Int4QuantizedTile<decltype(rows)::value>(xq, w, s, z, y, K, N, G, block, m0, n0);
+  });
+}
+
+void Int4QuantizedNkUnit(const int8_t* ae, const int8_t* ao, int64_t Kh, const QuantizedRows& xq, const int8_t* w,
+                         const float* s, const int8_t* z, float* y, int64_t M, int64_t K, int64_t N, int64_t G,
+                         int64_t block, int64_t n0) {
+  RowTiles(M, [&](auto rows, int64_t m0) {
+    constexpr int R = decltype(rows)::value, J = R <= 2 ? 4 : 2;
+    for (int64_t n = n0; n < std::min(N, n0 + kColumns); n += J)
+      Int4QuantizedNkTile<R, J>(ae, ao, Kh, xq, w, s, z, y, K, N, G, block, m0, n);
+  });
+}
+
+#else
+
+// The same integer sums as plain loops.
+void Int4QuantizedUnit(const QuantizedRows& xq, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t M,
+                       int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
+  const int64_t n1 = std::min(N, n0 + kColumns), packed = (N + 1) / 2;
+  for (int64_t m = 0; m < M; ++m) {
+    float out[kColumns] = {0};
+    for (int64_t g = 0; g < G; ++g) {
+      int32_t acc[kColumns] = {0};
+      for (int64_t k = g * block; k < std::min(K, (g + 1) * block); ++k) {
+        const int32_t a = *xq.At(m, k, block);
+        for (int64_t n = n0; n < n1; ++n) {
+          const int8_t byte = w[k * packed + n / 2];
+          acc[n - n0] += a * (n % 2 ? byte >> 4 : static_cast<int8_t>(byte << 4) >> 4);
+        }
+      }
+      for (int64_t n = n0; n < n1; ++n)
+        out[n - n0] = std::fma(static_cast<float>(acc[n - n0] - z[g * N + n] * xq.sums[m * G + g]),
+                               s[g * N + n] * xq.d[m * G + g], out[n - n0]);
+    }
+    std::memcpy(y + m * N + n0, out, (n1 - n0) * sizeof(float));
+  }
+}
+
+void Int4QuantizedNkUnit(const int8_t* ae, const int8_t* ao, int64_t Kh, const QuantizedRows& xq, const int8_t* w,
+                         const float* s, const int8_t* z, float* y, int64_t M, int64_t K, int64_t N, int64_t G,
+                         int64_t block, int64_t n0) {
+  const int64_t packed = (K + 1) / 2;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = n0; n < std::min(N, n0 + kColumns); ++n) {
+      float out = 0.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        int32_t acc = 0;
+        for (int64_t b = g * block / 2; b < std::min(packed, (g + 1) * block / 2); ++b) {
+          const int8_t byte = w[n * packed + b];
+          acc += ae[m * Kh + b] * (static_cast<int8_t>(byte << 4) >> 4) + ao[m * Kh + b] * (byte >> 4);
+        }
+        out = std::fma(static_cast<float>(acc - z[n * G + g] * xq.sums[m * G + g]), s[n * G + g] * xq.d[m * G + g], out);
+      }
+      y[m * N + n] = out;
+    }
+}
+
+#endif
+
 ffi::Error Int4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> w,
-                      ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::S8> z, ffi::ResultBuffer<ffi::F32> y, int64_t block,
-                      bool transposed) {
+                               ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::S8> z, ffi::ResultBuffer<ffi::F32> y,
+                               int64_t block, bool transposed) {
   const auto xd = x.dimensions(), wd = w.dimensions(), sd = s.dimensions(), zd = z.dimensions(),
              yd = y->dimensions();
   if (xd.size() != 2 || wd.size() != 2 || sd.size() != 2 || zd.size() != 2 || yd.size() != 2 || block < 1 ||
@@ -550,27 +579,23 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   if (!agree || sd[0] != zd[0] || sd[1] != zd[1] || yd[0] != M)
     return ffi::Error::InvalidArgument("int4_matmul: the shapes of x, w, s, z and y do not agree");
   if (M == 0 || N == 0) return ffi::Error::Success();
-  const float* xs = x.typed_data();
+  const QuantizedRows xq = QuantizeGroups(x.typed_data(), M, K, block);
   const int8_t* ws = w.typed_data();
   const float* ss = s.typed_data();
   const int8_t* zs = z.typed_data();
   float* ys = y->typed_data();
-  std::vector<float> sums(M * G, 0.0f);  // x's sum over each group, for the zero points' term
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) sums[m * G + k / block] += xs[m * K + k];
+  const int64_t units = (N + kColumns - 1) / kColumns;
   if (!transposed) {
-    ParallelFor(pool, (N + kInt4Columns - 1) / kInt4Columns,
-                [&](int64_t u) { Int4Unit(xs, sums.data(), ws, ss, zs, ys, M, K, N, G, block, u * kInt4Columns); });
+    ParallelFor(pool, units, [&](int64_t u) { Int4QuantizedUnit(xq, ws, ss, zs, ys, M, K, N, G, block, u * kColumns); });
     return ffi::Error::Success();
   }
-  // x's even and odd inputs apart, as the nibbles of a byte hold them (zero past K).
-  const int64_t packed = (K + 1) / 2;
-  std::vector<float> even(M * packed, 0.0f), odd(M * packed, 0.0f);
-  const int64_t units = (N + kColumns - 1) / kColumns;
+  // The activations' even and odd inputs apart, as the nibbles of a byte hold them (zero past K).
+  const int64_t Kh = (K + 1) / 2;
+  std::vector<int8_t> even(M * Kh, 0), odd(M * Kh, 0);
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) (k % 2 ? odd : even)[m * packed + k / 2] = xs[m * K + k];
+    for (int64_t k = 0; k < K; ++k) (k % 2 ? odd : even)[m * Kh + k / 2] = *xq.At(m, k, block);
   ParallelFor(pool, units, [&](int64_t u) {
-    Int4NkUnit(even.data(), odd.data(), sums.data(), ws, ss, zs, ys, M, K, N, G, block, u * kColumns);
+    Int4QuantizedNkUnit(even.data(), odd.data(), Kh, xq, ws, ss, zs, ys, M, K, N, G, block, u * kColumns);
   });
   return ffi::Error::Success();
 }

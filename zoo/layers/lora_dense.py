@@ -6,7 +6,7 @@ Shape letters: B batch, T length, d_in and d_out the widths.
 import keras
 from keras import ops
 
-from zoo.kernels import int4_matmul, integer_matmul, quantized_matmul
+from zoo.kernels import int4_matmul, int8_in_groups, integer_matmul, quantized_matmul
 from zoo.layers.dequantized import after
 
 
@@ -73,7 +73,10 @@ class LoraDense(keras.layers.Dense):
         config says so) and de-scales the product, on a CPU in one call of
         `zoo.kernels.quantized_matmul` (or `integer_matmul` for the product
         alone), which reads the int8 kernel itself; one in
-        groups with zero points is dequantized first.
+        groups with zero points multiplies the inputs rounded to int8 in
+        its groups (`zoo.kernels.int8_in_groups`, as llama.cpp's q4_0
+        does), read as it is by `zoo.kernels.int4_matmul` where it takes
+        the product, else dequantized.
 
         In training, both products read the weights through `after`
         (zoo.layers.dequantized): the forward pass's once x exists, the
@@ -96,9 +99,12 @@ class LoraDense(keras.layers.Dense):
             if training:
                 weights = [after(w, inputs) for w in weights]
             if len(weights) > 2:
-                # In groups: the 4-bit kernel read as it is where the kernel takes it (zoo.kernels), else dequantized.
+                # In groups: the activations rounded to int8 in the kernel's groups and the 4-bit kernel read as it is
+                # where the kernel takes it (zoo.kernels), else the rounded activations times the dequantized kernel.
                 x = None if training else int4_matmul(inputs, *weights[:3], self._int4_block_size, self.units)
-                return (ops.matmul(inputs, self._float_kernel(*weights)) if x is None else x), gradient
+                if x is None:
+                    x = ops.matmul(int8_in_groups(inputs, self._int4_block_size), self._float_kernel(*weights))
+                return x, gradient
             scale = weights[1]
             if self.inputs_quantizer:
                 # The quantizer, the integer product and the de-scaling in one call where the kernel takes it.

@@ -6,7 +6,7 @@ Shape letters: B batch, T length, d width, V vocabulary.
 import keras
 from keras import ops
 
-from zoo.kernels import int4_matmul, integer_matmul, quantized_matmul
+from zoo.kernels import int4_matmul, int8_in_groups, integer_matmul, quantized_matmul
 from zoo.layers.dequantized import after
 
 # On a GPU the tied head's product is computed this many logits wide at a time.
@@ -46,8 +46,10 @@ class TokenEmbedding(keras.layers.Embedding):
     `ReversibleEmbedding` does with tied weights: the hidden states are
     quantized per row (abs-max, the activation quantizer of the config),
     multiplied by the integer table, and the product is divided by both
-    scales; an int4 table quantized in groups (`block_size`) is dequantized
-    first. Keras has no float8 Embedding, so under "float8" the table and
+    scales; an int4 table quantized in groups (`block_size`) multiplies the
+    hidden states rounded to int8 in the same groups
+    (`zoo.kernels.int8_in_groups`, as llama.cpp's q4_0 does). Keras has no
+    float8 Embedding, so under "float8" the table and
     the tied head stay in float.
 
     Args:
@@ -120,7 +122,7 @@ class TokenEmbedding(keras.layers.Embedding):
             return self._integer_reverse(inputs, table)
         hidden = ops.cast(inputs, self.compute_dtype)
         if self.lora_enabled:
-            return ops.matmul(hidden, ops.transpose(self._int4_table()))
+            return ops.matmul(int8_in_groups(hidden, self._int4_block_size), ops.transpose(self._int4_table()))
 
         @ops.custom_gradient
         def product(hidden):
@@ -131,7 +133,7 @@ class TokenEmbedding(keras.layers.Embedding):
             logits = int4_matmul(hidden, self._embeddings, self.embeddings_scale, self.embeddings_zero,
                                  self._int4_block_size, self.input_dim, transposed=True)  # the 4-bit table as it is
             if logits is None:
-                logits = ops.matmul(hidden, ops.transpose(self._int4_table()))
+                logits = ops.matmul(int8_in_groups(hidden, self._int4_block_size), ops.transpose(self._int4_table()))
             return logits, gradient
 
         return product(hidden)
