@@ -34,6 +34,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <atomic>
 #include <cstdint>
@@ -88,6 +89,16 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t units, const F& work) {
   for (int64_t t = 1; t < threads; ++t) pool.Schedule([run]() { run(); });
   run();
   while (state->done.load(std::memory_order_acquire) < units) _mm_pause();
+}
+
+// The largest |x[i]| of n values; NaN where one is NaN.
+float Largest(const float* x, int64_t n) {
+  float largest = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    largest = (a > largest || std::isnan(a)) ? a : largest;
+  }
+  return largest;
 }
 
 int32_t RowSum(const int8_t* row, int64_t K) {
@@ -289,12 +300,7 @@ ffi::Error QuantizedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
   std::vector<int8_t> quantized(M * K);
   std::vector<float> row_scale(M);
   for (int64_t m = 0; m < M; ++m) {
-    float largest = 0.0f;
-    for (int64_t k = 0; k < K; ++k) {
-      const float a = std::fabs(xs[m * K + k]);
-      largest = (a > largest || std::isnan(a)) ? a : largest;
-    }
-    const float s = 127.0f / (largest + epsilon);
+    const float s = 127.0f / (Largest(xs + m * K, K) + epsilon);
     row_scale[m] = s;
     for (int64_t k = 0; k < K; ++k) {
       const float v = std::nearbyint(xs[m * K + k] * s);
@@ -346,11 +352,7 @@ QuantizedRows QuantizeGroups(const float* x, int64_t M, int64_t K, int64_t block
   for (int64_t m = 0; m < M; ++m)
     for (int64_t g = 0; g < G; ++g) {
       const int64_t k0 = g * block, k1 = std::min(K, k0 + block);
-      float largest = 0.0f;
-      for (int64_t k = k0; k < k1; ++k) {
-        const float v = std::fabs(x[m * K + k]);
-        largest = (v > largest || std::isnan(v)) ? v : largest;
-      }
+      const float largest = Largest(x + m * K + k0, k1 - k0);
       if (!std::isfinite(largest)) {  // the group's outputs are NaN, as a float product's would be
         q.d[m * G + g] = std::numeric_limits<float>::quiet_NaN();
         continue;
@@ -381,7 +383,7 @@ QuantizedRows QuantizeGroups(const float* x, int64_t M, int64_t K, int64_t block
 // of the 64 for L < 2, and 32 (L - 2) + 8 j + 2 t + 1 for L >= 2. At a
 // group's end one permutation puts the sums back in column order.
 template <int R, int H>
-void Int4QuantizedTile(const QuantizedRows& xq, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t K,
+void Int4Tile(const QuantizedRows& xq, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t K,
                        int64_t N, int64_t G, int64_t block, int64_t m0, int64_t n0) {
   const int64_t packed = (N + 1) / 2;
   __mmask32 loaded[H];  // bytes n0 / 2 + 32 h .. of a row inside it
@@ -396,12 +398,14 @@ void Int4QuantizedTile(const QuantizedRows& xq, const int8_t* w, const float* s,
   }
   // Output c of 64 columns (columns 16 c ..) from quads 2 (c % 2) and 2 (c % 2) + 1: column 16 c + u is
   // lane 4 (c / 2 + 2 (u % 2)) + (u % 8) / 2 of quad u / 8 of the pair.
+  alignas(64) static const auto lanes = [] {
+    std::array<std::array<int32_t, 16>, 4> table{};
+    for (int c = 0; c < 4; ++c)
+      for (int u = 0; u < 16; ++u) table[c][u] = (u / 8) * 16 + 4 * (c / 2 + 2 * (u % 2)) + (u % 8) / 2;
+    return table;
+  }();
   __m512i order[4];
-  for (int c = 0; c < 4; ++c) {
-    alignas(64) int32_t lanes[16];
-    for (int u = 0; u < 16; ++u) lanes[u] = (u / 8) * 16 + 4 * (c / 2 + 2 * (u % 2)) + (u % 8) / 2;
-    order[c] = _mm512_load_si512(lanes);
-  }
+  for (int c = 0; c < 4; ++c) order[c] = _mm512_load_si512(lanes[c].data());
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x88));
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   const __m512i halves = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // shift the upper half by 4
@@ -471,7 +475,7 @@ void Int4QuantizedTile(const QuantizedRows& xq, const int8_t* w, const float* s,
 // low nibbles of 64 bytes meet the activations' 64 even inputs lane for
 // lane (ae), the high ones the odd inputs (ao), with no interleaving.
 template <int R, int J>
-void Int4QuantizedNkTile(const int8_t* ae, const int8_t* ao, int64_t Kh, const QuantizedRows& xq, const int8_t* w,
+void Int4NkTile(const int8_t* ae, const int8_t* ao, int64_t Kh, const QuantizedRows& xq, const int8_t* w,
                          const float* s, const int8_t* z, float* y, int64_t K, int64_t N, int64_t G, int64_t block,
                          int64_t m0, int64_t n0) {
   const int64_t packed = (K + 1) / 2;
@@ -524,33 +528,33 @@ void Int4QuantizedNkTile(const int8_t* ae, const int8_t* ao, int64_t Kh, const Q
 // The kInt4Columns columns of a unit from n0, all rows: up to 2 rows of x
 // in one visit of w's rows, more in two (their accumulators would not fit
 // in registers).
-void Int4QuantizedUnit(const QuantizedRows& xq, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t M,
+void Int4Unit(const QuantizedRows& xq, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t M,
                        int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
   RowTiles(M, [&](auto rows, int64_t m0) {
     constexpr int R = decltype(rows)::value;
     if constexpr (R <= 2) {
-      Int4QuantizedTile<R, 2>(xq, w, s, z, y, K, N, G, block, m0, n0);
+      Int4Tile<R, 2>(xq, w, s, z, y, K, N, G, block, m0, n0);
     } else {
-      Int4QuantizedTile<R, 1>(xq, w, s, z, y, K, N, G, block, m0, n0);
-      if (n0 + 64 < N) Int4QuantizedTile<R, 1>(xq, w, s, z, y, K, N, G, block, m0, n0 + 64);
+      Int4Tile<R, 1>(xq, w, s, z, y, K, N, G, block, m0, n0);
+      if (n0 + 64 < N) Int4Tile<R, 1>(xq, w, s, z, y, K, N, G, block, m0, n0 + 64);
     }
   });
 }
 
-void Int4QuantizedNkUnit(const int8_t* ae, const int8_t* ao, int64_t Kh, const QuantizedRows& xq, const int8_t* w,
+void Int4NkUnit(const int8_t* ae, const int8_t* ao, int64_t Kh, const QuantizedRows& xq, const int8_t* w,
                          const float* s, const int8_t* z, float* y, int64_t M, int64_t K, int64_t N, int64_t G,
                          int64_t block, int64_t n0) {
   RowTiles(M, [&](auto rows, int64_t m0) {
     constexpr int R = decltype(rows)::value, J = R <= 2 ? 4 : 2;
     for (int64_t n = n0; n < std::min(N, n0 + kColumns); n += J)
-      Int4QuantizedNkTile<R, J>(ae, ao, Kh, xq, w, s, z, y, K, N, G, block, m0, n);
+      Int4NkTile<R, J>(ae, ao, Kh, xq, w, s, z, y, K, N, G, block, m0, n);
   });
 }
 
 #else
 
 // The same integer sums as plain loops.
-void Int4QuantizedUnit(const QuantizedRows& xq, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t M,
+void Int4Unit(const QuantizedRows& xq, const int8_t* w, const float* s, const int8_t* z, float* y, int64_t M,
                        int64_t K, int64_t N, int64_t G, int64_t block, int64_t n0) {
   const int64_t n1 = std::min(N, n0 + kInt4Columns), packed = (N + 1) / 2;
   for (int64_t m = 0; m < M; ++m) {
@@ -572,7 +576,7 @@ void Int4QuantizedUnit(const QuantizedRows& xq, const int8_t* w, const float* s,
   }
 }
 
-void Int4QuantizedNkUnit(const int8_t* ae, const int8_t* ao, int64_t Kh, const QuantizedRows& xq, const int8_t* w,
+void Int4NkUnit(const int8_t* ae, const int8_t* ao, int64_t Kh, const QuantizedRows& xq, const int8_t* w,
                          const float* s, const int8_t* z, float* y, int64_t M, int64_t K, int64_t N, int64_t G,
                          int64_t block, int64_t n0) {
   const int64_t packed = (K + 1) / 2;
@@ -617,7 +621,7 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   const int64_t units = (N + kColumns - 1) / kColumns;
   if (!transposed) {
     ParallelFor(pool, (N + kInt4Columns - 1) / kInt4Columns,
-                [&](int64_t u) { Int4QuantizedUnit(xq, ws, ss, zs, ys, M, K, N, G, block, u * kInt4Columns); });
+                [&](int64_t u) { Int4Unit(xq, ws, ss, zs, ys, M, K, N, G, block, u * kInt4Columns); });
     return ffi::Error::Success();
   }
   // The activations' even and odd inputs apart, as the nibbles of a byte hold them (zero past K).
@@ -626,7 +630,7 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) (k % 2 ? odd : even)[m * Kh + k / 2] = *xq.At(m, k, block);
   ParallelFor(pool, units, [&](int64_t u) {
-    Int4QuantizedNkUnit(even.data(), odd.data(), Kh, xq, ws, ss, zs, ys, M, K, N, G, block, u * kColumns);
+    Int4NkUnit(even.data(), odd.data(), Kh, xq, ws, ss, zs, ys, M, K, N, G, block, u * kColumns);
   });
   return ffi::Error::Success();
 }

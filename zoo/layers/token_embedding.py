@@ -122,7 +122,7 @@ class TokenEmbedding(keras.layers.Embedding):
             return self._integer_reverse(inputs, table)
         hidden = ops.cast(inputs, self.compute_dtype)
         if self.lora_enabled:
-            return ops.matmul(int8_in_groups(hidden, self._int4_block_size), ops.transpose(self._int4_table()))
+            return self._int4_dequantized_reverse(hidden)
 
         @ops.custom_gradient
         def product(hidden):
@@ -133,10 +133,15 @@ class TokenEmbedding(keras.layers.Embedding):
             logits = int4_matmul(hidden, self._embeddings, self.embeddings_scale, self.embeddings_zero,
                                  self._int4_block_size, self.input_dim, transposed=True)  # the 4-bit table as it is
             if logits is None:
-                logits = ops.matmul(int8_in_groups(hidden, self._int4_block_size), ops.transpose(self._int4_table()))
+                logits = self._int4_dequantized_reverse(hidden)
             return logits, gradient
 
         return product(hidden)
+
+    def _int4_dequantized_reverse(self, hidden):
+        """(B, T, d) hidden states rounded to int8 in the table's groups times
+        the dequantized (V, d) table, transposed: the int4 tied head on XLA."""
+        return ops.matmul(int8_in_groups(hidden, self._int4_block_size), ops.transpose(self._int4_table()))
 
     def _int4_table(self):
         """The (V, d) table of int4 in groups, dequantized by looking up every
