@@ -32,9 +32,10 @@ def compiled(fn):
     return tf.function(fn, jit_compile=True)
 
 
-# (M, K, N): one decoding row, up to 4 (the kernel's rows on JAX), more (XLA's product); K not a
-# multiple of 4, N not a multiple of 64 or of 4.
-SHAPES = [(1, 576, 576), (2, 7, 3), (3, 130, 65), (4, 64, 128), (5, 9, 70), (7, 33, 64), (13, 100, 129), (1, 1, 1)]
+# (M, K, N): one decoding row, up to 4 (multiplied as the weights are read), more (a packed panel, in
+# tiles of 6 rows and fewer); K not a multiple of 4, N not a multiple of 64 or of 4.
+SHAPES = [(1, 576, 576), (2, 7, 3), (3, 130, 65), (4, 64, 128), (5, 9, 70), (7, 33, 64), (13, 100, 129), (1, 1, 1),
+          (6, 64, 64), (32, 512, 200), (41, 130, 67)]
 
 
 def operands(m, k, n, transposed):
@@ -82,13 +83,12 @@ def test_the_kernel_itself_at_any_rows_is_numpys_exactly(m, k, n, transposed):
 
 
 @jax_only
-def test_the_kernel_takes_up_to_kernel_rows_rows_and_xla_more():
+def test_the_kernel_takes_any_number_of_rows():
     if not kernels.native():
         pytest.skip("no C++ compiler here: the kernel could not be compiled")
     w = np.ones((8, 3), np.int8)
-    for m in (1, kernels.KERNEL_ROWS, kernels.KERNEL_ROWS + 1):
-        program = _program(lambda x: kernels.integer_matmul(x, w), np.ones((m, 8), np.int8))
-        assert (kernels.TARGET in program) == (m <= kernels.KERNEL_ROWS), m
+    for m in (1, 4, 5, 300):
+        assert kernels.TARGET in _program(lambda x: kernels.integer_matmul(x, w), np.ones((m, 8), np.int8)), m
 
 
 def _program(fn, *args):
@@ -126,7 +126,7 @@ def test_on_a_cpu_the_quantized_layers_call_the_kernel_and_agree_with_xlas_dot()
 
 @jax_only
 @pytest.mark.parametrize("transposed", [False, True], ids=["kn", "nk"])
-@pytest.mark.parametrize("m,k,n", [(1, 576, 576), (2, 7, 3), (3, 130, 65), (4, 64, 129)])
+@pytest.mark.parametrize("m,k,n", [(1, 576, 576), (2, 7, 3), (3, 130, 65), (4, 64, 129), (9, 130, 65), (32, 512, 129)])
 def test_quantized_matmul_is_keras_quantizer_product_and_descaling_to_the_bit(m, k, n, transposed):
     if not kernels.native():
         pytest.skip("no C++ compiler here: the kernel could not be compiled")
@@ -161,7 +161,6 @@ def test_quantized_matmul_declines_what_it_does_not_take():
         pytest.skip("no C++ compiler here: the kernel could not be compiled")
     w, scale = np.ones((8, 4), np.int8), np.ones(4, np.float32)
     quantizer = keras.quantizers.AbsMaxQuantizer(axis=-1)
-    assert kernels.quantized_matmul(np.ones((kernels.KERNEL_ROWS + 1, 8), np.float32), w, scale, quantizer) is None
     assert kernels.quantized_matmul(np.ones((1, 8), "bfloat16"), w, scale, quantizer) is None
     narrower = keras.quantizers.AbsMaxQuantizer(axis=-1, value_range=(-15, 15))
     assert kernels.quantized_matmul(np.ones((1, 8), np.float32), w, scale, narrower) is None
@@ -299,14 +298,14 @@ def test_the_int4_kernel_is_the_float64_product_of_the_rounded_activations_and_t
 
 
 @jax_only
-def test_an_int4_dense_in_groups_calls_the_kernel_up_to_kernel_rows_and_agrees_with_xlas_product():
+def test_an_int4_dense_in_groups_calls_the_kernel_up_to_int4_kernel_rows_and_agrees_with_xlas_product():
     if not kernels.native():
         pytest.skip("no C++ compiler here: the kernel could not be compiled")
     dense, w = _int4_dense(200, 70, 64)
-    for rows in (1, kernels.KERNEL_ROWS, kernels.KERNEL_ROWS + 1):
+    for rows in (1, kernels.INT4_KERNEL_ROWS, kernels.INT4_KERNEL_ROWS + 1):
         x = np.random.default_rng(rows).standard_normal((rows, 1, 200)).astype("float32")
         layer = lambda: (lambda x: dense(x))  # noqa: E731  a new function each time: JAX keeps its trace
-        assert _program(layer(), x).count(kernels.INT4_TARGET) == (rows <= kernels.KERNEL_ROWS)
+        assert _program(layer(), x).count(kernels.INT4_TARGET) == (rows <= kernels.INT4_KERNEL_ROWS)
         with_kernel = np.asarray(compiled(layer())(x))
         with kernels.off():
             assert kernels.INT4_TARGET not in _program(layer(), x)
@@ -319,7 +318,7 @@ def test_an_int4_dense_in_groups_calls_the_kernel_up_to_kernel_rows_and_agrees_w
 def test_the_int4_kernel_declines_what_it_does_not_take():
     dense, _ = _int4_dense(64, 8, 32)
     weights = (dense._kernel, dense.kernel_scale, dense.kernel_zero, 32, 8)
-    assert kernels.int4_matmul(np.zeros((kernels.KERNEL_ROWS + 1, 64), "float32"), *weights) is None  # XLA's rows
+    assert kernels.int4_matmul(np.zeros((kernels.INT4_KERNEL_ROWS + 1, 64), "float32"), *weights) is None  # XLA's rows
     assert kernels.int4_matmul(np.zeros((1, 64), "float16"), *weights) is None  # not float32
     with kernels.off():
         assert kernels.int4_matmul(np.zeros((1, 64), "float32"), *weights) is None
@@ -347,7 +346,7 @@ def test_an_int4_tied_head_in_groups_is_the_float64_product_and_its_gradient(row
     table, w = _int4_table(v, d, block)
     x = np.random.default_rng(v + d).standard_normal((rows, 1, d)).astype("float32")
     head = lambda: (lambda x: table(x, reverse=True))  # noqa: E731  a new function each time: JAX keeps its trace
-    uses_kernel = kernels.native() and rows <= kernels.KERNEL_ROWS
+    uses_kernel = kernels.native() and rows <= kernels.INT4_KERNEL_ROWS
     if ON_JAX:
         assert _program(head(), x).count(kernels.INT4_TARGET) == uses_kernel
     expected = int8_in_groups(x[:, 0], block)[:, None] @ w.T

@@ -18,13 +18,17 @@ quantize their activations so on every path (XLA's product included), so
 the kernel changes no function, only its speed: 1.5 times faster than
 widening the nibbles to float on the products of SmolLM2-135M's shape.
 
-On JAX with a CPU, `integer_matmul` sends products of up to `KERNEL_ROWS`
-rows to the kernel in `integer_matmul.cc`, called through XLA's FFI on
-XLA's own threads (AVX512-VNNI where the CPU has it, plain loops
-elsewhere): it reads one byte a weight, as llama.cpp's q8_0 and
-CTranslate2's int8 products do, and gives the same int32 results as
-XLA's product. More rows, and every product elsewhere (TensorFlow, a GPU,
-`ZOO_KERNELS=0`, no compiler), are XLA's. (Multiplying a single row as
+On JAX with a CPU, `integer_matmul` sends its products to the kernel in
+`integer_matmul.cc`, called through XLA's FFI on XLA's own threads
+(AVX512-VNNI where the CPU has it, plain loops elsewhere): it reads one
+byte a weight, as llama.cpp's q8_0 and CTranslate2's int8 products do,
+and gives the same int32 results as XLA's product. Up to 4 rows it
+multiplies the weights as it reads them; more rows (a beam search, a
+batch, a prompt) multiply a panel of 64 columns packed once into
+vpdpbusd's layout, which took a third of XLA's time at 32 rows on the
+products of opus-mt base's decoder and half at 128 to 2,048 rows on
+SmolLM2-135M's. Every product elsewhere (TensorFlow, a GPU,
+`ZOO_KERNELS=0`, no compiler) is XLA's. (Multiplying a single row as
 two, a row of zeros below, reaches XLA's integer kernels in a loop of
 products alone, but made a model's decoding step slower: 37 against 32 ms
 a token on TensorFlow at SmolLM2-135M's shape.)
@@ -76,7 +80,7 @@ INT4_TARGET = "zoo_int4_matmul"
 QUANTIZED_TARGET = "zoo_quantized_matmul"
 ATTENTION_TARGET = "zoo_cached_attention"
 ATTENTION_ROWS = 16  # query rows a key/value head (its query heads x positions) the attention kernel takes
-KERNEL_ROWS = 4  # up to this many rows the kernel is faster than XLA's int8 product, beyond it slower
+INT4_KERNEL_ROWS = 4  # up to this many rows the int4 kernel is faster than XLA's product, beyond it slower
 _OFF = []  # depth of `off()` blocks
 
 
@@ -102,8 +106,7 @@ def off():
 def integer_matmul(x, w, transposed=False):
     """x (..., K) int8 times w (K, N) int8, or times w^T for w (N, K) with
     `transposed`: (..., N) int32, the exact integer products: the kernel
-    for up to `KERNEL_ROWS` rows where it is compiled (`native()`), else
-    XLA's product.
+    where it is compiled (`native()`), else XLA's product.
 
     Args:
         x: int8 activations (..., K).
@@ -111,8 +114,7 @@ def integer_matmul(x, w, transposed=False):
             table used as the output head) with `transposed`.
         transposed: whether w is (N, K).
     """
-    rows = _rows(x)
-    if rows is not None and rows <= KERNEL_ROWS and native():
+    if _rows(x) is not None and native():
         return _kernel_product(x, w, transposed)
     return ops.matmul(x, ops.transpose(w) if transposed else w)
 
@@ -128,8 +130,8 @@ def quantized_matmul(x, w, scale, quantizer, transposed=False):
 
     computes, with the same float32 operations (so the same numbers), but
     in one call instead of XLA's dozen small ones around it. None where the
-    kernel does not take it: more than `KERNEL_ROWS` rows, x not float32,
-    a quantizer other than Keras' `AbsMaxQuantizer` to int8 in [-127, 127],
+    kernel does not take it: rows of unknown number, x not float32, a
+    quantizer other than Keras' `AbsMaxQuantizer` to int8 in [-127, 127],
     or not `native()`.
 
     Args:
@@ -141,7 +143,7 @@ def quantized_matmul(x, w, scale, quantizer, transposed=False):
         transposed: whether w is (N, K).
     """
     rows = _rows(x)
-    if (rows is None or rows > KERNEL_ROWS or keras.backend.standardize_dtype(x.dtype) != "float32"
+    if (rows is None or keras.backend.standardize_dtype(x.dtype) != "float32"
             or not _takes(quantizer) or not native()):
         return None
     import jax
@@ -170,7 +172,7 @@ def int4_matmul(x, kernel, scale, zero, block_size, units, transposed=False):
     times the transpose of Keras' int4 Embedding table quantized in groups
     (a tied output head): (..., N) float32 with the 4-bit and 8-bit
     integers multiplied as they are, or None where the kernel does not take
-    it (more than `KERNEL_ROWS` rows, x not float32, an odd `block_size`
+    it (more than `INT4_KERNEL_ROWS` rows, x not float32, an odd `block_size`
     when transposed, or not `native()`).
 
     The kernel's W[k, n] = (q[k, n] - zero[g, n]) * scale[g, n] for the
@@ -192,7 +194,7 @@ def int4_matmul(x, kernel, scale, zero, block_size, units, transposed=False):
         transposed: whether `kernel` is an embedding table (N, ...).
     """
     rows = _rows(x)
-    if (rows is None or rows > KERNEL_ROWS or keras.backend.standardize_dtype(x.dtype) != "float32"
+    if (rows is None or rows > INT4_KERNEL_ROWS or keras.backend.standardize_dtype(x.dtype) != "float32"
             or (transposed and block_size % 2) or not native()):
         return None
     import jax

@@ -62,6 +62,8 @@ constexpr int64_t kInt4Columns = 128;  // of the int4 product of a Dense kernel 
 // 20% less in int4, 576 x 1536 3% and 17% less; fewer rows ahead left the
 // weights' reads waiting on memory.
 constexpr int64_t kAhead = 160;
+constexpr int kTileRows = 4;  // rows of x up to which w is read straight into the products
+constexpr int kPanelRows = 6;  // rows of x a tile multiplies by a packed panel
 constexpr int64_t kRowsAhead = 8;
 
 // Runs work(0) .. work(units - 1) on the calling thread and the XLA pool's
@@ -116,18 +118,19 @@ uint32_t Quad(const int8_t* row, int64_t k, int64_t K) {
   return quad;
 }
 
-// tile(rows, m0) over all M rows, in tiles of 4 and one of what is left;
+// tile(rows, m0) over rows m0 .. M - 1, in tiles of T and then of fewer;
 // rows is a compile-time constant (std::integral_constant), so each tile's
 // accumulators stay in registers.
+template <int T, typename Tile>
+void RowTiles(int64_t m0, int64_t M, const Tile& tile) {
+  for (; m0 + T <= M; m0 += T) tile(std::integral_constant<int, T>{}, m0);
+  if constexpr (T > 1)
+    if (m0 < M) RowTiles<T - 1>(m0, M, tile);
+}
+
 template <typename Tile>
 void RowTiles(int64_t M, const Tile& tile) {
-  int64_t m0 = 0;
-  for (; m0 + 4 <= M; m0 += 4) tile(std::integral_constant<int, 4>{}, m0);
-  switch (M - m0) {
-    case 3: tile(std::integral_constant<int, 3>{}, m0); break;
-    case 2: tile(std::integral_constant<int, 2>{}, m0); break;
-    case 1: tile(std::integral_constant<int, 1>{}, m0); break;
-  }
+  RowTiles<4>(0, M, tile);
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -218,12 +221,138 @@ void NkTile(const int8_t* x, const int8_t* w, int32_t* y, int64_t K, int64_t N, 
 }
 
 
+// More than 4 rows of x: each unit first packs its 64 columns of w into a
+// panel, in the layout vpdpbusd takes (4 inputs of 16 columns a register,
+// plus 128, in column order), then multiplies every row of x by it from
+// the caches. The panel is made once a unit instead of once a tile of
+// rows, so its shuffles are paid once for all M rows.
+
+// The 4 x 4 blocks of 128 bits of v transposed: block a of out[L] is
+// block L of v[a].
+inline void TransposeBlocks(const __m512i v[4], __m512i out[4]) {
+  const __m512i u0 = _mm512_shuffle_i32x4(v[0], v[1], 0x44), u1 = _mm512_shuffle_i32x4(v[0], v[1], 0xEE);
+  const __m512i u2 = _mm512_shuffle_i32x4(v[2], v[3], 0x44), u3 = _mm512_shuffle_i32x4(v[2], v[3], 0xEE);
+  out[0] = _mm512_shuffle_i32x4(u0, u2, 0x88);
+  out[1] = _mm512_shuffle_i32x4(u0, u2, 0xDD);
+  out[2] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+  out[3] = _mm512_shuffle_i32x4(u1, u3, 0xDD);
+}
+
+// panel[4 q + j], lane l: inputs 4q .. 4q + 3 of column n0 + 16 j + l, of w (K, N).
+void PackKn(const int8_t* w, int64_t K, int64_t N, int64_t n0, __m512i* panel) {
+  const int64_t width = std::min(kColumns, N - n0);
+  const __mmask64 columns = width == 64 ? ~0ULL : (1ULL << width) - 1;
+  __m512i quads[4];
+  for (int64_t k = 0; k < K; k += 4) {
+    Quads(w, K, N, k, n0, columns, quads);  // lane 4L + t of quads[j]: column 16 L + 4 j + t
+    TransposeBlocks(quads, panel + k);
+  }
+}
+
+// The same panel from w (N, K): 16 rows of w (16 columns of the product)
+// at a time, 64 inputs each, their 32-bit words transposed.
+void PackNk(const int8_t* w, int64_t K, int64_t N, int64_t n0, __m512i* panel) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int64_t quads = (K + 3) / 4;
+  for (int j = 0; j < 4; ++j)
+    for (int64_t k = 0; k < K; k += 64) {
+      const __mmask64 inputs = K - k >= 64 ? ~0ULL : (1ULL << (K - k)) - 1;
+      __m512i r[16], t[16];
+      for (int i = 0; i < 16; ++i) {
+        const int64_t n = n0 + 16 * j + i;
+        r[i] = n < N ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(inputs, w + n * K + k), flip) : flip;
+      }
+      for (int i = 0; i < 16; i += 2) {  // lanes 4L ..: words 4L, 4L + 1 of rows i, i + 1 interleaved
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+      }
+      for (int a = 0; a < 4; ++a)  // r[4 a + e], block L: word 4L + e of rows 4a .. 4a + 3
+        for (int e = 0; e < 2; ++e) {
+          r[4 * a + 2 * e] = _mm512_unpacklo_epi64(t[4 * a + e], t[4 * a + 2 + e]);
+          r[4 * a + 2 * e + 1] = _mm512_unpackhi_epi64(t[4 * a + e], t[4 * a + 2 + e]);
+        }
+      for (int e = 0; e < 4; ++e) {
+        const __m512i v[4] = {r[e], r[4 + e], r[8 + e], r[12 + e]};
+        __m512i out[4];  // out[L]: word 4L + e of all 16 rows
+        TransposeBlocks(v, out);
+        for (int L = 0; L < 4; ++L) {
+          const int64_t q = k / 4 + 4 * L + e;
+          if (q < quads) panel[4 * q + j] = out[L];
+        }
+      }
+    }
+}
+
+// y[m0:m0+R, n0:n0+64] from a unit's panel. The accumulators are named
+// variables, not an array: GCC (12) keeps an array of them in memory, or
+// copies them between registers around every product.
+template <int R>
+void PanelTile(const int8_t* x, int64_t stride, const __m512i* panel, const int32_t* corrections, int32_t* y,
+               int64_t K, int64_t N, int64_t m0, int64_t n0) {
+  static_assert(R >= 1 && R <= 6, "a tile of 1 to 6 rows");
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i a00 = zero, a01 = zero, a02 = zero, a03 = zero, a10 = zero, a11 = zero, a12 = zero, a13 = zero;
+  __m512i a20 = zero, a21 = zero, a22 = zero, a23 = zero, a30 = zero, a31 = zero, a32 = zero, a33 = zero;
+  __m512i a40 = zero, a41 = zero, a42 = zero, a43 = zero, a50 = zero, a51 = zero, a52 = zero, a53 = zero;
+  const int8_t* rows = x + m0 * stride;
+  for (int64_t k = 0; k < K; k += 4) {
+    const __m512i q0 = _mm512_load_si512(panel + k), q1 = _mm512_load_si512(panel + k + 1);
+    const __m512i q2 = _mm512_load_si512(panel + k + 2), q3 = _mm512_load_si512(panel + k + 3);
+#define ZOO_ROW(r)                                              \
+    if (R > r) {                                                \
+      int32_t quad;                                             \
+      std::memcpy(&quad, rows + r * stride + k, 4);             \
+      const __m512i xs = _mm512_set1_epi32(quad);               \
+      a##r##0 = _mm512_dpbusd_epi32(a##r##0, q0, xs);           \
+      a##r##1 = _mm512_dpbusd_epi32(a##r##1, q1, xs);           \
+      a##r##2 = _mm512_dpbusd_epi32(a##r##2, q2, xs);           \
+      a##r##3 = _mm512_dpbusd_epi32(a##r##3, q3, xs);           \
+    }
+    ZOO_ROW(0) ZOO_ROW(1) ZOO_ROW(2) ZOO_ROW(3) ZOO_ROW(4) ZOO_ROW(5)
+#undef ZOO_ROW
+  }
+  const __m512i acc[6][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23},
+                             {a30, a31, a32, a33}, {a40, a41, a42, a43}, {a50, a51, a52, a53}};
+  for (int j = 0; j < 4; ++j) {
+    const int64_t left = std::clamp<int64_t>(N - n0 - 16 * j, 0, 16);
+    const __mmask16 part = left == 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+    for (int r = 0; r < R; ++r)
+      _mm512_mask_storeu_epi32(y + (m0 + r) * N + n0 + 16 * j, part,
+                               _mm512_sub_epi32(acc[r][j], _mm512_set1_epi32(corrections[m0 + r])));
+  }
+}
+
+void PanelUnit(const int8_t* x, const int8_t* w, int32_t* y, int64_t M, int64_t K, int64_t N, int64_t n0,
+               bool transposed) {
+  const int64_t stride = (K + 3) / 4 * 4;  // x's rows, padded with zeros to whole quads where K is not
+  thread_local std::vector<__m512i> panel;
+  thread_local std::vector<int32_t> corrections;
+  thread_local std::vector<int8_t> padded;
+  panel.resize(static_cast<size_t>(stride));
+  corrections.resize(M);
+  for (int64_t m = 0; m < M; ++m) corrections[m] = 128 * RowSum(x + m * K, K);
+  if (stride != K) {
+    padded.assign(M * stride, 0);
+    for (int64_t m = 0; m < M; ++m) std::memcpy(padded.data() + m * stride, x + m * K, K);
+    x = padded.data();
+  }
+  if (transposed)
+    PackNk(w, K, N, n0, panel.data());
+  else
+    PackKn(w, K, N, n0, panel.data());
+  RowTiles<kPanelRows>(0, M, [&](auto rows, int64_t m0) {
+    PanelTile<decltype(rows)::value>(x, stride, panel.data(), corrections.data(), y, K, N, m0, n0);
+  });
+}
+
 // The 64 columns of a unit from n0, all rows.
 void KnUnit(const int8_t* x, const int8_t* w, int32_t* y, int64_t M, int64_t K, int64_t N, int64_t n0) {
+  if (M > kTileRows) return PanelUnit(x, w, y, M, K, N, n0, false);
   RowTiles(M, [&](auto rows, int64_t m0) { KnTile<decltype(rows)::value>(x, w, y, K, N, m0, n0); });
 }
 
 void NkUnit(const int8_t* x, const int8_t* w, int32_t* y, int64_t M, int64_t K, int64_t N, int64_t n0) {
+  if (M > kTileRows) return PanelUnit(x, w, y, M, K, N, n0, true);
   for (int64_t n = n0; n < std::min(N, n0 + kColumns); n += 4)
     RowTiles(M, [&](auto rows, int64_t m0) { NkTile<decltype(rows)::value>(x, w, y, K, N, m0, n); });
 }
@@ -307,17 +436,21 @@ ffi::Error QuantizedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
       quantized[m * K + k] = std::isnan(v) ? 0 : static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
     }
   }
-  std::vector<int32_t> products(M * N);
+  // Each unit's integer products are written where its outputs go, then de-scaled in place.
+  int32_t* products = reinterpret_cast<int32_t*>(ys);
   const int8_t* ws = w.typed_data();
   ParallelFor(pool, (N + kColumns - 1) / kColumns, [&](int64_t u) {
     const int64_t n0 = u * kColumns, n1 = std::min(N, n0 + kColumns);
     if (transposed)
-      NkUnit(quantized.data(), ws, products.data(), M, K, N, n0);
+      NkUnit(quantized.data(), ws, products, M, K, N, n0);
     else
-      KnUnit(quantized.data(), ws, products.data(), M, K, N, n0);
+      KnUnit(quantized.data(), ws, products, M, K, N, n0);
     for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = n0; n < n1; ++n)
-        ys[m * N + n] = static_cast<float>(products[m * N + n]) / (ss[n] * row_scale[m]);
+      for (int64_t n = n0; n < n1; ++n) {
+        int32_t product;
+        std::memcpy(&product, ys + m * N + n, sizeof product);
+        ys[m * N + n] = static_cast<float>(product) / (ss[n] * row_scale[m]);
+      }
   });
   return ffi::Error::Success();
 }
