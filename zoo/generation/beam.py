@@ -28,6 +28,7 @@ import weakref
 
 from keras import ops, tree
 
+from zoo import kernels
 from zoo.generation import compiled, samplers
 from zoo.generation.controls import repeated_ngram_ends
 from zoo.generation.loop import describe_shapes, next_function, prefill, run_in_stages
@@ -144,7 +145,7 @@ class BeamSearch:
                                               ops.repeat(prompt_lengths, K), ops.repeat(budget_end, K), stop_token_ids,
                                               suppress_token_ids)
             candidates = log_probs[..., None] + unflat(step_log_probs)  # (B, K, V)
-            top_log_probs, top = ops.top_k(ops.reshape(candidates, (batch, K * vocabulary)), 2 * K)
+            top_log_probs, top = kernels.top_k(ops.reshape(candidates, (batch, K * vocabulary)), 2 * K)
             source_beam = top // vocabulary  # (B, 2K)
             tokens = top % vocabulary
             extended = _gather(sequences, source_beam)  # (B, 2K, L)

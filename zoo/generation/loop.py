@@ -27,6 +27,7 @@ import weakref
 import keras
 from keras import ops, tree
 
+from zoo import kernels
 from zoo.generation import compiled, constraints, controls, samplers
 
 FIRST_STAGE = 64
@@ -375,7 +376,7 @@ def record(logits, token, logprobs=None):
     values = {"logprob": ops.take_along_axis(logprob, token[:, None], axis=1)[:, 0]}
     values["probability"] = ops.exp(values["logprob"])
     if logprobs:
-        values["top_logprobs"], top_ids = ops.top_k(logprob, logprobs)
+        values["top_logprobs"], top_ids = kernels.top_k(logprob, logprobs)
         values["top_ids"] = ops.cast(top_ids, "int32")
     return values
 

@@ -27,6 +27,8 @@ Shape letters: B rows, V vocabulary.
 import numpy as np
 from keras import ops
 
+from zoo import kernels
+
 SAMPLERS = ("greedy", "temperature", "top_k", "top_p", "beam")
 
 # A removed token's logit: finite, so that a row whose every token is
@@ -211,8 +213,9 @@ def largest(scores):
     equal ones), as `argmax`, through `top_k`: on TensorFlow, XLA's CPU
     compiler takes tens of minutes over an argmax whose input, the Gumbel
     noise, is fused into the reduction (LLVM's loop-idiom pass digging the
-    noise's rounds), where `top_k` reads its input computed first."""
-    return ops.cast(ops.top_k(scores, 1)[1][..., 0], "int32")
+    noise's rounds), where `top_k` reads its input computed first; on JAX
+    with a CPU, in one read of the scores (`zoo.kernels.top_k`)."""
+    return ops.cast(kernels.top_k(scores, 1)[1][..., 0], "int32")
 
 
 def tempered(logits, sampling, filtered=True):

@@ -70,6 +70,7 @@ constexpr int64_t kAhead = 160;
 constexpr int kTileRows = 4;  // rows of x up to which w is read straight into the products
 constexpr int kPanelRows = 6;  // rows of x a tile multiplies by a packed panel
 constexpr int64_t kRowsAhead = 8;
+constexpr int64_t kTopKLargest = 64;  // the largest k top_k takes
 
 // Runs work(0) .. work(units - 1) on the calling thread and the XLA pool's
 // others. Each unit is claimed from a shared counter, so a pool thread that
@@ -923,6 +924,75 @@ ffi::Error CachedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
   return ffi::Error::Success();
 }
 
+// The k largest entries of each row of x (R, V), in the order XLA's CPU
+// TopK gives them: by the float's bits as a signed integer with the
+// negative values' order reversed (so -0 below +0 and NaN above +inf),
+// ties to the lower index. XLA sorts an index array partially through a
+// heap for each row; here each row is read once, 16 entries at a time
+// compared with the k-th best so far, and only those above it are put in
+// the k best in order. Entries equal to the k-th best come later in the
+// row, so they lose the tie and are skipped.
+inline int32_t TopKey(uint32_t bits) {
+  return static_cast<int32_t>(static_cast<int32_t>(bits) < 0 ? 0x7FFFFFFFu - bits : bits);
+}
+
+void TopKRow(const float* x, int64_t V, int64_t k, float* values, int32_t* indices) {
+  int32_t keys[kTopKLargest];
+  int64_t n = 0;
+  const auto insert = [&](int32_t key, int32_t i) {
+    if (n == k) {
+      if (key <= keys[k - 1]) return;
+      --n;
+    }
+    int64_t p = n++;
+    for (; p > 0 && keys[p - 1] < key; --p) {
+      keys[p] = keys[p - 1];
+      indices[p] = indices[p - 1];
+    }
+    keys[p] = key;
+    indices[p] = i;
+  };
+  int64_t v = 0;
+#if defined(__AVX512F__)
+  for (; v < V; v += 16) {
+    const __mmask16 part = V - v >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (V - v)) - 1);
+    const __m512i bits = _mm512_maskz_loadu_epi32(part, x + v);
+    const __mmask16 negative = _mm512_movepi32_mask(bits);
+    const __m512i key = _mm512_mask_sub_epi32(bits, negative, _mm512_set1_epi32(0x7FFFFFFF), bits);
+    __mmask16 above = n < k ? part : _mm512_mask_cmpgt_epi32_mask(part, key, _mm512_set1_epi32(keys[k - 1]));
+    if (!above) continue;
+    alignas(64) int32_t chunk[16];
+    _mm512_store_si512(chunk, key);
+    for (; above; above &= above - 1) {
+      const int lane = __builtin_ctz(above);
+      insert(chunk[lane], static_cast<int32_t>(v + lane));
+    }
+  }
+#else
+  for (; v < V; ++v) {
+    uint32_t bits;
+    std::memcpy(&bits, x + v, sizeof bits);
+    insert(TopKey(bits), static_cast<int32_t>(v));
+  }
+#endif
+  for (int64_t j = 0; j < k; ++j) values[j] = x[indices[j]];
+}
+
+ffi::Error TopK(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> values,
+                ffi::ResultBuffer<ffi::S32> indices) {
+  const auto xd = x.dimensions(), vd = values->dimensions(), id = indices->dimensions();
+  if (xd.size() != 2 || vd.size() != 2 || id.size() != 2)
+    return ffi::Error::InvalidArgument("top_k: expected x (R, V), values and indices (R, k)");
+  const int64_t R = xd[0], V = xd[1], k = vd[1];
+  if (vd[0] != R || id[0] != R || id[1] != k || k < 1 || k > V || k > kTopKLargest)
+    return ffi::Error::InvalidArgument("top_k: the shapes of x, values and indices do not agree, or k is not in [1, 64]");
+  const float* xs = x.typed_data();
+  float* vs = values->typed_data();
+  int32_t* is = indices->typed_data();
+  ParallelFor(pool, R, [&](int64_t r) { TopKRow(xs + r * V, V, k, vs + r * k, is + r * k); });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooInt4Matmul, Int4Matmul,
@@ -953,6 +1023,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooQuantizedMatmul, QuantizedMatmul,
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<bool>("transposed")
                                   .Attr<float>("epsilon"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooTopK, TopK,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooCachedAttention, CachedAttention,
                               ffi::Ffi::Bind()
