@@ -101,12 +101,24 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t units, const F& work) {
 
 // The largest |x[i]| of n values; NaN where one is NaN.
 float Largest(const float* x, int64_t n) {
+#if defined(__AVX512F__)
+  __m512 largest = _mm512_setzero_ps();
+  __mmask16 nan = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 part = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(part, x + i));
+    nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    largest = _mm512_max_ps(largest, a);
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : _mm512_reduce_max_ps(largest);
+#else
   float largest = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     const float a = std::fabs(x[i]);
     largest = (a > largest || std::isnan(a)) ? a : largest;
   }
   return largest;
+#endif
 }
 
 int32_t RowSum(const int8_t* row, int64_t K) {
@@ -426,17 +438,8 @@ ffi::Error IntegerMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buff
 // rounded half to even, NaN to 0. The float32 operations are the scalar
 // ones, so the vector path's numbers are the same.
 float QuantizeRow(const float* x, int64_t K, float epsilon, int8_t* q) {
+  const float scale = 127.0f / (Largest(x, K) + epsilon);
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  __m512 largest = _mm512_setzero_ps();
-  __mmask16 nan = 0;
-  for (int64_t k = 0; k < K; k += 16) {
-    const __mmask16 part = K - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (K - k)) - 1);
-    const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(part, x + k));
-    nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
-    largest = _mm512_max_ps(largest, a);
-  }
-  const float scale = 127.0f / ((nan ? std::numeric_limits<float>::quiet_NaN() : _mm512_reduce_max_ps(largest))
-                                + epsilon);
   const __m512 s = _mm512_set1_ps(scale), low = _mm512_set1_ps(-127.0f), high = _mm512_set1_ps(127.0f);
   for (int64_t k = 0; k < K; k += 16) {
     const __mmask16 part = K - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (K - k)) - 1);
@@ -446,15 +449,13 @@ float QuantizeRow(const float* x, int64_t K, float epsilon, int8_t* q) {
                                                        low), high);
     _mm_mask_storeu_epi8(q + k, part, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(clipped)));
   }
-  return scale;
 #else
-  const float scale = 127.0f / (Largest(x, K) + epsilon);
   for (int64_t k = 0; k < K; ++k) {
     const float v = std::nearbyint(x[k] * scale);
     q[k] = std::isnan(v) ? 0 : static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
   }
-  return scale;
 #endif
+  return scale;
 }
 
 // y[n0:n1] (the integer products, in place) divided by scale[n] times the row's scale.
@@ -539,6 +540,31 @@ struct QuantizedRows {
   const int8_t* At(int64_t m, int64_t k, int64_t block) const { return a.data() + m * Ka + k / block * Bp + k % block; }
 };
 
+// a = clip(round(x inverse), -127, 127) of a group of n finite inputs,
+// rounded half to even, in vectors where the CPU has them: the sum of a.
+int32_t RoundGroup(const float* x, int64_t n, float inverse, int8_t* a) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  const __m512 scale = _mm512_set1_ps(inverse), low = _mm512_set1_ps(-127.0f), high = _mm512_set1_ps(127.0f);
+  __m512i sum = _mm512_setzero_si512();
+  for (int64_t k = 0; k < n; k += 16) {
+    const __mmask16 part = n - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - k)) - 1);
+    const __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(part, x + k), scale),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i rounded = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, low), high));
+    sum = _mm512_add_epi32(sum, rounded);  // zero past n: the masked load's zeros
+    _mm_mask_storeu_epi8(a + k, part, _mm512_cvtepi32_epi8(rounded));
+  }
+  return _mm512_reduce_add_epi32(sum);
+#else
+  int32_t sum = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    a[k] = static_cast<int8_t>(std::clamp(std::nearbyint(x[k] * inverse), -127.0f, 127.0f));
+    sum += a[k];
+  }
+  return sum;
+#endif
+}
+
 QuantizedRows QuantizeGroups(const float* x, int64_t M, int64_t K, int64_t block) {
   const int64_t G = (K + block - 1) / block, Bp = (block + 3) / 4 * 4;
   QuantizedRows q{std::vector<int8_t>(M * G * Bp, 0), std::vector<float>(M * G, 0.0f), std::vector<int32_t>(M * G, 0),
@@ -554,13 +580,7 @@ QuantizedRows QuantizeGroups(const float* x, int64_t M, int64_t K, int64_t block
       if (largest == 0.0f) continue;
       const float inverse = 127.0f / largest;
       q.d[m * G + g] = largest / 127.0f;
-      int32_t sum = 0;
-      for (int64_t k = k0; k < k1; ++k) {
-        const int8_t v = static_cast<int8_t>(std::clamp(std::nearbyint(x[m * K + k] * inverse), -127.0f, 127.0f));
-        q.a[m * q.Ka + g * Bp + k - k0] = v;
-        sum += v;
-      }
-      q.sums[m * G + g] = sum;
+      q.sums[m * G + g] = RoundGroup(x + m * K + k0, k1 - k0, inverse, q.a.data() + m * q.Ka + g * Bp);
     }
   return q;
 }
