@@ -33,6 +33,12 @@ two, a row of zeros below, reaches XLA's integer kernels in a loop of
 products alone, but made a model's decoding step slower: 37 against 32 ms
 a token on TensorFlow at SmolLM2-135M's shape.)
 
+`float_head` is a float32 tied output head at 2-4 rows (a beam search
+of 4 beams at batch 1, a small batch), where XLA's dot reads the table
+at about two thirds of the speed it reads it at one row. `top_k` is
+`ops.top_k` in one read of each row, XLA's order exactly: a beam
+search's candidates, the sampled token.
+
 `cached_attention` is a decoding step's attention over its cache,
 softmax(Q K^T * scale) V for the few query rows of each key/value head,
 in one call: XLA runs it as two small products (YNNPACK's, about 30 and
@@ -80,6 +86,8 @@ INT4_TARGET = "zoo_int4_matmul"
 QUANTIZED_TARGET = "zoo_quantized_matmul"
 ATTENTION_TARGET = "zoo_cached_attention"
 TOP_K_TARGET = "zoo_top_k"
+FLOAT_TARGET = "zoo_float_matmul"
+FLOAT_KERNEL_ROWS = (2, 4)  # the rows the float32 head kernel is faster at than XLA's dot (XLA's is at one row)
 TOP_K_LARGEST = 64  # the largest k the top-k kernel takes
 ATTENTION_ROWS = 16  # query rows a key/value head (its query heads x positions) the attention kernel takes
 INT4_KERNEL_ROWS = 4  # up to this many rows the int4 kernel is faster than XLA's product, beyond it slower
@@ -277,6 +285,47 @@ def cached_attention(query, key, value, mask, scale):
     return attend(query, key, value, jnp.asarray(mask, jnp.bool_), scale=np.float32(scale))
 
 
+def float_head(x, table):
+    """x (..., d) float32 times the transpose of an embedding table (V, d)
+    float32: (..., V) logits, a tied output head, or None where the kernel
+    does not take it: other than `FLOAT_KERNEL_ROWS` rows (at one row XLA's
+    dot reads the table as fast), not float32, or not `native()`. XLA's
+    dot reads the table at about 15 GB/s at 2-4 rows (a beam search of 4
+    beams, a small batch), the kernel at about 23 (58,101 x 512 on an AMD
+    EPYC). Its sums run in another order, so the logits differ from XLA's
+    in the last bits. The gradients are XLA's products.
+    """
+    rows = _rows(x)
+    low, high = FLOAT_KERNEL_ROWS
+    if (rows is None or not low <= rows <= high or len(table.shape) != 2
+            or any(keras.backend.standardize_dtype(a.dtype) != "float32" for a in (x, table)) or not native()):
+        return None
+    import jax.numpy as jnp
+
+    logits = _float_head()(jnp.reshape(x, (-1, x.shape[-1])), jnp.asarray(table))  # (M, V)
+    return jnp.reshape(logits, tuple(x.shape[:-1]) + (table.shape[0],))
+
+
+@functools.cache
+def _float_head():
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def head(x, table):
+        return jax.ffi.ffi_call(FLOAT_TARGET, jax.ShapeDtypeStruct((x.shape[0], table.shape[0]), jnp.float32))(x, table)
+
+    def forward(x, table):
+        return head(x, table), (x, table)
+
+    def backward(saved, upstream):
+        x, table = saved
+        return upstream @ table, upstream.T @ x
+
+    head.defvjp(forward, backward)
+    return head
+
+
 def top_k(x, k):
     """`ops.top_k(x, k)`: the k largest entries along x's last axis, in
     descending order, and their indices, the same values in the same order
@@ -355,6 +404,7 @@ def library():
     jax.ffi.register_ffi_target(QUANTIZED_TARGET, jax.ffi.pycapsule(lib.ZooQuantizedMatmul), platform="cpu")
     jax.ffi.register_ffi_target(ATTENTION_TARGET, jax.ffi.pycapsule(lib.ZooCachedAttention), platform="cpu")
     jax.ffi.register_ffi_target(TOP_K_TARGET, jax.ffi.pycapsule(lib.ZooTopK), platform="cpu")
+    jax.ffi.register_ffi_target(FLOAT_TARGET, jax.ffi.pycapsule(lib.ZooFloatMatmul), platform="cpu")
     return lib
 
 
@@ -372,7 +422,7 @@ def _open(path):
 
 
 def _symbols(lib):
-    for name in ("ZooIntegerMatmul", "ZooInt4Matmul", "ZooQuantizedMatmul", "ZooCachedAttention", "ZooTopK",
+    for name in ("ZooIntegerMatmul", "ZooInt4Matmul", "ZooQuantizedMatmul", "ZooCachedAttention", "ZooTopK", "ZooFloatMatmul",
                  "ZooIntegerMatmulVnni"):
         getattr(lib, name)  # AttributeError where it is missing
     return lib

@@ -6,7 +6,7 @@ Shape letters: B batch, T length, d width, V vocabulary.
 import keras
 from keras import ops
 
-from zoo.kernels import int4_matmul, int8_in_groups, integer_matmul, quantized_matmul
+from zoo.kernels import float_head, int4_matmul, int8_in_groups, integer_matmul, quantized_matmul
 from zoo.layers.dequantized import after
 
 # On a GPU the tied head's product is computed this many logits wide at a time.
@@ -86,7 +86,10 @@ class TokenEmbedding(keras.layers.Embedding):
             padding = -self.input_dim % LOGITS_MULTIPLE if pads_logits() and not one_position else 0
             if padding:
                 table = ops.pad(table, [[0, padding], [0, 0]])  # (V', d), zero rows
-            logits = ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))  # (B, T, V')
+            hidden = ops.cast(inputs, self.compute_dtype)
+            logits = None if padding else float_head(hidden, table)  # a few rows, on a CPU: the kernel
+            if logits is None:
+                logits = ops.matmul(hidden, ops.transpose(table))  # (B, T, V')
             return logits[..., : self.input_dim] if padding else logits
         _check_ids(inputs, self.input_dim)
         return super().call(inputs)
