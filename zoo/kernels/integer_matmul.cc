@@ -53,6 +53,14 @@ namespace {
 
 constexpr int64_t kColumns = 64;  // columns of y a work unit computes
 constexpr int64_t kInt4Columns = 128;  // of the int4 product of a Dense kernel (64 bytes of a row of w)
+constexpr int kTileRows = 4;  // rows of x up to which w is read straight into the products
+constexpr int kPanelRows = 6;  // rows of x a tile multiplies by a packed panel
+constexpr int64_t kTopKLargest = 64;  // the largest k top_k takes
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+constexpr bool kVnni = true;  // the products in vpdpbusd, else in plain loops
+#else
+constexpr bool kVnni = false;
+#endif
 // Weights are read from memory once a token, so each product prefetches
 // them: a Dense kernel (K, N) kAhead rows ahead of the row it reads, into
 // L2 (a unit reads 64 bytes a row, rows hundreds of bytes apart), an
@@ -62,16 +70,8 @@ constexpr int64_t kInt4Columns = 128;  // of the int4 product of a Dense kernel 
 // into L2 against 48 into L1, 1536 x 576 took 24% less time in int8 and
 // 20% less in int4, 576 x 1536 3% and 17% less; fewer rows ahead left the
 // weights' reads waiting on memory.
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-constexpr bool kVnni = true;  // the products in vpdpbusd, else in plain loops
-#else
-constexpr bool kVnni = false;
-#endif
 constexpr int64_t kAhead = 160;
-constexpr int kTileRows = 4;  // rows of x up to which w is read straight into the products
-constexpr int kPanelRows = 6;  // rows of x a tile multiplies by a packed panel
 constexpr int64_t kRowsAhead = 8;
-constexpr int64_t kTopKLargest = 64;  // the largest k top_k takes
 
 // Runs work(0) .. work(units - 1) on the calling thread and the XLA pool's
 // others. Each unit is claimed from a shared counter, so a pool thread that
