@@ -422,8 +422,8 @@ def _open(path):
 
 
 def _symbols(lib):
-    for name in ("ZooIntegerMatmul", "ZooInt4Matmul", "ZooQuantizedMatmul", "ZooCachedAttention", "ZooTopK", "ZooFloatMatmul",
-                 "ZooIntegerMatmulVnni"):
+    for name in ("ZooIntegerMatmul", "ZooInt4Matmul", "ZooQuantizedMatmul", "ZooCachedAttention", "ZooTopK",
+                 "ZooFloatMatmul", "ZooIntegerMatmulVnni"):
         getattr(lib, name)  # AttributeError where it is missing
     return lib
 
