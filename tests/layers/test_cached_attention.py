@@ -40,10 +40,12 @@ def _reference(q, key, value, mask, scale):
     return out
 
 
-# (B, g, R, T, S, k, mask's B): one query a head, a group of 3 heads, 2 positions, the kernel's 16 rows, a cache of one
-# key, a width that is not a multiple of 16, one mask for every row of the batch.
+# (B, g, R, T, S, k, mask's B): one query a head, a group of 3 heads, 2 positions, 16 rows, a cache of one key, a
+# width that is not a multiple of 16, one mask for every row of the batch, rows in blocks of 8 and 5, the most rows
+# the kernel takes (a verification of 16 positions by 3 heads a group, then 64 rows).
 SHAPES = [(1, 3, 3, 1, 256, 64, 1), (2, 2, 6, 2, 40, 64, 2), (1, 1, 16, 4, 33, 32, 1), (2, 3, 1, 1, 1, 64, 2),
-          (1, 2, 4, 2, 70, 20, 1), (3, 2, 3, 1, 50, 64, 1)]
+          (1, 2, 4, 2, 70, 20, 1), (3, 2, 3, 1, 50, 64, 1), (2, 2, 13, 13, 37, 64, 2), (1, 3, 48, 16, 300, 64, 1),
+          (1, 1, 64, 8, 129, 128, 1)]
 
 
 @pytest.mark.parametrize("b,g,r,t,s,k,mask_b", SHAPES)
@@ -65,6 +67,28 @@ def test_the_kernel_is_the_float64_attention_with_masked_keys_removed(b, g, r, t
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=2e-5)  # float32 logits of up to about 30
     if empty_row:
         assert not out[-1, :, t - 1::t].any()
+
+
+def test_a_verification_reads_only_the_keys_before_each_position():
+    """Causal rows over a cache longer than the positions written: each row
+    attends to the keys up to its position, the rest of the cache (here
+    NaN, never written) is not read, and a row can start past key 0 (a
+    left-padded prompt)."""
+    _native()
+    import jax
+
+    rng = np.random.default_rng(7)
+    g, t, s, k, index = 3, 16, 512, 64, 200
+    q = rng.standard_normal((1, g, 3 * t, k)).astype("float32")
+    key, value = (rng.standard_normal((1, g, s, k)).astype("float32") for _ in range(2))
+    key[:, :, index + t:] = np.nan
+    value[:, :, index + t:] = np.nan
+    mask = (np.arange(s)[None] <= index + np.arange(t)[:, None])[None]  # (1, T, S)
+    mask[..., :5] = False  # padding before the prompt
+    out = np.asarray(jax.jit(lambda *a: kernels.cached_attention(*a, 0.125))(q, key, value, mask))
+    assert np.isfinite(out).all()
+    written = np.nan_to_num(key), np.nan_to_num(value)
+    np.testing.assert_allclose(out, _reference(q, *written, mask, 0.125), rtol=1e-4, atol=2e-5)
 
 
 def test_the_kernel_declines_what_it_does_not_take():
@@ -103,7 +127,7 @@ def test_a_cached_step_calls_the_kernel_and_agrees_with_xlas_explicit_form():
         return keras.ops.concatenate(outs, axis=1)
 
     program = jax.jit(decode).lower(x).as_text()
-    assert program.count(kernels.ATTENTION_TARGET) == 2  # the two steps, not the prompt's 7 positions
+    assert program.count(kernels.ATTENTION_TARGET) == 3  # the prompt's 7 positions (21 rows a group), two steps
     with_kernel = np.asarray(jax.jit(decode)(x))
     with kernels.off():
         with_xla = np.asarray(jax.jit(lambda x: decode(x))(x))

@@ -25,6 +25,7 @@ the cache says nothing unless it takes more than a second.
 """
 
 import collections
+import contextlib
 import itertools
 import sys
 import threading
@@ -50,6 +51,37 @@ def trace_count():
 def count_trace():
     """Called first in every decoding function's body, so once per trace."""
     _TRACES[0] += 1
+
+
+_HELD = weakref.WeakKeyDictionary()  # model -> [its variables' values, the `held` blocks holding them]
+
+
+@contextlib.contextmanager
+def held(*models):
+    """Within it, the compiled functions of `models` are given their
+    variables' values as they were on entry, instead of listing the
+    variables on each call: Keras walks every layer to list them (about
+    2.5 ms on SmolLM2-135M's shape), and a loop that calls a program once
+    per round or token (a speculative decoding's rounds) pays it each
+    time. For calls during which no variable is assigned or added."""
+    for model in models:
+        entry = _HELD.get(model)
+        if entry is None:
+            entry = _HELD[model] = [_values(model), 0]
+        entry[1] += 1
+    try:
+        yield
+    finally:
+        for model in models:
+            entry = _HELD.get(model)
+            if entry is not None:
+                entry[1] -= 1
+                if not entry[1]:
+                    del _HELD[model]
+
+
+def _values(model):
+    return [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables]
 
 
 def lookup(model, key):
@@ -189,7 +221,8 @@ class Compiled:
 
     def _state(self):
         model = self.function.model
-        return [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables]
+        entry = _HELD.get(model)
+        return entry[0] if entry is not None else _values(model)
 
     def stateless(self, state, arrays):
         """The function as `jax.jit` traces it. JAX arrays are immutable:

@@ -95,9 +95,12 @@ class Speculation:
 
     Attributes:
         num_tokens: the tokens the next round proposes.
-        width: W, the positions each round verifies: the power of two
-            above the first round's tokens, so that one compiled program
-            serves every round (the heuristic grows k up to W - 1).
+        width: the most positions a round verifies: the power of two
+            above the first round's tokens (the heuristic grows k up to
+            width - 1). Each round runs the narrowest program that holds
+            its k + 1 positions (a power of two, at least 2): up to
+            log2(width) compiled programs, since on a CPU each position
+            verified costs nearly a step's matrix products.
         rounds, drafted, accepted: the verification passes so far, the
             tokens proposed and those accepted.
     """
@@ -227,48 +230,53 @@ def rounds(decoding):
         _, draft_cache = _prefill(draft, tokens, length, cache_length)
         filled = length  # the positions whose keys and values the draft's cache holds right
     end = length  # the row's tokens so far; the last is not in the model's cache yet
-    while end < budget_end and not decoding.finished:
-        width = widest  # one program for every k; narrower only at the window's end
-        while end - 1 + width > cache_length:
-            width //= 2
-        k = min(speculation.num_tokens, budget_end - end - 1, width - 1)
-        proposal = ()
-        if draft is not None and k > 0:
-            key = ("draft", width, cache_length, decoding.suppress_token_ids, static)
-            propose = compiled.lookup(draft, key) or compiled.compile(
-                draft, key, Draft(draft, width, decoding.suppress_token_ids, *static))
-            drafted, proposal, draft_cache = propose.raw(
-                tokens, np.array(min(filled, end - 1), "int32"), np.array(end, "int32"), np.array(k, "int32"),
-                draft_cache, prompt_lengths, sampling, *controls)
-            tokens = np.array(ops.convert_to_numpy(drafted))
-            proposal = (proposal,)
-        elif draft is None and k > 0:
-            guess = speculation.propose(tokens[0, :end], k)
-            k = len(guess)
-            tokens[0, end:end + k] = guess
-        elif draft is not None:  # no room for a proposal: a plain step through the same program
-            proposal = (np.zeros((width - 1, model.vocabulary_size), "float32"),)
-        looked_up = draft is None
-        key = ("verify", width, cache_length, looked_up, decoding.suppress_token_ids, static)
-        verify = compiled.lookup(model, key) or compiled.compile(
-            model, key, Verify(model, width, looked_up, decoding.suppress_token_ids, *static))
-        accepted, token, probability, cache = verify.raw(
-            tokens, np.array(end - 1, "int32"), np.array(k, "int32"), cache, prompt_lengths, sampling, *controls,
-            *proposal)
-        accepted, token = int(ops.convert_to_numpy(accepted)), int(ops.convert_to_numpy(token))
-        probability = ops.convert_to_numpy(probability)
-        new = tokens[0, end:end + accepted].tolist() + [token]
-        tokens[0, end + accepted] = token
-        if draft is not None and k > 0:
-            filled = min(end + accepted, end + k - 1)
-        speculation.adapt(k, accepted)
-        gained = [[]]
-        for offset, new_token in enumerate(new):
-            if decoding.finished:
-                break
-            decoding._append(0, new_token, {"probability": probability[offset]}, gained)
-        end += len(new)
-        yield gained
+    with compiled.held(*[m for m in (model, draft) if m is not None]):  # no variable changes in the loop
+        while end < budget_end and not decoding.finished:
+            k = min(speculation.num_tokens, budget_end - end - 1, widest - 1)
+            guess = speculation.propose(tokens[0, :end], k) if draft is None and k > 0 else []
+            if draft is None:
+                k = len(guess)
+            # The narrowest program that holds the round's tokens: on a CPU each
+            # position verified costs nearly a step's products.
+            width = max(_power_of_two(k + 1), 2)
+            while end - 1 + width > cache_length:
+                width //= 2
+            k = min(k, width - 1)
+            proposal = ()
+            if draft is not None and k > 0:
+                key = ("draft", width, cache_length, decoding.suppress_token_ids, static)
+                propose = compiled.lookup(draft, key) or compiled.compile(
+                    draft, key, Draft(draft, width, decoding.suppress_token_ids, *static))
+                draft_cache, drafted, proposal = propose.raw(
+                    draft_cache, tokens, np.array(min(filled, end - 1), "int32"), np.array(end, "int32"),
+                    np.array(k, "int32"), prompt_lengths, sampling, *controls)
+                tokens = np.array(ops.convert_to_numpy(drafted))
+                proposal = (proposal,)
+            elif draft is None and k > 0:
+                tokens[0, end:end + k] = guess[:k]
+            elif draft is not None:  # no room for a proposal: a plain step through the same program
+                proposal = (np.zeros((width - 1, model.vocabulary_size), "float32"),)
+            looked_up = draft is None
+            key = ("verify", width, cache_length, looked_up, decoding.suppress_token_ids, static)
+            verify = compiled.lookup(model, key) or compiled.compile(
+                model, key, Verify(model, width, looked_up, decoding.suppress_token_ids, *static))
+            cache, accepted, token, probability = verify.raw(
+                cache, tokens, np.array(end - 1, "int32"), np.array(k, "int32"), prompt_lengths, sampling, *controls,
+                *proposal)
+            accepted, token = int(ops.convert_to_numpy(accepted)), int(ops.convert_to_numpy(token))
+            probability = ops.convert_to_numpy(probability)
+            new = tokens[0, end:end + accepted].tolist() + [token]
+            tokens[0, end + accepted] = token
+            if draft is not None and k > 0:
+                filled = min(end + accepted, end + k - 1)
+            speculation.adapt(k, accepted)
+            gained = [[]]
+            for offset, new_token in enumerate(new):
+                if decoding.finished:
+                    break
+                decoding._append(0, new_token, {"probability": probability[offset]}, gained)
+            end += len(new)
+            yield gained
 
 
 def _prefill(model, tokens, length, cache_length):
@@ -360,22 +368,25 @@ class Verify(_Traced):
             `loop.Advance`'s (`logprobs` must be None).
 
     Call arguments:
+        cache: the model's cache (L positions), right before `index`;
+            written in place on JAX (the caller must not read it again).
         tokens: (1, L) int32, the row's tokens, the k proposed at
             index + 1..index + k.
         index: () int32, t - 1: the position of the row's last token.
         k: () int32, the tokens proposed.
-        cache: the model's cache (L positions), right before `index`.
         prompt_lengths: (1,) int32.
         sampling, *controls: the row's arrays, as `Advance`'s.
         q: (W - 1, V) float32, the draft's distributions (not when
             `looked_up`).
 
     Returns:
-        `(accepted () int32, token () int32, probability (W,) float32,
-        cache)`: how many proposed tokens are accepted, the token after
-        them, and the model's probability of each of the accepted tokens
-        and that one (the rest 0).
+        `(cache, accepted () int32, token () int32, probability (W,)
+        float32)`: the cache, how many proposed tokens are accepted, the
+        token after them, and the model's probability of each of the
+        accepted tokens and that one (the rest 0).
     """
+
+    donates_first = True  # the cache, written in place on JAX
 
     def __init__(self, model, width, looked_up, suppress_token_ids=(), variant=(True, True), controlled=False,
                  logprobs=None):
@@ -386,7 +397,7 @@ class Verify(_Traced):
         self.distribution = Distribution(suppress_token_ids, variant, controlled)
         self.sampled = variant[0]
 
-    def __call__(self, tokens, index, k, cache, prompt_lengths, sampling, *rest):
+    def __call__(self, cache, tokens, index, k, prompt_lengths, sampling, *rest):
         compiled.count_trace()
         width, vocabulary = self.width, self.model.vocabulary_size
         controls = rest[0] if self.distribution.controlled else None
@@ -418,13 +429,13 @@ class Verify(_Traced):
                            ops.concatenate([proposed, ops.zeros((1,), "int32")]), token)  # (W,)
         probability = ops.take_along_axis(ops.softmax(logits, axis=-1), chosen[:, None], axis=1)[:, 0]
         probability = ops.where(ops.arange(width, dtype="int32") <= accepted, probability, 0.0)
-        return accepted, token, probability, cache
+        return cache, accepted, token, probability
 
     def accepts(self, u, p_x, q_x):
         """Leviathan et al.'s rule: a draft x is accepted when u < p(x) / q(x)."""
         return u * q_x < p_x
 
-    def what(self, tokens, *rest):
+    def what(self, cache, tokens, *rest):
         return f"the speculative verification of {self.width} positions, cache length {tokens.shape[1]}"
 
 
@@ -435,19 +446,21 @@ class Draft(_Traced):
     distributions (each after the row's controls and sampler, with the
     row's draft key), in one `while_loop`.
 
-    Call arguments: `tokens` (1, L) int32, `start`, `end` (the row's
-    length), `k` () int32, the draft's `cache`, `prompt_lengths`,
-    `sampling` and `*controls` as `Verify`'s. Returns `(tokens with the k
-    drafts at end..end + k - 1, q (W - 1, V) float32 their distributions,
-    cache)`.
+    Call arguments: the draft's `cache` (written in place on JAX),
+    `tokens` (1, L) int32, `start`, `end` (the row's length), `k` ()
+    int32, `prompt_lengths`, `sampling` and `*controls` as `Verify`'s.
+    Returns `(cache, tokens with the k drafts at end..end + k - 1, q
+    (W - 1, V) float32 their distributions)`.
     """
+
+    donates_first = True  # the cache, written in place on JAX
 
     def __init__(self, model, width, suppress_token_ids=(), variant=(True, True), controlled=False, logprobs=None):
         super().__init__(model)
         self.width = width
         self.distribution = Distribution(suppress_token_ids, variant, controlled)
 
-    def __call__(self, tokens, start, end, k, cache, prompt_lengths, sampling, *controls):
+    def __call__(self, cache, tokens, start, end, k, prompt_lengths, sampling, *controls):
         compiled.count_trace()
         model, vocabulary, width = self.model, self.model.vocabulary_size, self.width
         controls = controls[0] if self.distribution.controlled else None
@@ -477,7 +490,7 @@ class Draft(_Traced):
 
         q = ops.zeros((width - 1, vocabulary), "float32")
         _, cache, tokens, q = ops.while_loop(cond, body, (ops.cast(start, "int32"), cache, tokens, q))
-        return tokens, q, cache
+        return cache, tokens, q
 
-    def what(self, tokens, *rest):
+    def what(self, cache, tokens, *rest):
         return f"the draft model's proposal of up to {self.width - 1} tokens, cache length {tokens.shape[1]}"

@@ -40,12 +40,17 @@ at about two thirds of the speed it reads it at one row. `top_k` is
 search's candidates, the sampled token.
 
 `cached_attention` is a decoding step's attention over its cache,
-softmax(Q K^T * scale) V for the few query rows of each key/value head,
-in one call: XLA runs it as two small products (YNNPACK's, about 30 and
-14 microseconds each over a 256-position cache at SmolLM2-135M's shape)
-and six kernels of softmax between them, 70 microseconds a layer where
-the call takes about 20. `MultiHeadAttention`'s cached step calls it on
-JAX with a CPU, at every precision.
+softmax(Q K^T * scale) V for the few query rows of each key/value head
+(up to 64: a step, a speculative verification of 16 positions by 3 heads
+a group, a short chunk of a prompt), in one call: XLA runs it as two
+small products (YNNPACK's, about 30 and 14 microseconds each over a
+256-position cache at SmolLM2-135M's shape) and six kernels of softmax
+between them, 70 microseconds a layer where the call takes about 20.
+Each row reads only the keys from the first it may attend to through the
+last (not the cache past the step's position), and with AVX-512 rows go
+8 at a time, so that each key and value is read once for 8 rows; XLA's
+form reads the whole cache, transposed. `MultiHeadAttention`'s cached
+step calls it on JAX with a CPU, at every precision.
 
 The kernels are compiled from their source the first time a process needs them,
 with the machine's C++ compiler (`$CXX`, else g++ or c++) at
@@ -89,7 +94,7 @@ TOP_K_TARGET = "zoo_top_k"
 FLOAT_TARGET = "zoo_float_matmul"
 FLOAT_KERNEL_ROWS = (2, 4)  # the rows the float32 head kernel is faster at than XLA's dot (XLA's is at one row)
 TOP_K_LARGEST = 64  # the largest k the top-k kernel takes
-ATTENTION_ROWS = 16  # query rows a key/value head (its query heads x positions) the attention kernel takes
+ATTENTION_ROWS = 64  # query rows a key/value head (its query heads x positions) the attention kernel takes
 INT4_KERNEL_ROWS = 4  # up to this many rows the int4 kernel is faster than XLA's product, beyond it slower
 _OFF = []  # depth of `off()` blocks
 

@@ -964,6 +964,116 @@ inline float ExpNonPositive(float x) {
   return p;
 }
 
+#if defined(__AVX512F__)
+// The lanes of each of 16 vectors summed: lane j of the result is the sum
+// of v[j]'s 16 lanes. Pairs are interleaved and added, then quads, then
+// the 128-bit blocks: 30 shuffles and 15 additions for 16 sums.
+inline __m512 SumEachOf16(const __m512* v) {
+  __m512 pairs[8], quads[4];
+  for (int i = 0; i < 8; ++i)  // each 128-bit block: v[2i]'s lanes 0+2 and 1+3, v[2i+1]'s beside them
+    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // each 128-bit block: its sum of v[4i], ..., v[4i + 3] in lanes 0-3
+    const __m512d a = _mm512_castps_pd(pairs[2 * i]), b = _mm512_castps_pd(pairs[2 * i + 1]);
+    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  const __m512 low = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], 0x88),
+                                   _mm512_shuffle_f32x4(quads[0], quads[1], 0xDD));
+  const __m512 high = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], 0x88),
+                                    _mm512_shuffle_f32x4(quads[2], quads[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(low, high, 0x88), _mm512_shuffle_f32x4(low, high, 0xDD));
+}
+#endif
+
+#if defined(__AVX512F__)
+// x[0..n) (n >= 1) replaced by its softmax, 16 entries at a time: the
+// maximum, ExpNonPositive of each entry less it, each divided by their sum.
+inline void Softmax16(float* x, int64_t n) {
+  const int64_t whole = n - n % 16;
+  __m512 top = _mm512_set1_ps(x[0]);
+  for (int64_t i = 0; i < whole; i += 16) top = _mm512_max_ps(top, _mm512_loadu_ps(x + i));
+  float maximum = _mm512_reduce_max_ps(top);
+  for (int64_t i = whole; i < n; ++i) maximum = std::max(maximum, x[i]);
+  for (int64_t i = 0; i < n; ++i) x[i] = ExpNonPositive(x[i] - maximum);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < whole; i += 16) sum = _mm512_add_ps(sum, _mm512_loadu_ps(x + i));
+  float total = _mm512_reduce_add_ps(sum);
+  for (int64_t i = whole; i < n; ++i) total += x[i];
+  for (int64_t i = 0; i < n; ++i) x[i] /= total;
+}
+#endif
+
+#if defined(__AVX512F__)
+constexpr int64_t kAttentionRows = 8;  // the query rows that share each read of a key and a value
+
+// The attention of n <= kAttentionRows query rows q (n, D) over one unit's
+// keys and values (S, D), D a multiple of 16, into out (n, D); masks[i] is
+// row i's (S,) mask. Each row reads only the keys from the first it may
+// attend to through the last; the keys of all rows' span are read once,
+// 16 at a time, their logits summed by SumEachOf16.
+inline void AttendRows(const float* q, const float* keys, const float* values, const bool* const* masks, int64_t n,
+                       int64_t S, int64_t D, float scale, float* out) {
+  int64_t first[kAttentionRows], last[kAttentionRows];
+  int64_t start = S, end = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    first[i] = 0;
+    while (first[i] < S && !masks[i][first[i]]) ++first[i];
+    last[i] = S - 1;
+    while (last[i] >= first[i] && !masks[i][last[i]]) --last[i];
+    start = std::min(start, first[i]);
+    end = std::max(end, last[i]);
+  }
+  std::fill(out, out + n * D, 0.0f);
+  if (end < start) return;
+  const int64_t span = end + 1 - start;
+  std::vector<float> logits(n * span);
+  __m512 products[16];
+  int64_t s = start;
+  for (; s + 16 <= end + 1; s += 16)
+    for (int64_t i = 0; i < n; ++i) {
+      const float* qi = q + i * D;
+      for (int j = 0; j < 16; ++j) {
+        const float* key = keys + (s + j) * D;
+        __m512 sum = _mm512_mul_ps(_mm512_loadu_ps(qi), _mm512_loadu_ps(key));
+        for (int64_t d = 16; d < D; d += 16) sum = _mm512_fmadd_ps(_mm512_loadu_ps(qi + d), _mm512_loadu_ps(key + d), sum);
+        products[j] = sum;
+      }
+      _mm512_storeu_ps(logits.data() + i * span + (s - start), SumEachOf16(products));
+    }
+  for (; s <= end; ++s)
+    for (int64_t i = 0; i < n; ++i) {
+      const float* qi = q + i * D;
+      const float* key = keys + s * D;
+      __m512 sum = _mm512_mul_ps(_mm512_loadu_ps(qi), _mm512_loadu_ps(key));
+      for (int64_t d = 16; d < D; d += 16) sum = _mm512_fmadd_ps(_mm512_loadu_ps(qi + d), _mm512_loadu_ps(key + d), sum);
+      logits[i * span + (s - start)] = _mm512_reduce_add_ps(sum);
+    }
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = logits.data() + i * span;
+    if (last[i] < first[i]) {  // no key to attend to: 0
+      std::fill(row, row + span, 0.0f);
+      continue;
+    }
+    for (int64_t t = 0; t < span; ++t)
+      row[t] = masks[i][start + t] ? row[t] * scale : kMaskedLogit;
+    const int64_t lo = first[i] - start, hi = last[i] - start;
+    std::fill(row, row + lo, 0.0f);
+    std::fill(row + hi + 1, row + span, 0.0f);
+    Softmax16(row + lo, hi + 1 - lo);
+  }
+  for (s = start; s <= end; ++s) {
+    const float* value = values + s * D;
+    for (int64_t i = 0; i < n; ++i) {
+      const float w = logits[i * span + (s - start)];
+      if (w == 0.0f) continue;
+      const __m512 ws = _mm512_set1_ps(w);
+      float* o = out + i * D;
+      for (int64_t e = 0; e < D; e += 16)
+        _mm512_storeu_ps(o + e, _mm512_fmadd_ps(ws, _mm512_loadu_ps(value + e), _mm512_loadu_ps(o + e)));
+    }
+  }
+}
+#endif
+
 ffi::Error CachedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> key,
                            ffi::Buffer<ffi::F32> value, ffi::Buffer<ffi::PRED> mask, ffi::ResultBuffer<ffi::F32> out,
                            float scale) {
@@ -984,6 +1094,21 @@ ffi::Error CachedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
   const bool* ms = mask.typed_data();
   float* os = out->typed_data();
   const int64_t heads = U / Bm;  // the units that share a row of the mask
+#if defined(__AVX512F__)
+  if (D % 16 == 0) {
+    // kAttentionRows rows of a unit at a time, so that each key and value
+    // is read from memory once for all of them.
+    const int64_t blocks = (R + kAttentionRows - 1) / kAttentionRows;
+    ParallelFor(pool, U * blocks, [&](int64_t task) {
+      const int64_t u = task / blocks, r0 = task % blocks * kAttentionRows, n = std::min(kAttentionRows, R - r0);
+      const bool* rows_mask[kAttentionRows];
+      for (int64_t i = 0; i < n; ++i) rows_mask[i] = ms + ((u / heads) * T + (r0 + i) % T) * S;
+      AttendRows(qs + (u * R + r0) * D, ks + u * S * D, vs + u * S * D, rows_mask, n, S, D, scale,
+                 os + (u * R + r0) * D);
+    });
+    return ffi::Error::Success();
+  }
+#endif
   ParallelFor(pool, U * R, [&](int64_t unit) {
     const int64_t u = unit / R, r = unit % R;
     const float* qr = qs + unit * D;
@@ -991,9 +1116,16 @@ ffi::Error CachedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
     const float* vu = vs + u * S * D;
     const bool* mr = ms + ((u / heads) * T + r % T) * S;
     float* o = os + unit * D;
+    // Only the keys from the first a row may attend to through the last
+    // are read: a masked key's weight is exactly 0, and the cache past a
+    // step's position is masked.
+    int64_t first = 0, last = S - 1;
+    while (first < S && !mr[first]) ++first;
+    std::fill(o, o + D, 0.0f);
+    if (first == S) return;
+    while (!mr[last]) --last;
     std::vector<float> weights(S);
-    bool any = false;
-    for (int64_t s = 0; s < S; ++s) {
+    for (int64_t s = first; s <= last; ++s) {
       float partial[16] = {0.0f};
       const float* kr = ku + s * D;
       int64_t d = 0;
@@ -1003,18 +1135,15 @@ ffi::Error CachedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
       float logit = 0.0f;
       for (int j = 0; j < 16; ++j) logit += partial[j];
       weights[s] = mr[s] ? logit * scale : kMaskedLogit;
-      any = any || mr[s];
     }
-    std::fill(o, o + D, 0.0f);
-    if (!any) return;
-    float maximum = weights[0];
-    for (int64_t s = 1; s < S; ++s) maximum = std::max(maximum, weights[s]);
-    for (int64_t s = 0; s < S; ++s) weights[s] = ExpNonPositive(weights[s] - maximum);
+    float maximum = weights[first];
+    for (int64_t s = first + 1; s <= last; ++s) maximum = std::max(maximum, weights[s]);
+    for (int64_t s = first; s <= last; ++s) weights[s] = ExpNonPositive(weights[s] - maximum);
     float partial[16] = {0.0f};
-    for (int64_t s = 0; s < S; ++s) partial[s % 16] += weights[s];
+    for (int64_t s = first; s <= last; ++s) partial[s % 16] += weights[s];
     float total = 0.0f;
     for (int j = 0; j < 16; ++j) total += partial[j];
-    for (int64_t s = 0; s < S; ++s) {
+    for (int64_t s = first; s <= last; ++s) {
       const float w = weights[s] / total;
       if (w == 0.0f) continue;
       const float* vr = vu + s * D;
