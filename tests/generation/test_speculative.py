@@ -84,6 +84,38 @@ def test_a_draft_of_the_model_itself_is_always_accepted(models):
     assert decoding.new_tokens[0] == zoo.generate(lm, prompt, max_new_tokens=50).sequences[0]
 
 
+def test_each_round_runs_the_narrowest_program_and_the_variables_are_listed_once(models, monkeypatch):
+    """A round of k proposed tokens verifies the power of two of positions
+    at or above k + 1 (at least 2), and a generation lists each model's
+    variables once, not once a round."""
+    from zoo.generation import compiled
+
+    lm, draft = models
+    prompt = [ids(TEXT[:40], lm)]
+    rounds, listed = [], []
+    raw, values = compiled.Compiled.raw, compiled._values
+
+    def recording(self, *arrays):
+        if isinstance(self.function, speculative.Verify):
+            rounds.append((self.function.width, int(ops.convert_to_numpy(arrays[3]))))
+        return raw(self, *arrays)
+
+    monkeypatch.setattr(compiled.Compiled, "raw", recording)
+    monkeypatch.setattr(compiled, "_values", lambda model: listed.append(model) or values(model))
+    plain = zoo.generate(lm, prompt, max_new_tokens=50).sequences[0]
+    listed.clear()
+    speculated = zoo.generate(lm, prompt, max_new_tokens=50, prompt_lookup_num_tokens=6).sequences[0]
+    assert speculated == plain
+    assert listed == [lm]
+    assert all(width == max(1 << k.bit_length(), 2) for width, k in rounds)  # k + 1 <= width < 2 (k + 1)
+    assert {width for width, _ in rounds} >= {2, 8}  # rounds with no match, and with 6 tokens
+    rounds.clear()
+    listed.clear()
+    zoo.generate(lm, prompt, max_new_tokens=50, assistant_model=draft, num_assistant_tokens=4)
+    assert sorted(map(id, listed)) == sorted(map(id, [lm, draft]))
+    assert all(width == max(1 << k.bit_length(), 2) for width, k in rounds)
+
+
 def test_the_stream_gives_zoo_generates_text_several_tokens_a_step(models):
     lm, _ = models
     prompt = TEXT[:40]

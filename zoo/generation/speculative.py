@@ -225,12 +225,12 @@ def rounds(decoding):
     static = decoding._static()[:3]  # the sampling variant, the controls, the log-probabilities (None)
     sampling, controls = decoding.sampling, decoding._controls()
     prompt_lengths = np.array([length], "int32")
-    _, cache = _prefill(model, tokens, length, cache_length)
-    if draft is not None:
-        _, draft_cache = _prefill(draft, tokens, length, cache_length)
-        filled = length  # the positions whose keys and values the draft's cache holds right
-    end = length  # the row's tokens so far; the last is not in the model's cache yet
     with compiled.held(*[m for m in (model, draft) if m is not None]):  # no variable changes in the loop
+        _, cache = _prefill(model, tokens, length, cache_length)
+        if draft is not None:
+            _, draft_cache = _prefill(draft, tokens, length, cache_length)
+            filled = length  # the positions whose keys and values the draft's cache holds right
+        end = length  # the row's tokens so far; the last is not in the model's cache yet
         while end < budget_end and not decoding.finished:
             k = min(speculation.num_tokens, budget_end - end - 1, widest - 1)
             guess = speculation.propose(tokens[0, :end], k) if draft is None and k > 0 else []
