@@ -982,9 +982,7 @@ inline __m512 SumEachOf16(const __m512* v) {
                                     _mm512_shuffle_f32x4(quads[2], quads[3], 0xDD));
   return _mm512_add_ps(_mm512_shuffle_f32x4(low, high, 0x88), _mm512_shuffle_f32x4(low, high, 0xDD));
 }
-#endif
 
-#if defined(__AVX512F__)
 // x[0..n) (n >= 1) replaced by its softmax, 16 entries at a time: the
 // maximum, ExpNonPositive of each entry less it, each divided by their sum.
 inline void Softmax16(float* x, int64_t n) {
@@ -1000,9 +998,7 @@ inline void Softmax16(float* x, int64_t n) {
   for (int64_t i = whole; i < n; ++i) total += x[i];
   for (int64_t i = 0; i < n; ++i) x[i] /= total;
 }
-#endif
 
-#if defined(__AVX512F__)
 constexpr int64_t kAttentionRows = 8;  // the query rows that share each read of a key and a value
 
 // The attention of n <= kAttentionRows query rows q (n, D) over one unit's
@@ -1019,8 +1015,10 @@ inline void AttendRows(const float* q, const float* keys, const float* values, c
     while (first[i] < S && !masks[i][first[i]]) ++first[i];
     last[i] = S - 1;
     while (last[i] >= first[i] && !masks[i][last[i]]) --last[i];
-    start = std::min(start, first[i]);
-    end = std::max(end, last[i]);
+    if (first[i] <= last[i]) {
+      start = std::min(start, first[i]);
+      end = std::max(end, last[i]);
+    }
   }
   std::fill(out, out + n * D, 0.0f);
   if (end < start) return;
