@@ -8,8 +8,9 @@ shape: 30 layers, width 576, a vocabulary of `--vocabulary` tokens), its
 weights set as below. Each row decodes the same prompt greedily with
 `zoo.generate` on token ids, first without speculation, then with it, and
 checks that the tokens are the same; it reports tokens per second (the
-compilation excluded: each configuration runs once to compile, then
-`--repeats` times timed, the best kept), the speed-up, the tokens
+compilation excluded: the calls with and without speculation, and each
+with one new token, take turns, once to compile, then `--repeats` times
+timed, the best kept), the speed-up, the tokens
 proposed and the share accepted.
 
 - prompt lookup (`prompt_lookup_num_tokens`): an input-grounded prompt,
@@ -165,17 +166,19 @@ def layer_skip_draft(target, preset, vocabulary, window):
     return draft, layers, copied
 
 
-def timed(lm, prompt, new_tokens, repeats, **options):
-    """(new tokens, best seconds, the `Decoding` of the last run)."""
-    best, decoding = np.inf, None
-    for run in range(repeats + 1):  # the first run compiles
-        start = time.perf_counter()
-        speculation = {name: options[name] for name in options}
-        decoding = zoo.generation.Decoding(lm, [prompt], new_tokens, speculation=speculation or None).run()
-        seconds = time.perf_counter() - start
-        if run:
-            best = min(best, seconds)
-    return decoding.new_tokens[0], best, decoding
+def timed(lm, prompt, calls, repeats):
+    """Each call of `calls` [(new tokens, speculation settings or None)],
+    made in turn, A, B, C, ..., A, B, C, ..., `repeats` times after a first
+    round that compiles (the machine's speed drifts from minute to minute):
+    [(new tokens, best seconds, the `Decoding` of the last run)] in order."""
+    best, decodings = [np.inf] * len(calls), [None] * len(calls)
+    for run in range(repeats + 1):
+        for i, (new_tokens, speculation) in enumerate(calls):
+            start = time.perf_counter()
+            decodings[i] = zoo.generation.Decoding(lm, [prompt], new_tokens, speculation=speculation).run()
+            if run:
+                best[i] = min(best[i], time.perf_counter() - start)
+    return [(decoding.new_tokens[0], seconds, decoding) for decoding, seconds in zip(decodings, best)]
 
 
 def main(argv=None):
@@ -217,10 +220,9 @@ def main(argv=None):
         (f"draft model ({layers} of {len(target.backbone.blocks)} layers)", grounded,
          dict(assistant_model=draft, num_assistant_tokens=args.draft_tokens)),
     ):
-        plain, plain_seconds, _ = timed(target, prompt, args.new_tokens, args.repeats)
-        _, plain_first, _ = timed(target, prompt, 1, args.repeats)
-        speculated, seconds, decoding = timed(target, prompt, args.new_tokens, args.repeats, **options)
-        _, first, _ = timed(target, prompt, 1, args.repeats, **options)
+        runs = timed(target, prompt, [(args.new_tokens, None), (1, None), (args.new_tokens, options), (1, options)],
+                     args.repeats)
+        (plain, plain_seconds, _), (_, plain_first, _), (speculated, seconds, decoding), (_, first, _) = runs
         speculation = decoding.speculation
         rows.append(dict(
             proposer=name, prompt_tokens=len(prompt), new_tokens=len(plain),

@@ -965,27 +965,40 @@ inline float ExpNonPositive(float x) {
 }
 
 #if defined(__AVX512F__)
-// The lanes of each of 16 vectors summed: lane j of the result is the sum
-// of v[j]'s 16 lanes. Pairs are interleaved and added, then quads, then
-// the 128-bit blocks: 30 shuffles and 15 additions for 16 sums.
+// The lanes of each of 16 vectors summed in order: lane j of the result is
+// ((v[j][0] + v[j][1]) + ...) + v[j][15], as the per-row loop below sums a
+// logit's 16 partial sums. The 16 x 16 block is transposed in registers
+// (64 shuffles), then its rows are added one after another.
 inline __m512 SumEachOf16(const __m512* v) {
-  __m512 pairs[8], quads[4];
-  for (int i = 0; i < 8; ++i)  // each 128-bit block: v[2i]'s lanes 0+2 and 1+3, v[2i+1]'s beside them
-    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  for (int i = 0; i < 4; ++i) {  // each 128-bit block: its sum of v[4i], ..., v[4i + 3] in lanes 0-3
-    const __m512d a = _mm512_castps_pd(pairs[2 * i]), b = _mm512_castps_pd(pairs[2 * i + 1]);
-    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  __m512 t[16], r[16];
+  for (int i = 0; i < 8; ++i) {  // each 128-bit block: [a0 b0 a1 b1] and [a2 b2 a3 b3] of a = v[2i], b = v[2i + 1]
+    t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
   }
-  const __m512 low = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], 0x88),
-                                   _mm512_shuffle_f32x4(quads[0], quads[1], 0xDD));
-  const __m512 high = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], 0x88),
-                                    _mm512_shuffle_f32x4(quads[2], quads[3], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(low, high, 0x88), _mm512_shuffle_f32x4(low, high, 0xDD));
+  for (int i = 0; i < 4; ++i)  // r[4i + m], each 128-bit block L: lane 4L + m of v[4i], ..., v[4i + 3]
+    for (int m = 0; m < 4; ++m) {
+      const __m512d a = _mm512_castps_pd(t[4 * i + m / 2]), b = _mm512_castps_pd(t[4 * i + 2 + m / 2]);
+      r[4 * i + m] = _mm512_castpd_ps(m % 2 ? _mm512_unpackhi_pd(a, b) : _mm512_unpacklo_pd(a, b));
+    }
+  __m512 column[16];  // column[l], lane j: v[j][l]
+  for (int m = 0; m < 4; ++m) {  // the 4 x 4 blocks of 128 bits of r[m], r[4 + m], r[8 + m], r[12 + m] transposed
+    const __m512 u0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x44), u1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xEE);
+    const __m512 u2 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x44), u3 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xEE);
+    column[m] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+    column[4 + m] = _mm512_shuffle_f32x4(u0, u2, 0xDD);
+    column[8 + m] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+    column[12 + m] = _mm512_shuffle_f32x4(u1, u3, 0xDD);
+  }
+  __m512 sum = column[0];
+  for (int l = 1; l < 16; ++l) sum = _mm512_add_ps(sum, column[l]);
+  return sum;
 }
 
-// x[0..n) (n >= 1) replaced by its softmax, 16 entries at a time: the
-// maximum, ExpNonPositive of each entry less it, each divided by their sum.
-inline void Softmax16(float* x, int64_t n) {
+// x[0..n) (n >= 1), the logits of keys offset..offset + n - 1, replaced by
+// their softmax with the per-row loop's numbers: the maximum,
+// ExpNonPositive of each entry less it, each divided by their sum, the sum
+// taken as that loop takes it (16 partial sums by key % 16, then in order).
+inline void Softmax16(float* x, int64_t n, int64_t offset) {
   const int64_t whole = n - n % 16;
   __m512 top = _mm512_set1_ps(x[0]);
   for (int64_t i = 0; i < whole; i += 16) top = _mm512_max_ps(top, _mm512_loadu_ps(x + i));
@@ -993,9 +1006,15 @@ inline void Softmax16(float* x, int64_t n) {
   for (int64_t i = whole; i < n; ++i) maximum = std::max(maximum, x[i]);
   for (int64_t i = 0; i < n; ++i) x[i] = ExpNonPositive(x[i] - maximum);
   __m512 sum = _mm512_setzero_ps();
-  for (int64_t i = 0; i < whole; i += 16) sum = _mm512_add_ps(sum, _mm512_loadu_ps(x + i));
-  float total = _mm512_reduce_add_ps(sum);
-  for (int64_t i = whole; i < n; ++i) total += x[i];
+  for (int64_t i = -(offset % 16); i < n; i += 16) {  // lane l: the entries of keys = l mod 16
+    const int64_t low = std::max<int64_t>(0, -i), high = std::min<int64_t>(16, n - i);
+    const __mmask16 lanes = static_cast<__mmask16>(((1u << high) - 1) & ~((1u << low) - 1));
+    sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(lanes, x + i));
+  }
+  alignas(64) float partial[16];
+  _mm512_store_ps(partial, sum);
+  float total = 0.0f;
+  for (int j = 0; j < 16; ++j) total += partial[j];
   for (int64_t i = 0; i < n; ++i) x[i] /= total;
 }
 
@@ -1043,7 +1062,11 @@ inline void AttendRows(const float* q, const float* keys, const float* values, c
       const float* key = keys + s * D;
       __m512 sum = _mm512_mul_ps(_mm512_loadu_ps(qi), _mm512_loadu_ps(key));
       for (int64_t d = 16; d < D; d += 16) sum = _mm512_fmadd_ps(_mm512_loadu_ps(qi + d), _mm512_loadu_ps(key + d), sum);
-      logits[i * span + (s - start)] = _mm512_reduce_add_ps(sum);
+      alignas(64) float partial[16];
+      _mm512_store_ps(partial, sum);
+      float logit = 0.0f;
+      for (int j = 0; j < 16; ++j) logit += partial[j];
+      logits[i * span + (s - start)] = logit;
     }
   for (int64_t i = 0; i < n; ++i) {
     float* row = logits.data() + i * span;
@@ -1056,7 +1079,7 @@ inline void AttendRows(const float* q, const float* keys, const float* values, c
     const int64_t lo = first[i] - start, hi = last[i] - start;
     std::fill(row, row + lo, 0.0f);
     std::fill(row + hi + 1, row + span, 0.0f);
-    Softmax16(row + lo, hi + 1 - lo);
+    Softmax16(row + lo, hi + 1 - lo, first[i]);
   }
   for (s = start; s <= end; ++s) {
     const float* value = values + s * D;
