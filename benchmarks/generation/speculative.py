@@ -7,11 +7,12 @@ The model: `zoo.build(PRESET, task="causal_lm")` (default SmolLM2-135M's
 shape: 30 layers, width 576, a vocabulary of `--vocabulary` tokens), its
 weights set as below. Each row decodes the same prompt greedily with
 `zoo.generate` on token ids, first without speculation, then with it, and
-checks that the tokens are the same; it reports tokens per second (the
-compilation excluded: the calls with and without speculation, and each
-with one new token, take turns, once to compile, then `--repeats` times
-timed, the best kept), the speed-up, the tokens
-proposed and the share accepted.
+checks that the tokens are the same. It reports tokens per second of
+the whole call and of the decoding after the first token (the call less
+a call of one new token), each speed-up, the tokens proposed, the share
+accepted, and the share of the new tokens that are the rewrite's. The
+calls with and without speculation, and each with one new token, take
+turns: once to compile, then `--repeats` times timed, the best kept.
 
 - prompt lookup (`prompt_lookup_num_tokens`): an input-grounded prompt,
   a text of `--text-tokens` distinct tokens, then the first half of its
@@ -22,7 +23,7 @@ proposed and the share accepted.
   LayerSkip build one), prompted with the same text.
 
 Random weights do not copy their context, and a model that has learnt
-to cannot be trained on this CPU in minutes, so by default
+to cannot be trained on a CPU in minutes, so by default
 (`--weights copying`) the model's first two blocks are set by hand to
 the two-layer induction circuit of Olsson et al. (2022, "In-context
 learning and induction heads"), the mechanism by which trained models
