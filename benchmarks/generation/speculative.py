@@ -92,6 +92,7 @@ def induction_copier(lm, edit_share, noise, window, seed=0):
     code = np.arange(code_dims)  # the token's own code
     previous = code_dims + np.arange(code_dims)  # the previous token's code, written by block 0
     constant, flag, edit = 2 * code_dims, 2 * code_dims + 1, 2 * code_dims + 2
+    flagged = 0.3  # an edited token's flag
     for name in tensors:
         if name.endswith(("o_proj.weight", "down_proj.weight")):
             tensors[name] = tensors[name] * noise
@@ -107,7 +108,7 @@ def induction_copier(lm, edit_share, noise, window, seed=0):
     embeddings = np.zeros((vocabulary, width))
     embeddings[:, code] = codes
     embeddings[:, constant] = 1.0
-    embeddings[edited, flag] = 0.3
+    embeddings[edited, flag] = flagged
     embeddings[partners, edit] = 0.5
     tensors["model.embed_tokens.weight"] = embeddings
 
@@ -149,7 +150,7 @@ def induction_copier(lm, edit_share, noise, window, seed=0):
     attention(0, previous_token)
     v, o = attention(1, induction)
     v[part, flag] = 1.0  # the copied token's flag ...
-    o[edit, part] = 2.0 / (norm1 * 0.3)  # ... raises its partner's logit
+    o[edit, part] = 2.0 / (norm1 * flagged)  # ... raises its partner's logit
     assign_huggingface_tensors(huggingface_names(lm)[1], {n: t.astype(np.float32) for n, t in tensors.items()})
     return replacement
 

@@ -254,7 +254,7 @@ def rounds(decoding):
                 proposal = (proposal,)
             elif draft is None and k > 0:
                 tokens[0, end:end + k] = guess[:k]
-            elif draft is not None:  # no room for a proposal: a plain step through the same program
+            elif draft is not None:  # no room for a proposal: a plain step, verifying 2 positions
                 proposal = (np.zeros((width - 1, model.vocabulary_size), "float32"),)
             looked_up = draft is None
             key = ("verify", width, cache_length, looked_up, decoding.suppress_token_ids, static)

@@ -1020,6 +1020,14 @@ inline void Softmax16(float* x, int64_t n, int64_t offset) {
 
 constexpr int64_t kAttentionRows = 8;  // the query rows that share each read of a key and a value
 
+// q . key's 16 partial sums (lane j: the products of dimensions j, j + 16,
+// ... in order), as the per-row loop below keeps them; D a multiple of 16.
+inline __m512 PartialSums(const float* q, const float* key, int64_t D) {
+  __m512 sum = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(key));
+  for (int64_t d = 16; d < D; d += 16) sum = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(key + d), sum);
+  return sum;
+}
+
 // The attention of n <= kAttentionRows query rows q (n, D) over one unit's
 // keys and values (S, D), D a multiple of 16, into out (n, D); masks[i] is
 // row i's (S,) mask. Each row reads only the keys from the first it may
@@ -1047,23 +1055,13 @@ inline void AttendRows(const float* q, const float* keys, const float* values, c
   int64_t s = start;
   for (; s + 16 <= end + 1; s += 16)
     for (int64_t i = 0; i < n; ++i) {
-      const float* qi = q + i * D;
-      for (int j = 0; j < 16; ++j) {
-        const float* key = keys + (s + j) * D;
-        __m512 sum = _mm512_mul_ps(_mm512_loadu_ps(qi), _mm512_loadu_ps(key));
-        for (int64_t d = 16; d < D; d += 16) sum = _mm512_fmadd_ps(_mm512_loadu_ps(qi + d), _mm512_loadu_ps(key + d), sum);
-        products[j] = sum;
-      }
+      for (int j = 0; j < 16; ++j) products[j] = PartialSums(q + i * D, keys + (s + j) * D, D);
       _mm512_storeu_ps(logits.data() + i * span + (s - start), SumEachOf16(products));
     }
   for (; s <= end; ++s)
     for (int64_t i = 0; i < n; ++i) {
-      const float* qi = q + i * D;
-      const float* key = keys + s * D;
-      __m512 sum = _mm512_mul_ps(_mm512_loadu_ps(qi), _mm512_loadu_ps(key));
-      for (int64_t d = 16; d < D; d += 16) sum = _mm512_fmadd_ps(_mm512_loadu_ps(qi + d), _mm512_loadu_ps(key + d), sum);
       alignas(64) float partial[16];
-      _mm512_store_ps(partial, sum);
+      _mm512_store_ps(partial, PartialSums(q + i * D, keys + s * D, D));
       float logit = 0.0f;
       for (int j = 0; j < 16; ++j) logit += partial[j];
       logits[i * span + (s - start)] = logit;
@@ -1138,8 +1136,8 @@ ffi::Error CachedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
     const bool* mr = ms + ((u / heads) * T + r % T) * S;
     float* o = os + unit * D;
     // Only the keys from the first a row may attend to through the last
-    // are read: a masked key's weight is exactly 0, and the cache past a
-    // step's position is masked.
+    // are read: the cache past a step's position is masked, and a masked
+    // key's weight (exp(-87) over a sum of at least 1) changes no output.
     int64_t first = 0, last = S - 1;
     while (first < S && !mr[first]) ++first;
     std::fill(o, o + D, 0.0f);
