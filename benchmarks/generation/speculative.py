@@ -15,9 +15,10 @@ calls with and without speculation, and each with one new token, take
 turns: once to compile, then `--repeats` times timed, the best kept.
 
 - prompt lookup (`prompt_lookup_num_tokens`): an input-grounded prompt,
-  a text of `--text-tokens` distinct tokens, then the first half of its
-  rewrite: the text with a few tokens replaced (`--edits` of them); the
-  model goes on writing the rewrite, most of which is in its context.
+  a text of `--text-tokens` distinct tokens, then the first `--begun`
+  tokens of its rewrite: the text with a few tokens replaced (`--edits`
+  of them); the model writes the rest of the rewrite (by default all of
+  it, `--new-tokens`), most of which is in its context.
 - a draft model (`assistant_model`): the target's first quarter of layers
   with its embeddings and head (a layer-skip draft, as Draft & Verify and
   LayerSkip build one), prompted with the same text.
@@ -189,7 +190,8 @@ def main(argv=None):
     parser.add_argument("--vocabulary", type=int, default=49152)
     parser.add_argument("--window", type=int, default=1024)
     parser.add_argument("--text-tokens", type=int, default=300)
-    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--begun", type=int, default=2, help="the rewrite's first tokens, given in the prompt")
+    parser.add_argument("--new-tokens", type=int, help="default: the rest of the rewrite")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--lookup-tokens", type=int, default=10)
     parser.add_argument("--draft-tokens", type=int, default=5)
@@ -209,7 +211,9 @@ def main(argv=None):
     else:
         text = generator.integers(1, args.vocabulary, args.text_tokens).tolist()
         rewrite = text
-    begun = args.text_tokens // 2
+    begun = args.begun
+    if args.new_tokens is None:
+        args.new_tokens = args.text_tokens - begun
     grounded = text + rewrite[:begun]  # the text, then its rewrite begun
     expected = rewrite[begun:begun + args.new_tokens]
     draft, layers, copied = layer_skip_draft(target, args.preset, args.vocabulary, args.window)

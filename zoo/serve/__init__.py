@@ -14,7 +14,7 @@ as they come. Concurrent requests are decoded
 together where their settings allow (`zoo.serve.scheduler`).
 Needs the `serve` extra (`pip install -e .[serve]`: FastAPI, pydantic,
 uvicorn, Jinja2 for chat templates, llguidance for `response_format` and
-forced tool calls).
+forced tool calls, prometheus_client for `GET /metrics`).
 """
 
 import os

@@ -8,7 +8,10 @@ module per endpoint, the requests and responses declared in
                                  checkpoint's chat template
     POST /v1/embeddings          sentence embeddings (a BERT sentence
                                  encoder served, `zoo.embed`)
-    GET  /health                 the server's limits, and its queue now
+    GET  /health                 the server's limits, its queue and slots now,
+                                 its times to the first token
+    GET  /metrics                the server's measures, in Prometheus' text
+                                 format (`zoo.serve.metrics`)
 
     GET  /tokenizer_info         the tokenizer's special tokens, as vLLM
     POST /tokenize               a text's token ids      states them (what
@@ -81,7 +84,7 @@ from zoo.serve.web import RequestError
 
 def create_app(service, api_key=None):
     """The FastAPI app of a `zoo.serve.service.Service`; with `api_key`,
-    every request but `GET /health` (and the OpenAPI pages) must carry
+    every request but `GET /health`, `GET /metrics` (and the OpenAPI pages) must carry
     `Authorization: Bearer API_KEY`."""
     app = validation.application(
         "zoo serve", f"An OpenAI-compatible server over {service.name}.", service.limits, protocol.REQUESTS)

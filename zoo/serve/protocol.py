@@ -455,12 +455,31 @@ class SlotsHealth(Response):
     prefix_cache_hit_rate: float  # of the blocks looked up
 
 
+class TimeToFirstToken(Response):
+    """The latest requests' times from their arrival at the model's queue
+    to their first new token, in seconds."""
+
+    requests: int  # how many of the latest (at most 1,000) the percentiles read
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+class SpeculationHealth(Response):
+    rounds: int  # verification steps since the start
+    proposed: int  # tokens proposed (drafted or looked up)
+    accepted: int  # of them, accepted
+    accepted_per_round: float  # accepted tokens per verification step
+
+
 class Health(Response):
     status: Literal["ok"] = "ok"
     model: str
     waiting: int
     running: int
     slots: SlotsHealth | None = None  # the slots (continuous batching), when the model decodes in them
+    time_to_first_token: TimeToFirstToken
+    speculation: SpeculationHealth | None = None  # when the server speculates (--draft, --prompt-lookup)
     limits: HealthLimits
 
 

@@ -41,6 +41,7 @@ import time
 
 import zoo
 from zoo.generation.slots import Slots
+from zoo.serve.metrics import Measures
 from zoo.text.text_generation import TextRow
 from zoo.text.tokens import auto_stop_ids, sampled_decoding, special_id, tokenizer_of
 
@@ -178,6 +179,8 @@ class Scheduler:
         waiting: the requests submitted and not yet decoding.
         running: the requests decoding now.
         slots: the `Slots`, or None (speculative decoding; `continuous=False`).
+        measures: the `zoo.serve.metrics.Measures` of its requests (`GET
+            /metrics`, and `GET /health`'s times to the first token).
     """
 
     def __init__(self, model, max_batch=8, max_queue=64, max_batches=8, gather_seconds=0.04, prefill_chunk=None,
@@ -193,6 +196,7 @@ class Scheduler:
         self.ended = collections.deque(maxlen=1000)
         self.batch_sizes = collections.deque(maxlen=1000)
         self.waiting = self.running = 0
+        self.measures = Measures(self._state)
         self.lock = threading.Lock()
         self.queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="zoo-serve-model", daemon=True)
@@ -204,6 +208,7 @@ class Scheduler:
             if self.waiting >= self.max_queue:
                 raise QueueFull(f"{self.waiting} requests are waiting, the most this server queues (--max-queue)")
             self.waiting += 1
+        self.measures.arrived(job)
         self.queue.put(job)
         return job
 
@@ -219,6 +224,23 @@ class Scheduler:
                     prefix_cache_held=0 if cache is None else cache.tokens,
                     prefix_cache_hit_rate=cache.hits / looked_up if looked_up else 0.0)
 
+    def _state(self):
+        """The gauges and the prefix cache's counters of `GET /metrics`."""
+        slots = self.slots
+        cache = None if slots is None else slots.prefix_cache
+        return dict(waiting=self.waiting, running=self.running, slots=0 if slots is None else slots.batch,
+                    slots_in_use=0 if slots is None else slots.in_use,
+                    prefix_cache_queries=0 if cache is None else cache.hits + cache.misses,
+                    prefix_cache_hits=0 if cache is None else cache.hits,
+                    prefix_cache_tokens=0 if cache is None else cache.tokens)
+
+    def _end(self, job, new_tokens, reason):
+        """Records that `job` ended, with `new_tokens` computed, for `reason`
+        ("stop", "length", "cancelled", "scored"; "error" is measured only)."""
+        if reason != "error":
+            self.ended.append((job.id, new_tokens, reason))
+        self.measures.ended(job, len(getattr(job, "prompt_ids", ())), new_tokens, reason)
+
     def _run(self):
         active, backlog, rows = [], [], []
         while True:
@@ -230,14 +252,14 @@ class Scheduler:
                 with self.lock:
                     self.waiting -= 1
                 job.run(self.model)
-                self.ended.append((job.id, 0, "scored"))
+                self._end(job, 0, "scored")
             for job in [job for job in backlog if self._in_slots(job)]:
                 if len(rows) >= self.max_batch:
                     break
                 backlog.remove(job)
                 with self.lock:
                     self.waiting -= 1
-                row = _SlotRow(self.slots, job, self.ended)
+                row = _SlotRow(self.slots, job, self._end, self.measures)
                 if row.request is not None:
                     rows.append(row)
             if rows:
@@ -286,7 +308,7 @@ class Scheduler:
         """Frees the places of the waiting jobs whose clients left."""
         for job in [job for job in backlog if job.cancelled]:
             backlog.remove(job)
-            self.ended.append((job.id, 0, "cancelled"))
+            self._end(job, 0, "cancelled")
             with self.lock:
                 self.waiting -= 1
 
@@ -299,7 +321,7 @@ class Scheduler:
             self.waiting -= len(jobs)
             self.running += len(jobs)
         self.batch_sizes.append(len(jobs))
-        return _Batch(self.model, jobs, self.ended, self.max_batch, self.speculation)
+        return _Batch(self.model, jobs, self._end, self.measures, self.max_batch, self.speculation)
 
     def _arrivals(self, wait, gather=True):
         """The jobs queued now. An idle scheduler first waits for one, then
@@ -326,8 +348,8 @@ class _SlotRow:
     """A job decoding in a slot: its `SlotRequest` and its text (`TextRow`:
     pieces never half a character nor the start of a stop string)."""
 
-    def __init__(self, slots, job, log):
-        self.slots, self.job, self.log = slots, job, log
+    def __init__(self, slots, job, end, measures):
+        self.slots, self.job, self.end, self.measures = slots, job, end, measures
         self.ended, self.request = False, None
         tokenizer = tokenizer_of(slots.model, "zoo serve")
         try:
@@ -350,6 +372,8 @@ class _SlotRow:
         if request.error is not None:
             self.fail(request.error)
             return
+        if request.new_tokens:
+            self.measures.first_token(self.job)
         piece = self.text.update(request.new_tokens, request.finish_reason)
         if self.text.finish_reason is not None and not request.finished:
             self.slots.finish(request)  # a stop string: the slot is free at once
@@ -360,27 +384,29 @@ class _SlotRow:
             self.job.token_ids = list(request.new_tokens)
             self.text.cached_tokens = request.cached_tokens
             self.job.put((END, self.text))
-            self.log.append((self.job.id, self.text.completion_tokens, self.text.finish_reason))
+            self.end(self.job, self.text.completion_tokens, self.text.finish_reason)
 
     def cancel(self):
         self.slots.finish(self.request)
         self.ended = True
-        self.log.append((self.job.id, len(self.request.new_tokens), "cancelled"))
+        self.end(self.job, len(self.request.new_tokens), "cancelled")
 
     def fail(self, error):
         if self.request is not None:
             self.slots.finish(self.request)
         self.ended = True
         self.job.put((ERROR, f"generation stopped: {type(error).__name__}: {error}"))
+        self.end(self.job, 0 if self.request is None else len(self.request.new_tokens), "error")
 
 
 class _Batch:
     """Jobs decoded together by one `TextGeneration`."""
 
-    def __init__(self, model, jobs, log, max_batch, speculation=None):
-        self.model, self.jobs, self.log, self.max_batch = model, jobs, log, max_batch
+    def __init__(self, model, jobs, end, measures, max_batch, speculation=None):
+        self.model, self.jobs, self.end, self.measures, self.max_batch = model, jobs, end, measures, max_batch
         self.speculation = speculation
         self.ended = [False] * len(jobs)
+        self.speculated = (0, 0, 0)  # the rounds, proposed and accepted tokens measured
 
     @property
     def decoding(self):
@@ -417,12 +443,13 @@ class _Batch:
             if job.cancelled and not self.ended[row]:
                 self.generation.end(row)
                 self.ended[row] = True
-                self.log.append((job.id, len(self.generation.decoding.new_tokens[row]), "cancelled"))
+                self.end(job, len(self.generation.decoding.new_tokens[row]), "cancelled")
         try:
             pieces = next(self.steps, None)
         except Exception as error:
             self._fail(error)
             return False
+        self._measure()
         for row, piece in pieces or ():
             self.jobs[row].put((PIECE, piece))
         for row, text_row in enumerate(self.generation.rows):
@@ -430,8 +457,20 @@ class _Batch:
                 self.ended[row] = True
                 self.jobs[row].token_ids = [int(t) for t in self.generation.decoding.new_tokens[row]]
                 self.jobs[row].put((END, text_row))
-                self.log.append((self.jobs[row].id, text_row.completion_tokens, text_row.finish_reason))
+                self.end(self.jobs[row], text_row.completion_tokens, text_row.finish_reason)
         return pieces is not None and not all(self.ended)
+
+    def _measure(self):
+        """The rows' first tokens, and the speculation's rounds since the last step."""
+        decoding = self.generation.decoding
+        for row, job in enumerate(self.jobs):
+            if decoding.new_tokens[row]:
+                self.measures.first_token(job)
+        speculation = decoding.speculation
+        if speculation is not None:
+            now = (speculation.rounds, speculation.drafted, speculation.accepted)
+            self.measures.speculated(*(a - b for a, b in zip(now, self.speculated)))
+            self.speculated = now
 
     def _fail(self, error):
         message = f"generation stopped: {type(error).__name__}: {error}"
@@ -439,6 +478,7 @@ class _Batch:
             if not self.ended[row]:
                 self.ended[row] = True
                 job.put((ERROR, message))
+                self.end(job, 0, "error")
 
 
 def _decoding_ends(model, tokenizer):

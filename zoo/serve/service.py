@@ -166,7 +166,8 @@ class Service:
         return {name: value for name, value in controls.items() if value is not None}
 
     def health(self):
-        """The server's limits and its queue now (`GET /health`)."""
+        """The server's limits, its queue now, its times to the first token
+        and its speculation (`GET /health`)."""
         scheduler = self.scheduler
         limits = protocol.HealthLimits(
             max_request_bytes=self.limits.max_request_bytes,
@@ -187,8 +188,10 @@ class Service:
             max_batches=scheduler.max_batches,
             max_queue=scheduler.max_queue,
         )
+        measures = scheduler.measures
         return protocol.Health(model=self.name, waiting=scheduler.waiting, running=scheduler.running, limits=limits,
-                               slots=scheduler.slots_health())
+                               slots=scheduler.slots_health(), time_to_first_token=measures.percentiles(),
+                               speculation=measures.speculation_totals() if scheduler.speculation else None)
 
     def decode(self, ids):
         return decode(self.tokenizer, ids)
