@@ -54,6 +54,8 @@ def test_metrics_count_the_requests_their_tokens_and_first_tokens(lm):
     assert metrics[("zoo_generation_tokens_total", ())] == sum(a["usage"]["completion_tokens"] for a in answers)
     assert metrics[("zoo_time_to_first_token_seconds_count", ())] == 3
     assert metrics[("zoo_e2e_request_latency_seconds_count", ())] == 3
+    assert metrics[("zoo_time_per_output_token_seconds_count", ())] == sum(
+        a["usage"]["completion_tokens"] > 1 for a in answers)
     assert 0 < metrics[("zoo_time_to_first_token_seconds_sum", ())] <= metrics[("zoo_e2e_request_latency_seconds_sum", ())]
     assert metrics[("zoo_e2e_request_latency_seconds_sum", ())] <= sum(waited)
     first = health["time_to_first_token"]
@@ -100,6 +102,9 @@ def test_a_streams_first_token_is_measured_when_it_comes_not_at_the_end(lm):
     finally:
         server.stop()
     assert 0 < metrics[("zoo_time_to_first_token_seconds_sum", ())] <= first_piece < whole
+    assert metrics[("zoo_time_per_output_token_seconds_count", ())] == 1
+    assert 0 < 29 * metrics[("zoo_time_per_output_token_seconds_sum", ())] <= whole - metrics[
+        ("zoo_time_to_first_token_seconds_sum", ())]
     assert metrics[("zoo_e2e_request_latency_seconds_sum", ())] <= whole
 
 
@@ -137,9 +142,9 @@ def test_the_percentiles_are_numpys_of_the_latest_requests():
     seconds = np.random.default_rng(0).uniform(0, 3, RECENT + 50)
     now = time.monotonic()
     for s in seconds:
-        job = types.SimpleNamespace(arrived=now - s, first_token_at=None)
-        measures.first_token(job)
-        measures.first_token(job)  # a second token: not a first one
+        job = types.SimpleNamespace(arrived=now - s, tokens_measured=0)
+        measures.gained(job, 1)
+        measures.gained(job, 1)  # no new token: measured once
     got = measures.percentiles()
     want = np.percentile(seconds[-RECENT:], [50, 90, 99])
     assert got["requests"] == RECENT
@@ -151,6 +156,6 @@ def test_two_servers_in_one_process_keep_their_own_figures():
     from zoo.serve.metrics import Measures
 
     first, second = Measures(idle), Measures(idle)
-    first.ended(types.SimpleNamespace(arrived=time.monotonic(), first_token_at=None), 2, 3, "length")
+    first.ended(types.SimpleNamespace(arrived=time.monotonic(), tokens_measured=0), 2, 3, "length")
     assert b"zoo_generation_tokens_total 3.0" in first.text() and b"zoo_slots 0.0" in first.text()
     assert b"zoo_generation_tokens_total 0.0" in second.text()

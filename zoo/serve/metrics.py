@@ -5,6 +5,8 @@ speculation figures of `GET /health`.
 
     zoo_time_to_first_token_seconds      histogram: a request's arrival at the
                                          model's queue to its first new token
+    zoo_time_per_output_token_seconds    histogram: a request's first new token to its
+                                         last, over the new tokens after the first
     zoo_e2e_request_latency_seconds      histogram: arrival to its last token
     zoo_request_success_total            counter, by finished_reason (stop,
                                          length, cancelled, error)
@@ -36,6 +38,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 # vLLM's buckets for the time to the first token and a request's latency (seconds).
 TIME_TO_FIRST_TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+TIME_PER_OUTPUT_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+                                 7.5, 10.0, 20.0, 40.0, 80.0)
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                    480.0, 960.0, 1920.0, 7680.0)
 # The latest requests whose times to the first token `GET /health`'s percentiles read.
@@ -44,8 +48,8 @@ RECENT = 1000
 
 class Measures:
     """A scheduler's record of its requests: `arrived(job)` when it is
-    queued, `first_token(job)` when its first new token is known,
-    `ended(job, prompt_tokens, new_tokens, reason)` once, and
+    queued, `gained(job, new_tokens)` whenever its count of new tokens is
+    known, `ended(job, prompt_tokens, new_tokens, reason)` once, and
     `speculated(rounds, proposed, accepted)` as verification steps run.
     `state()` is read at each scrape: a dict of the gauges and the prefix
     cache's counters (`waiting`, `running`, `slots`, `slots_in_use`,
@@ -56,6 +60,9 @@ class Measures:
         self.time_to_first_token = Histogram(
             "zoo_time_to_first_token_seconds", "A request's arrival at the model's queue to its first new token.",
             buckets=TIME_TO_FIRST_TOKEN_BUCKETS, registry=self.registry)
+        self.time_per_output_token = Histogram(
+            "zoo_time_per_output_token_seconds", "A request's mean time per new token after its first.",
+            buckets=TIME_PER_OUTPUT_TOKEN_BUCKETS, registry=self.registry)
         self.latency = Histogram(
             "zoo_e2e_request_latency_seconds", "A request's arrival at the model's queue to its end.",
             buckets=LATENCY_BUCKETS, registry=self.registry)
@@ -76,23 +83,29 @@ class Measures:
         self.speculation = [0, 0, 0]  # rounds, proposed, accepted
 
     def arrived(self, job):
-        job.arrived, job.first_token_at = time.monotonic(), None
+        job.arrived, job.tokens_measured = time.monotonic(), 0
 
-    def first_token(self, job):
-        """Records `job`'s time to its first token, the first time only."""
-        if getattr(job, "first_token_at", 0) is not None:
+    def gained(self, job, new_tokens):
+        """`job` has `new_tokens` new tokens now: the time to its first, and
+        the time of its latest."""
+        if new_tokens <= getattr(job, "tokens_measured", new_tokens):
             return
-        job.first_token_at = time.monotonic()
-        seconds = job.first_token_at - job.arrived
-        self.time_to_first_token.observe(seconds)
-        with self.lock:
-            self.recent.append(seconds)
+        now = time.monotonic()
+        if not job.tokens_measured:
+            job.first_token_at = now
+            self.time_to_first_token.observe(now - job.arrived)
+            with self.lock:
+                self.recent.append(now - job.arrived)
+        job.tokens_measured, job.last_token_at = new_tokens, now
 
     def ended(self, job, prompt_tokens, new_tokens, reason):
-        if new_tokens:
-            self.first_token(job)
+        """`job` ended with `new_tokens` for `reason`."""
+        self.gained(job, new_tokens)
         if hasattr(job, "arrived"):
             self.latency.observe(time.monotonic() - job.arrived)
+            if job.tokens_measured > 1:
+                self.time_per_output_token.observe(
+                    (job.last_token_at - job.first_token_at) / (job.tokens_measured - 1))
         self.success.labels(finished_reason=reason).inc()
         self.prompt_tokens.inc(prompt_tokens)
         self.generation_tokens.inc(new_tokens)

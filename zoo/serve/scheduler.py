@@ -372,8 +372,7 @@ class _SlotRow:
         if request.error is not None:
             self.fail(request.error)
             return
-        if request.new_tokens:
-            self.measures.first_token(self.job)
+        self.measures.gained(self.job, len(request.new_tokens))
         piece = self.text.update(request.new_tokens, request.finish_reason)
         if self.text.finish_reason is not None and not request.finished:
             self.slots.finish(request)  # a stop string: the slot is free at once
@@ -461,11 +460,10 @@ class _Batch:
         return pieces is not None and not all(self.ended)
 
     def _measure(self):
-        """The rows' first tokens, and the speculation's rounds since the last step."""
+        """The rows' new tokens, and the speculation's rounds since the last step."""
         decoding = self.generation.decoding
         for row, job in enumerate(self.jobs):
-            if decoding.new_tokens[row]:
-                self.measures.first_token(job)
+            self.measures.gained(job, len(decoding.new_tokens[row]))
         speculation = decoding.speculation
         if speculation is not None:
             now = (speculation.rounds, speculation.drafted, speculation.accepted)
