@@ -9,7 +9,7 @@ speculation figures of `GET /health`.
                                          last, over the new tokens after the first
     zoo_e2e_request_latency_seconds      histogram: arrival to its last token
     zoo_request_success_total            counter, by finished_reason (stop,
-                                         length, cancelled, error)
+                                         length, cancelled, error, scored)
     zoo_prompt_tokens_total              counter: prompt tokens of ended requests
     zoo_generation_tokens_total          counter: new tokens of ended requests
     zoo_num_requests_waiting             gauge: requests queued, not decoding yet
@@ -35,7 +35,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-# vLLM's buckets for the time to the first token and a request's latency (seconds).
+# vLLM's buckets for the times to the first token, per output token and of a request (seconds).
 TIME_TO_FIRST_TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 TIME_PER_OUTPUT_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
@@ -72,15 +72,10 @@ class Measures:
                                      registry=self.registry)
         self.generation_tokens = Counter("zoo_generation_tokens", "New tokens of the ended requests.",
                                          registry=self.registry)
-        self.rounds = Counter("zoo_spec_decode_num_rounds", "Speculative verification steps.", registry=self.registry)
-        self.proposed = Counter("zoo_spec_decode_num_draft_tokens", "Tokens proposed to the verification.",
-                                registry=self.registry)
-        self.accepted = Counter("zoo_spec_decode_num_accepted_tokens", "Proposed tokens the verification accepted.",
-                                registry=self.registry)
-        self.registry.register(_State(state))
         self.lock = threading.Lock()
         self.recent = collections.deque(maxlen=RECENT)  # the latest times to the first token
         self.speculation = [0, 0, 0]  # rounds, proposed, accepted
+        self.registry.register(_State(state, self.speculation_totals))
 
     def arrived(self, job):
         job.arrived, job.tokens_measured = time.monotonic(), 0
@@ -111,9 +106,6 @@ class Measures:
         self.generation_tokens.inc(new_tokens)
 
     def speculated(self, rounds, proposed, accepted):
-        self.rounds.inc(rounds)
-        self.proposed.inc(proposed)
-        self.accepted.inc(accepted)
         with self.lock:
             self.speculation = [a + b for a, b in zip(self.speculation, (rounds, proposed, accepted))]
 
@@ -141,10 +133,11 @@ class Measures:
 
 
 class _State:
-    """The gauges and the prefix cache's counters, read at each scrape."""
+    """The gauges, the prefix cache's counters and the speculation's,
+    read at each scrape."""
 
-    def __init__(self, state):
-        self.state = state
+    def __init__(self, state, speculation):
+        self.state, self.speculation = state, speculation
 
     def collect(self):
         state = self.state()
@@ -156,3 +149,8 @@ class _State:
         for name, help in (("prefix_cache_queries", "Prompt blocks looked up in the prefix cache."),
                            ("prefix_cache_hits", "Prompt blocks found in the prefix cache.")):
             yield CounterMetricFamily("zoo_" + name, help, value=state[name])
+        speculation = self.speculation()
+        for name, key, help in (("rounds", "rounds", "Speculative verification steps."),
+                                ("draft_tokens", "proposed", "Tokens proposed to the verification."),
+                                ("accepted_tokens", "accepted", "Proposed tokens the verification accepted.")):
+            yield CounterMetricFamily("zoo_spec_decode_num_" + name, help, value=speculation[key])

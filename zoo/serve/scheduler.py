@@ -217,12 +217,12 @@ class Scheduler:
         slots = self.slots
         if slots is None:
             return None
-        cache = slots.prefix_cache
-        looked_up = 0 if cache is None else cache.hits + cache.misses
+        cache, state = slots.prefix_cache, self._state()
+        looked_up = state["prefix_cache_queries"]
         return dict(slots=slots.batch, in_use=slots.in_use, prefill_chunk=slots.prefill_chunk,
                     prefix_cache_tokens=0 if cache is None else cache.capacity_tokens,
-                    prefix_cache_held=0 if cache is None else cache.tokens,
-                    prefix_cache_hit_rate=cache.hits / looked_up if looked_up else 0.0)
+                    prefix_cache_held=state["prefix_cache_tokens"],
+                    prefix_cache_hit_rate=state["prefix_cache_hits"] / looked_up if looked_up else 0.0)
 
     def _state(self):
         """The gauges and the prefix cache's counters of `GET /metrics`."""
