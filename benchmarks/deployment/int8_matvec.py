@@ -36,6 +36,9 @@ with a scale per output unit; int4 two a byte along d_out, with a scale
 - int8 x int8 -> int32 zoo.kernels, int4 zoo.kernels: the products of
   `zoo.kernels` (XLA FFI calls), which read the int8 or packed int4
   kernel as stored.
+- float32 zoo.kernels: `zoo.kernels.float_dense`, the float32 product of
+  up to 4 rows that splits the kernel's rows between the threads (XLA's
+  dot where it does not take the product: TensorFlow, more rows).
 
 The weight-read limit is the kernel's bytes over the bandwidth of a large
 NumPy copy (read plus write, one thread per `--threads`) and of a float32
@@ -52,7 +55,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
-from zoo.kernels import int4_matmul, integer_matmul  # noqa: E402
+from zoo.kernels import float_dense, int4_matmul, integer_matmul  # noqa: E402
 
 # SmolLM2-135M's projections: q/o, k/v, gate/up, down, the tied head.
 SHAPES = ((576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152))
@@ -104,6 +107,7 @@ def unpack(packed):
 
 VARIANTS = {
     "float32 dot": lambda x, w: ops.matmul(x, w["float"]),
+    "float32 zoo.kernels": lambda x, w: _float_kernel(x, w),
     "int8 convert+dot": lambda x, w: ops.divide(ops.matmul(x, ops.cast(w["q8"], "float32")), w["s8"]),
     "int8 x int8 -> int32 dot": lambda x, w: _integer_dot(x, w),
     "int8 x int8 -> int32 dot of 2 rows": lambda x, w: _integer_dot(x, w, rows=2),
@@ -118,7 +122,12 @@ VARIANTS = {
     "int4 zoo.kernels": lambda x, w: int4_matmul(x, w["q4"], w["s4"], ops.cast(w["z4"], "int8"),
                                                  w["q4"].shape[0] // w["s4"].shape[0], w["s4"].shape[1]),
 }
-BYTES_PER_WEIGHT = {"float32 dot": 4, "int4 convert+dot": 0.5, "int4 fused": 0.5, "int4 zoo.kernels": 0.5}
+BYTES_PER_WEIGHT = {"float32 dot": 4, "float32 zoo.kernels": 4, "int4 convert+dot": 0.5, "int4 fused": 0.5, "int4 zoo.kernels": 0.5}
+
+
+def _float_kernel(x, w):
+    y = float_dense(x, w["float"])  # None where the kernel does not take it: XLA's dot then
+    return ops.matmul(x, w["float"]) if y is None else y
 
 
 def _integer_dot(x, w, rows=None, product=ops.matmul):

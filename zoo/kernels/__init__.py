@@ -35,7 +35,11 @@ a token on TensorFlow at SmolLM2-135M's shape.)
 
 `float_head` is a float32 tied output head at 2-4 rows (a beam search
 of 4 beams at batch 1, a small batch), where XLA's dot reads the table
-at about two thirds of the speed it reads it at one row. `top_k` is
+at about two thirds of the speed it reads it at one row. `float_dense`
+is a float32 Dense product of 1-4 rows (a decoding step), its kernel's
+rows split between the threads and read whole, prefetched: XLA's dot
+splits the columns, so each thread reads a few hundred bytes of every
+row, and a kernel streamed from memory arrives about a quarter slower. `top_k` is
 `ops.top_k` in one read of each row, XLA's order exactly: a beam
 search's candidates, the sampled token.
 
@@ -92,6 +96,8 @@ QUANTIZED_TARGET = "zoo_quantized_matmul"
 ATTENTION_TARGET = "zoo_cached_attention"
 TOP_K_TARGET = "zoo_top_k"
 FLOAT_TARGET = "zoo_float_matmul"
+FLOAT_DENSE_TARGET = "zoo_float_dense"
+FLOAT_DENSE_ROWS = 4  # up to this many rows a float32 Dense product runs in the kernel (a decoding step)
 FLOAT_KERNEL_ROWS = (2, 4)  # the rows the float32 head kernel is faster at than XLA's dot (XLA's is at one row)
 TOP_K_LARGEST = 64  # the largest k the top-k kernel takes
 ATTENTION_ROWS = 64  # query rows a key/value head (its query heads x positions) the attention kernel takes
@@ -331,6 +337,50 @@ def _float_head():
     return head
 
 
+def float_dense(x, kernel):
+    """x (..., K) float32 times a Dense kernel (K, N) float32 (an array or
+    a variable): (..., N), or
+    None where the kernel does not take it: more than `FLOAT_DENSE_ROWS`
+    rows (a prompt, a batch: XLA's product), not float32, or not
+    `native()`. A decoding step's product reads its weights from memory
+    once a token: XLA's dot splits the columns between threads, so each
+    reads a few hundred bytes of every row of the kernel, at about 21
+    GB/s; the kernel splits the rows, each thread reads its rows whole,
+    one contiguous run, at about 27 (SmolLM2-135M's Dense kernels in turn,
+    an AMD EPYC). Its sums run in another order, so the products differ
+    from XLA's in the last bits. The gradients are XLA's products.
+    """
+    rows = _rows(x)
+    if (rows is None or not 1 <= rows <= FLOAT_DENSE_ROWS or len(kernel.shape) != 2
+            or any(keras.backend.standardize_dtype(a.dtype) != "float32" for a in (x, kernel)) or not native()):
+        return None
+    import jax.numpy as jnp
+
+    y = _float_dense()(jnp.reshape(x, (-1, x.shape[-1])), ops.convert_to_tensor(kernel))  # (M, N)
+    return jnp.reshape(y, tuple(x.shape[:-1]) + (kernel.shape[1],))
+
+
+@functools.cache
+def _float_dense():
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def dense(x, kernel):
+        return jax.ffi.ffi_call(FLOAT_DENSE_TARGET, jax.ShapeDtypeStruct((x.shape[0], kernel.shape[1]), jnp.float32))(
+            x, kernel)
+
+    def forward(x, kernel):
+        return dense(x, kernel), (x, kernel)
+
+    def backward(saved, upstream):
+        x, kernel = saved
+        return upstream @ kernel.T, x.T @ upstream
+
+    dense.defvjp(forward, backward)
+    return dense
+
+
 def top_k(x, k):
     """`ops.top_k(x, k)`: the k largest entries along x's last axis, in
     descending order, and their indices, the same values in the same order
@@ -410,6 +460,7 @@ def library():
     jax.ffi.register_ffi_target(ATTENTION_TARGET, jax.ffi.pycapsule(lib.ZooCachedAttention), platform="cpu")
     jax.ffi.register_ffi_target(TOP_K_TARGET, jax.ffi.pycapsule(lib.ZooTopK), platform="cpu")
     jax.ffi.register_ffi_target(FLOAT_TARGET, jax.ffi.pycapsule(lib.ZooFloatMatmul), platform="cpu")
+    jax.ffi.register_ffi_target(FLOAT_DENSE_TARGET, jax.ffi.pycapsule(lib.ZooFloatDense), platform="cpu")
     return lib
 
 
@@ -428,7 +479,7 @@ def _open(path):
 
 def _symbols(lib):
     for name in ("ZooIntegerMatmul", "ZooInt4Matmul", "ZooQuantizedMatmul", "ZooCachedAttention", "ZooTopK",
-                 "ZooFloatMatmul", "ZooIntegerMatmulVnni"):
+                 "ZooFloatMatmul", "ZooFloatDense", "ZooIntegerMatmulVnni"):
         getattr(lib, name)  # AttributeError where it is missing
     return lib
 

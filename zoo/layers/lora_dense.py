@@ -6,7 +6,7 @@ Shape letters: B batch, T length, d_in and d_out the widths.
 import keras
 from keras import ops
 
-from zoo.kernels import int4_matmul, int8_in_groups, integer_matmul, quantized_matmul
+from zoo.kernels import float_dense, int4_matmul, int8_in_groups, integer_matmul, quantized_matmul
 from zoo.layers.dequantized import after
 
 
@@ -48,7 +48,11 @@ class LoraDense(keras.layers.Dense):
 
     def call(self, inputs, training=None):
         if not self.lora_enabled:
-            return super().call(inputs, training=training)
+            # A decoding step's few rows, float32, on a CPU: the kernel reads the weights whole (zoo.kernels).
+            x = None if training else float_dense(inputs, self.kernel)
+            if x is None:
+                return super().call(inputs, training=training)
+            return self._adapted(inputs, x)
         return self._adapted(inputs, ops.matmul(inputs, ops.cast(self._kernel, self.compute_dtype)))
 
     def _int8_call(self, inputs, training=None):
