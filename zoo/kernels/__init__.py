@@ -344,11 +344,11 @@ def float_dense(x, kernel):
     rows (a prompt, a batch: XLA's product), not float32, or not
     `native()`. A decoding step's product reads its weights from memory
     once a token: XLA's dot splits the columns between threads, so each
-    reads a few hundred bytes of every row of the kernel, at about 21
-    GB/s; the kernel splits the rows, each thread reads its rows whole,
-    one contiguous run, at about 27 (SmolLM2-135M's Dense kernels in turn,
-    an AMD EPYC). Its sums run in another order, so the products differ
-    from XLA's in the last bits. The gradients are XLA's products.
+    reads a few hundred bytes of every row of the kernel, at 17-19 GB/s;
+    the kernel splits the rows, each thread reads its rows whole, one
+    contiguous run, prefetched, at about 26 (SmolLM2-135M's Dense kernels
+    in turn, an AMD EPYC). Its sums run in another order, so the products
+    differ from XLA's in the last bits. The gradients are XLA's products.
     """
     rows = _rows(x)
     if (rows is None or not 1 <= rows <= FLOAT_DENSE_ROWS or len(kernel.shape) != 2
