@@ -313,36 +313,40 @@ def float_head(x, table):
         return None
     import jax.numpy as jnp
 
-    logits = _float_head()(jnp.reshape(x, (-1, x.shape[-1])), jnp.asarray(table))  # (M, V)
+    logits = _float_product(FLOAT_TARGET, True)(jnp.reshape(x, (-1, x.shape[-1])), jnp.asarray(table))  # (M, V)
     return jnp.reshape(logits, tuple(x.shape[:-1]) + (table.shape[0],))
 
 
 @functools.cache
-def _float_head():
+def _float_product(target, transposed):
+    """x (M, K) times w (N, K)^T (`transposed`) or w (K, N), float32, in the
+    kernel `target`; its gradients are XLA's products."""
     import jax
     import jax.numpy as jnp
 
     @jax.custom_vjp
-    def head(x, table):
-        return jax.ffi.ffi_call(FLOAT_TARGET, jax.ShapeDtypeStruct((x.shape[0], table.shape[0]), jnp.float32))(x, table)
+    def product(x, w):
+        n = w.shape[0] if transposed else w.shape[1]
+        return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32))(x, w)
 
-    def forward(x, table):
-        return head(x, table), (x, table)
+    def forward(x, w):
+        return product(x, w), (x, w)
 
     def backward(saved, upstream):
-        x, table = saved
-        return upstream @ table, upstream.T @ x
+        x, w = saved
+        if transposed:
+            return upstream @ w, upstream.T @ x
+        return upstream @ w.T, x.T @ upstream
 
-    head.defvjp(forward, backward)
-    return head
+    product.defvjp(forward, backward)
+    return product
 
 
 def float_dense(x, kernel):
     """x (..., K) float32 times a Dense kernel (K, N) float32 (an array or
-    a variable): (..., N), or
-    None where the kernel does not take it: more than `FLOAT_DENSE_ROWS`
-    rows (a prompt, a batch: XLA's product), not float32, or not
-    `native()`. A decoding step's product reads its weights from memory
+    a variable): (..., N), or None where the kernel does not take it: more
+    than `FLOAT_DENSE_ROWS` rows (a prompt, a batch: XLA's product), not
+    float32, or not `native()`. A decoding step's product reads its weights from memory
     once a token: XLA's dot splits the columns between threads, so each
     reads a few hundred bytes of every row of the kernel, at 17-19 GB/s;
     the kernel splits the rows, each thread reads its rows whole, one
@@ -356,29 +360,9 @@ def float_dense(x, kernel):
         return None
     import jax.numpy as jnp
 
-    y = _float_dense()(jnp.reshape(x, (-1, x.shape[-1])), ops.convert_to_tensor(kernel))  # (M, N)
+    flat = jnp.reshape(x, (-1, x.shape[-1]))  # (M, K)
+    y = _float_product(FLOAT_DENSE_TARGET, False)(flat, ops.convert_to_tensor(kernel))  # (M, N)
     return jnp.reshape(y, tuple(x.shape[:-1]) + (kernel.shape[1],))
-
-
-@functools.cache
-def _float_dense():
-    import jax
-    import jax.numpy as jnp
-
-    @jax.custom_vjp
-    def dense(x, kernel):
-        return jax.ffi.ffi_call(FLOAT_DENSE_TARGET, jax.ShapeDtypeStruct((x.shape[0], kernel.shape[1]), jnp.float32))(
-            x, kernel)
-
-    def forward(x, kernel):
-        return dense(x, kernel), (x, kernel)
-
-    def backward(saved, upstream):
-        x, kernel = saved
-        return upstream @ kernel.T, x.T @ upstream
-
-    dense.defvjp(forward, backward)
-    return dense
 
 
 def top_k(x, k):
