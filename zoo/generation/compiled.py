@@ -36,6 +36,7 @@ import weakref
 import keras
 
 from zoo import compile_cache
+from zoo import traced_once
 
 _COMPILED = weakref.WeakKeyDictionary()  # model -> OrderedDict(key -> Compiled)
 _PER_MODEL = 32  # the most recently used functions kept per model
@@ -190,7 +191,8 @@ class Compiled:
                 return outputs
             import tensorflow as tf
 
-            concrete = self.compiled.get_concrete_function(*_specs(arrays))
+            with traced_once.sharing():
+                concrete = self.compiled.get_concrete_function(*_specs(arrays))
             try:
                 outputs = concrete(*arrays)
             except tf.errors.OpError as error:
@@ -200,7 +202,8 @@ class Compiled:
                 # a new trace has a new name, and so a new cache entry.
                 compiling.note("a corrupt cache entry was compiled again")
                 self.compiled = self._tf_function()
-                concrete = self.compiled.get_concrete_function(*_specs(arrays))
+                with traced_once.sharing():
+                    concrete = self.compiled.get_concrete_function(*_specs(arrays))
                 outputs = concrete(*arrays)
             self.called[signature] = concrete
             return outputs

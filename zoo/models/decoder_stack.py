@@ -8,6 +8,7 @@ heads, k head width, S_max the cache length.
 import keras
 
 from zoo.layers.multi_head_attention import merge_rows
+from zoo.traced_once import call_block
 
 
 class DecoderStack:
@@ -68,8 +69,9 @@ class DecoderStack:
         """
         x = self.embed(token_ids, start_index=cache_index, training=False)
         new_cache = []
-        for block, block_cache in zip(self.blocks, cache):
-            x, block_cache = block.call(x, self_attention_cache=block_cache, cache_index=cache_index, training=False)
+        for i, block_cache in enumerate(cache):
+            x, block_cache = call_block(self.blocks, i, x, self_attention_cache=block_cache, cache_index=cache_index,
+                                        training=False)
             new_cache.append(block_cache)
         return self._final(x), tuple(new_cache)
 

@@ -20,6 +20,7 @@ from zoo.layers import (
 from zoo.layers.multi_head_attention import merge_rows
 from zoo.models.base import ZooModel
 from zoo.models.transformer.config import EncoderDecoderConfig
+from zoo.traced_once import call_block
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -281,8 +282,10 @@ class EncoderDecoder(ZooModel):
         x, new_cache = self.embed_target(token_ids, start_index=cache_index, training=False), []
         bias = self._position_bias(self.decoder_position_bias, x, key_length=ops.shape(cache[0][0])[-2],
                                    start_index=cache_index)  # (1 or B, h, T, L)
-        for block, block_cache, cross_cache in zip(self.decoder_blocks, cache, cross_caches):
-            x, block_cache = block.call(
+        for i, (block_cache, cross_cache) in enumerate(zip(cache, cross_caches)):
+            x, block_cache = call_block(
+                self.decoder_blocks,
+                i,
                 x,
                 self_attention_cache=block_cache,
                 cache_index=cache_index,
