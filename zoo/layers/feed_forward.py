@@ -8,6 +8,7 @@ import math
 import keras
 from keras import ops
 
+from zoo.layers.initializers import fresh
 from zoo.layers.lora_dense import LoraDense
 
 ACTIVATIONS = ("relu", "gelu", "gelu_approximate", "silu")
@@ -108,7 +109,7 @@ class FeedForward(keras.layers.Layer):
                 inner,
                 activation=activation_function(self.activation),
                 use_bias=self.use_bias,
-                kernel_initializer=self.kernel_initializer,
+                kernel_initializer=fresh(self.kernel_initializer),
                 bias_initializer=self.bias_initializer,
                 dtype=self.dtype_policy,
                 name="gate",
@@ -118,7 +119,7 @@ class FeedForward(keras.layers.Layer):
             inner,
             activation=None if self.gated else activation_function(self.activation),
             use_bias=self.use_bias,
-            kernel_initializer=self.kernel_initializer,
+            kernel_initializer=fresh(self.kernel_initializer),
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
             name="intermediate",
@@ -128,7 +129,7 @@ class FeedForward(keras.layers.Layer):
         self.output_dense = LoraDense(
             d,
             use_bias=self.use_bias,
-            kernel_initializer=self.output_kernel_initializer,
+            kernel_initializer=fresh(self.output_kernel_initializer),
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
             name="output",

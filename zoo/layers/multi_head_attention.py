@@ -12,6 +12,7 @@ from keras import ops
 
 from zoo.kernels import cached_attention
 from zoo.layers.attention import attention_weights, fused_attention, is_per_row, merge_masks
+from zoo.layers.initializers import fresh
 from zoo.layers.lora_dense import LoraDense
 from zoo.layers.rms_norm import RMSNorm
 from zoo.layers.rotary_embedding import RotaryEmbedding
@@ -204,7 +205,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return LoraDense(
             units,
             use_bias=self.use_bias if use_bias is None else use_bias,
-            kernel_initializer=initializer or self.kernel_initializer,
+            kernel_initializer=fresh(initializer or self.kernel_initializer),
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
             name=name,

@@ -7,6 +7,7 @@ import keras
 from keras import ops
 
 from zoo.layers.attention import is_per_row, positions
+from zoo.layers.initializers import fresh
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -58,7 +59,7 @@ class PositionEmbedding(keras.layers.Layer):
         self.position_embeddings = self.add_weight(
             name="embeddings",
             shape=(self.sequence_length + self.offset, input_shape[-1]),
-            initializer=self.initializer,
+            initializer=fresh(self.initializer),
         )
         self.built = True
 

@@ -8,6 +8,7 @@ import math
 import keras
 from keras import ops
 
+from zoo.layers.initializers import fresh
 from zoo.layers.position_embedding import PositionEmbedding
 from zoo.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from zoo.layers.token_embedding import TokenEmbedding
@@ -104,7 +105,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             token_embedding = TokenEmbedding(
                 vocabulary_size,
                 embedding_dim,
-                embeddings_initializer=self.embeddings_initializer,
+                embeddings_initializer=fresh(self.embeddings_initializer),
                 dtype=self.dtype_policy,
                 name="token_embedding",
             )
@@ -117,7 +118,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         if position == "learned":
             self.position_embedding = PositionEmbedding(
                 sequence_length,
-                initializer=self.position_initializer,
+                initializer=fresh(self.position_initializer),
                 offset=position_offset,
                 dtype=self.dtype_policy,
                 name="position_embedding",

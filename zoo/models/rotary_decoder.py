@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import keras
 
 from zoo.layers import DecoderBlock, RMSNorm, TokenEmbedding
+from zoo.layers.initializers import fresh
 from zoo.models.base import ZooModel, gpt_initializer
 from zoo.models.config import ModelConfig
 from zoo.models.decoder_stack import DecoderStack
@@ -104,7 +105,7 @@ class RotaryDecoder(DecoderStack, ZooModel):
         initializer = gpt_initializer(config.initializer_range)
         # === Layers ===
         self.embedding = TokenEmbedding(
-            config.vocabulary_size, config.hidden_dim, embeddings_initializer=initializer, dtype=dtype,
+            config.vocabulary_size, config.hidden_dim, embeddings_initializer=fresh(initializer), dtype=dtype,
             name="token_embedding",
         )
         self.embeddings_dropout = keras.layers.Dropout(config.dropout, dtype=dtype, name="embeddings_dropout")

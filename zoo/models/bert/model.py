@@ -6,6 +6,7 @@ Shape letters: B batch, T length, P masked positions, d width, V vocabulary.
 import keras
 
 from zoo.layers import EncoderBlock, L2Normalize, LayerNormalization, MaskedLMTransform, MeanPooling, OutputBias, TokenAndPositionEmbedding
+from zoo.layers.initializers import fresh
 from zoo.models.base import ZooModel, check_index_range
 from zoo.models.bert.config import BertConfig
 
@@ -70,7 +71,7 @@ class BertBackbone(ZooModel):
             name="embedding",
         )
         self.segment_embedding = keras.layers.Embedding(
-            config.num_segments, config.hidden_dim, embeddings_initializer=init, dtype=dtype,
+            config.num_segments, config.hidden_dim, embeddings_initializer=fresh(init), dtype=dtype,
             name="segment_embedding",
         )
         self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
@@ -93,7 +94,7 @@ class BertBackbone(ZooModel):
             for i in range(config.num_layers)
         ]
         self.pooler = keras.layers.Dense(
-            config.hidden_dim, activation="tanh", kernel_initializer=init, dtype=dtype, name="pooler"
+            config.hidden_dim, activation="tanh", kernel_initializer=fresh(init), dtype=dtype, name="pooler"
         )
 
         # === Functional model ===

@@ -11,6 +11,7 @@ h heads, g key/value heads, k head width.
 
 import keras
 
+from zoo.layers.initializers import fresh
 from zoo.models.causal_lm import CausalLM
 from zoo.models.llama.config import LlamaConfig
 from zoo.models.rotary_decoder import RotaryDecoder
@@ -54,7 +55,7 @@ class LlamaBackbone(RotaryDecoder):
         if config.tie_word_embeddings:
             return None
         return keras.layers.Dense(
-            config.vocabulary_size, use_bias=False, kernel_initializer=initializer, dtype=dtype, name="lm_head"
+            config.vocabulary_size, use_bias=False, kernel_initializer=fresh(initializer), dtype=dtype, name="lm_head"
         )
 
 
