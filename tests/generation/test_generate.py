@@ -275,3 +275,12 @@ def test_encoder_only_model_is_an_error():
     bert = zoo.build("bert-tiny", task="masked_lm")
     with pytest.raises(ValueError, match="BertMaskedLM has no cached step.*encoder-only models"):
         generate(bert, [[1, 2]], 4)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 5), (1, 2, 4, 3)])
+def test_repeat_rows_is_numpy_repeat_on_the_first_axis(shape):
+    from zoo.generation.beam import repeat_rows
+
+    x = np.arange(int(np.prod(shape)), dtype="float32").reshape(shape)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(repeat_rows(keras.ops.convert_to_tensor(x), 4)),
+                                  np.repeat(x, 4, axis=0))

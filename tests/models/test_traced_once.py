@@ -122,8 +122,10 @@ def test_encoder_decoder_blocks_share_one_trace():
         return prefill, step, cache
 
     specs = [tf.TensorSpec((2, 6), tf.int32), tf.TensorSpec((2, 6), tf.int32), tf.TensorSpec((2, 4), tf.int32)]
-    blocks = len(model.decoder_blocks)
-    _assert_shared_equals_unshared(model, steps, specs, [source, source_mask, target], 2 * blocks, [blocks, blocks])
+    blocks, encoder_blocks = len(model.decoder_blocks), len(model.encoder_blocks)
+    # The encoder's blocks (through `__call__`), the decoder's prefill and step.
+    _assert_shared_equals_unshared(model, steps, specs, [source, source_mask, target], encoder_blocks + 2 * blocks,
+                                   [encoder_blocks, blocks, blocks])
 
 
 def test_each_configuration_of_block_is_traced_once():

@@ -142,7 +142,7 @@ class BeamSearch:
             logits = ops.cast(logits, "float32") / self.temperature
             vocabulary = logits.shape[-1]
             step_log_probs = self._controlled(ops.log_softmax(logits, axis=-1), flat(sequences), index,
-                                              ops.repeat(prompt_lengths, K), ops.repeat(budget_end, K), stop_token_ids,
+                                              repeat_rows(prompt_lengths, K), repeat_rows(budget_end, K), stop_token_ids,
                                               suppress_token_ids)
             candidates = log_probs[..., None] + unflat(step_log_probs)  # (B, K, V)
             top_log_probs, top = kernels.top_k(ops.reshape(candidates, (batch, K * vocabulary)), 2 * K)
@@ -198,8 +198,8 @@ class BeamSearch:
         copies), and no finished hypothesis."""
         K = self.num_beams
         batch, length = prompt.shape[0], prompt.shape[1]
-        sequences = ops.repeat(prompt[:, None, :], K, axis=1)  # (B, K, L)
-        cache = tree.map_structure(lambda x: ops.repeat(x, K, axis=0), cache)
+        sequences = ops.broadcast_to(prompt[:, None, :], (batch, K, length))  # (B, K, L)
+        cache = tree.map_structure(lambda x: repeat_rows(x, K), cache)
         log_probs = ops.broadcast_to(
             ops.convert_to_tensor([[0.0] + [_NEG] * (K - 1)], "float32"), (batch, K)
         )
@@ -300,7 +300,7 @@ class BeamSearchLoop:
         model, static, num_beams = self.model, self.static, self.sampler.num_beams
         context, cache = prefill(model, static.shapes, static.stages[0], ids, *source)
         if context is not None:
-            context = tree.map_structure(lambda x: ops.repeat(x, num_beams, axis=0), context)
+            context = tree.map_structure(lambda x: repeat_rows(x, num_beams), context)
         return self.sampler(
             next_function(model, context),
             ids,
@@ -312,3 +312,12 @@ class BeamSearchLoop:
             stop_token_ids=static.stop_token_ids,
             suppress_token_ids=static.suppress_token_ids,
         )
+
+
+def repeat_rows(x, k):
+    """`ops.repeat(x, k, axis=0)` of a tensor of static shape: (N, ...) ->
+    (N * k, ...), each row k times in a row, as one broadcast and a reshape
+    (TensorFlow's `repeat` traces some 30 operations, and beam search
+    repeats every cache and context tensor)."""
+    shape = tuple(x.shape)
+    return ops.reshape(ops.broadcast_to(ops.expand_dims(x, 1), (shape[0], k, *shape[1:])), (shape[0] * k, *shape[1:]))

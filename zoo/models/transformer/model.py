@@ -20,7 +20,7 @@ from zoo.layers import (
 from zoo.layers.multi_head_attention import merge_rows
 from zoo.models.base import ZooModel
 from zoo.models.transformer.config import EncoderDecoderConfig
-from zoo.traced_once import call_block
+from zoo.traced_once import apply_block, call_block
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -206,8 +206,8 @@ class EncoderDecoder(ZooModel):
         layers serve the functional graph and `zoo.generate`."""
         x = self.embed_source(encoder_token_ids, training=training)
         bias = self._position_bias(self.encoder_position_bias, x)
-        for block in self.encoder_blocks:
-            x = block(x, padding_mask=encoder_padding_mask, training=training, **bias)
+        for i in range(len(self.encoder_blocks)):
+            x = apply_block(self.encoder_blocks, i, x, padding_mask=encoder_padding_mask, training=training, **bias)
         return self._encoder_final(x, training=training)
 
     @staticmethod
