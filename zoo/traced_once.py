@@ -32,13 +32,13 @@ import weakref
 import keras
 
 _STATE = threading.local()
-_FUNCTIONS = weakref.WeakKeyDictionary()  # first block of a configuration -> {signature: its function}
+_FUNCTIONS = weakref.WeakKeyDictionary()  # first block of a configuration -> {(signature, method): its function}
 
 
 @contextlib.contextmanager
 def sharing():
-    """Within it, `call_block` traces each configuration of block once
-    (TensorFlow graphs only)."""
+    """Within it, `call_block` and `apply_block` trace each configuration
+    of block once (TensorFlow graphs only)."""
     depth = getattr(_STATE, "depth", 0)
     _STATE.depth = depth + 1
     try:

@@ -35,8 +35,7 @@ import weakref
 
 import keras
 
-from zoo import compile_cache
-from zoo import traced_once
+from zoo import compile_cache, traced_once
 
 _COMPILED = weakref.WeakKeyDictionary()  # model -> OrderedDict(key -> Compiled)
 _PER_MODEL = 32  # the most recently used functions kept per model
@@ -191,8 +190,7 @@ class Compiled:
                 return outputs
             import tensorflow as tf
 
-            with traced_once.sharing():
-                concrete = self.compiled.get_concrete_function(*_specs(arrays))
+            concrete = self._trace(arrays)
             try:
                 outputs = concrete(*arrays)
             except tf.errors.OpError as error:
@@ -202,11 +200,16 @@ class Compiled:
                 # a new trace has a new name, and so a new cache entry.
                 compiling.note("a corrupt cache entry was compiled again")
                 self.compiled = self._tf_function()
-                with traced_once.sharing():
-                    concrete = self.compiled.get_concrete_function(*_specs(arrays))
+                concrete = self._trace(arrays)
                 outputs = concrete(*arrays)
             self.called[signature] = concrete
             return outputs
+
+    def _trace(self, arrays):
+        """TensorFlow's traced function for `arrays`' shapes, a stack's
+        blocks traced once (`zoo.traced_once`)."""
+        with traced_once.sharing():
+            return self.compiled.get_concrete_function(*_specs(arrays))
 
     def _tf_function(self):
         import tensorflow as tf
